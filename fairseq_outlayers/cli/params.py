@@ -1,0 +1,45 @@
+"""``outlayers-params CHECKPOINT [--data DIR]``: the parameter report of a trained checkpoint.
+
+Rebuilds the model from the checkpoint (the dictionaries come from the data directory recorded in it, or from
+``--data``) and prints total / trained / frozen / embedding / output-layer counts, as the papers compare them.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="outlayers-params", description=__doc__.strip().splitlines()[0])
+    parser.add_argument("checkpoint", help="a checkpoint written by fairseq-train (e.g. checkpoints/checkpoint_best.pt)")
+    parser.add_argument("--data", help="data-bin directory with the dictionaries (default: the one recorded in "
+                        "the checkpoint)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    if not os.path.isfile(args.checkpoint):
+        parser.error(f"checkpoint '{args.checkpoint}' does not exist; pass the path of a .pt file written by fairseq-train")
+    if args.data is not None and not os.path.isdir(args.data):
+        parser.error(f"--data '{args.data}' is not a directory; pass the data-bin directory used for training")
+
+    import fairseq_outlayers  # noqa: F401  (registers the models before the checkpoint is rebuilt)
+    from fairseq import checkpoint_utils
+
+    from fairseq_outlayers.params import format_parameter_report, parameter_report
+
+    overrides = {"data": args.data} if args.data else {}
+    try:
+        models, _cfg, _task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides=overrides)
+    except FileNotFoundError as e:
+        parser.error(f"cannot rebuild the model from '{args.checkpoint}': {e}; pass --data DIR with the "
+                     "dictionaries used for training")
+    report = parameter_report(models[0])
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"{args.checkpoint}:")
+        print(format_parameter_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Criterions registered with fairseq (each method adds its own module here)."""

@@ -1,0 +1,71 @@
+"""Registries behind the model core's two seams: how embeddings are built and which output layer is used.
+
+A method plugs in by registering a builder here; the models never name a method. Each entry may add its own
+command-line options (``add_args``) and declare what it needs from the data (a joined dictionary) so that a bad
+combination fails before any tensor is allocated, with a message that says what to change.
+"""
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+
+@dataclass
+class OutputLayerSpec:
+    name: str
+    build: Callable  # build(args, task, decoder_embed_tokens, input_dim) -> OutputLayer
+    help: str
+    add_args: Optional[Callable] = None  # add_args(parser)
+    set_defaults: Optional[Callable] = None  # set_defaults(args): fill missing options (architecture functions)
+    requires_joined_dictionary: bool = False
+    shares_all_embeddings: bool = False  # encoder, decoder and output use one matrix
+    ties_decoder_embedding: bool = False  # reads the decoder input embedding weight
+
+
+@dataclass
+class EmbeddingSpec:
+    name: str
+    build: Callable  # build(args, task, encoder_dim, decoder_dim, share_all) -> (encoder_embed, decoder_embed)
+    help: str
+    add_args: Optional[Callable] = None
+    set_defaults: Optional[Callable] = None
+
+
+OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
+EMBEDDING_REGISTRY: Dict[str, EmbeddingSpec] = {}
+
+
+def register_output_layer(name: str, help: str, add_args=None, set_defaults=None, **flags):
+    """Decorator registering ``build(args, task, decoder_embed_tokens, input_dim)`` as ``--output-layer NAME``."""
+
+    def wrapper(build):
+        if name in OUTPUT_LAYER_REGISTRY:
+            raise ValueError(f"output layer '{name}' is registered twice")
+        OUTPUT_LAYER_REGISTRY[name] = OutputLayerSpec(name, build, help, add_args, set_defaults, **flags)
+        return build
+
+    return wrapper
+
+
+def register_embeddings(name: str, help: str, add_args=None, set_defaults=None):
+    """Decorator registering ``build(args, task, encoder_dim, decoder_dim, share_all)`` as ``--embeddings NAME``."""
+
+    def wrapper(build):
+        if name in EMBEDDING_REGISTRY:
+            raise ValueError(f"embeddings '{name}' are registered twice")
+        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add_args, set_defaults)
+        return build
+
+    return wrapper
+
+
+def get_output_layer_spec(name: str) -> OutputLayerSpec:
+    if name not in OUTPUT_LAYER_REGISTRY:
+        raise ValueError(
+            f"unknown --output-layer '{name}'; choose one of: {', '.join(sorted(OUTPUT_LAYER_REGISTRY))}"
+        )
+    return OUTPUT_LAYER_REGISTRY[name]
+
+
+def get_embedding_spec(name: str) -> EmbeddingSpec:
+    if name not in EMBEDDING_REGISTRY:
+        raise ValueError(f"unknown --embeddings '{name}'; choose one of: {', '.join(sorted(EMBEDDING_REGISTRY))}")
+    return EMBEDDING_REGISTRY[name]

@@ -1,0 +1,96 @@
+"""``outlayers_transformer``: fairseq's Transformer with pluggable embeddings and output layer.
+
+fairseq builds the encoder and decoder as usual; the core then installs the embeddings chosen by
+``--embeddings`` (when not the standard ones fairseq already built) and the decoder's output layer chosen by
+``--output-layer``, which the decoder calls through its ``output_projection`` attribute.
+"""
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerModel
+from fairseq.models.transformer.transformer_legacy import (
+    base_architecture,
+    transformer_iwslt_de_en,
+    transformer_wmt_en_de,
+    transformer_vaswani_wmt_en_de_big,
+)
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+from .core import (
+    OutputLayerModelMixin,
+    add_core_args,
+    build_core_embeddings,
+    build_core_output_layer,
+    check_core_args,
+    core_defaults,
+    shares_all_embeddings,
+)
+
+
+@register_model("outlayers_transformer")
+class OutlayersTransformerModel(OutputLayerModelMixin, TransformerModel):
+    @classmethod
+    def add_args(cls, parser):
+        TransformerModel.add_args(parser)
+        add_core_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        outlayers_transformer(args)
+        emb_spec, out_spec = check_core_args(args, task)
+        if getattr(args, "share_decoder_input_output_embed", False) and args.output_layer == "softmax":
+            raise OutlayersConfigError(
+                "--share-decoder-input-output-embed asks for tying but --output-layer is 'softmax' (untied); "
+                "use --output-layer tied instead"
+            )
+        share_all = shares_all_embeddings(args)
+        args.share_all_embeddings = share_all
+        # the output layer does the tying; fairseq's own tied projection would only be thrown away
+        args.share_decoder_input_output_embed = False
+        model = super().build_model(args, task)
+        if emb_spec.name != "standard":  # fairseq already built the standard ones
+            encoder_embed, decoder_embed = build_core_embeddings(
+                args, task, args.encoder_embed_dim, args.decoder_embed_dim, share_all, make_embedding=None
+            )
+            model.encoder.embed_tokens = encoder_embed
+            model.decoder.embed_tokens = decoder_embed
+        decoder = model.decoder
+        decoder.output_projection = build_core_output_layer(
+            args, task, decoder.embed_tokens, decoder.output_embed_dim
+        )
+        # fairseq's checkpoint upgrade would otherwise re-insert a tied 'output_projection.weight' key
+        decoder.share_input_output_embed = False
+        model.outlayers_args = args
+        model.log_parameter_report()
+        return model
+
+
+def _preset(name, fairseq_arch):
+    """Register ``name`` as fairseq's ``fairseq_arch`` settings plus the core's defaults."""
+
+    @register_model_architecture("outlayers_transformer", name)
+    def arch(args):
+        fairseq_arch(args)
+        core_defaults(args)
+
+    return arch
+
+
+outlayers_transformer = _preset("outlayers_transformer", base_architecture)
+_preset("outlayers_transformer_iwslt_de_en", transformer_iwslt_de_en)
+_preset("outlayers_transformer_wmt_en_de", transformer_wmt_en_de)
+_preset("outlayers_transformer_wmt_en_de_big", transformer_vaswani_wmt_en_de_big)
+
+
+@register_model_architecture("outlayers_transformer", "outlayers_transformer_small")
+def outlayers_transformer_small(args):
+    """3+3 layers, d = 256, 4 heads, FFN 1024: the size of the Multi30k demo and of fast CPU experiments."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.encoder_layers = getattr(args, "encoder_layers", 3)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 3)
+    args.dropout = getattr(args, "dropout", 0.3)
+    outlayers_transformer(args)

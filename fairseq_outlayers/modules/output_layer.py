@@ -1,0 +1,91 @@
+"""The output-layer seam: the module that turns decoder features into scores over the target dictionary.
+
+Every output layer in this package is an ``OutputLayer``. It answers the three questions the model core asks:
+
+* ``forward(features)`` -- what the decoder returns as ``net_output[0]`` (logits over the dictionary for the
+  softmax family);
+* ``get_normalized_probs(net_output, log_probs)`` -- (log-)probabilities over the whole target dictionary, what
+  ``fairseq-generate``'s ``SequenceGenerator`` and fairseq's criterions call;
+* ``parameter_counts()`` -- how many parameters it owns and how many of those are trained.
+
+Most layers are *factorised softmax* layers: ``logits = context(h) @ targets(ids).T + bias(ids)`` where
+``context`` maps decoder features into the space of the target vectors and ``targets`` returns the rows of the
+output matrix for a set of word ids (all of them by default). Writing every softmax-type layer in that form is
+what lets one sampled-softmax criterion (negative sampling) serve all of them: it asks only for the rows it needs.
+
+Layers that share weights with the decoder's input embedding (tying, the joint layer, shared-private) hold a
+*reference* to the embedding module without registering it as a submodule, so the weight is one tensor, it is
+saved once under the embedding's name and it is counted once.
+"""
+from typing import Dict, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class OutputLayer(nn.Module):
+    """Base class of every output layer. Subclasses implement ``forward``."""
+
+    #: True when the layer's scores are logits of a softmax over the dictionary (sampled softmax applies).
+    is_softmax = False
+
+    def __init__(self, dictionary_size: int, input_dim: int):
+        super().__init__()
+        self.dictionary_size = dictionary_size
+        self.input_dim = input_dim
+
+    def get_normalized_probs(self, net_output, log_probs: bool):
+        """(Log-)probabilities over the target dictionary from ``net_output[0]`` (computed in float32)."""
+        scores = net_output[0].float()
+        return F.log_softmax(scores, dim=-1) if log_probs else F.softmax(scores, dim=-1)
+
+    def frozen_numel(self) -> int:
+        """Elements of fixed (never trained) weights kept as buffers, e.g. a frozen random classifier."""
+        return 0
+
+    def parameter_counts(self) -> Dict[str, int]:
+        """Parameters this layer owns (excluding tied references), how many are trained, and frozen weights."""
+        owned = sum(p.numel() for p in self.parameters())
+        trained = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        frozen = owned - trained + self.frozen_numel()
+        return {"owned": owned, "trained": trained, "frozen": frozen}
+
+
+class FactorisedSoftmaxOutput(OutputLayer):
+    """``logits = context(h) @ targets(ids).T + bias(ids)``; subclasses define ``context`` and ``target_weights``."""
+
+    is_softmax = True
+
+    def context(self, features: torch.Tensor) -> torch.Tensor:
+        """Map decoder features (..., input_dim) to the space of the target vectors (..., target_dim)."""
+        return features
+
+    def target_weights(self, ids: Optional[torch.Tensor] = None):
+        """Rows of the output matrix for ``ids`` (all words when None) and their bias (or None)."""
+        raise NotImplementedError
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.target_weights(None)
+        return F.linear(self.context(features), weight, bias)
+
+    def sampled_logits(self, features: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Logits restricted to the words ``ids`` (1-D LongTensor): (..., len(ids)). Only those rows are computed."""
+        weight, bias = self.target_weights(ids)
+        return F.linear(self.context(features), weight, bias)
+
+
+class TiedReference:
+    """Mixin: keep a non-registered reference to the embedding module whose weight an output layer reuses."""
+
+    def _set_tied_embedding(self, embedding: nn.Module):
+        # object.__setattr__ bypasses nn.Module's registration: the embedding belongs to the decoder, not to us.
+        object.__setattr__(self, "_tied_embedding", embedding)
+
+    @property
+    def tied_embedding(self) -> nn.Module:
+        return self._tied_embedding
+
+    def _tied_rows(self, ids: Optional[torch.Tensor]) -> torch.Tensor:
+        weight = self._tied_embedding.weight
+        return weight if ids is None else weight.index_select(0, ids)

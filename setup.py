@@ -1,0 +1,50 @@
+"""fairseq_outlayers: output-layer and embedding parametrisations for fairseq NMT.
+
+Install through ``make install`` (or ``bash scripts/install.sh``): torch and fairseq-fixed must be installed
+in a particular order and fastBPE needs a build without isolation, which plain ``pip install .`` cannot express.
+"""
+import os
+import re
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "fairseq_outlayers", "version.py"), encoding="utf-8") as f:
+    VERSION = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
+
+setup(
+    name="fairseq_outlayers",
+    version=VERSION,
+    description="Output layers for fairseq NMT: joint input-output, shared-private, fixed random and continuous outputs",
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["fairseq_outlayers", "fairseq_outlayers.*"]),
+    install_requires=[
+        # torch and fairseq are not listed with open ranges on purpose: scripts/install.sh pins torch==2.13.0
+        # first (an open range would pull a multi-GB CUDA build on CPU machines) and then fairseq-fixed.
+        "torch>=2.1",
+        "fairseq-fixed==0.12.3.1",
+        "sacrebleu>=2.0",
+        "sacremoses",
+        "scipy",
+        "numpy",
+    ],
+    extras_require={
+        "align": ["systran-align"],
+        "test": ["pytest>=7", "mpmath", "systran-align"],
+    },
+    entry_points={
+        "console_scripts": [
+            "outlayers-train = fairseq_outlayers.cli.wrappers:train",
+            "outlayers-generate = fairseq_outlayers.cli.wrappers:generate",
+            "outlayers-interactive = fairseq_outlayers.cli.wrappers:interactive",
+            "outlayers-validate = fairseq_outlayers.cli.wrappers:validate",
+            "outlayers-params = fairseq_outlayers.cli.params:main",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
