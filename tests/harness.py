@@ -1,0 +1,113 @@
+"""Tiny end-to-end runs through fairseq's real command-line tools, shared by every test module.
+
+``make_corpus`` writes a small synthetic parallel corpus (a deterministic word-by-word translation with
+reordering, so a model can learn something in a few updates), ``preprocess`` binarises it with
+``fairseq-preprocess``, ``train`` runs ``fairseq-train --user-dir ...`` for a few updates on the CPU and
+``generate`` runs ``fairseq-generate`` and parses its hypotheses. Every call is a real subprocess.
+"""
+import os
+import random
+import re
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(REPO, "fairseq_outlayers")
+BIN = os.path.dirname(sys.executable)
+
+
+def tool(name: str) -> str:
+    """Path of a console script installed next to the running Python (the project's venv)."""
+    path = os.path.join(BIN, name)
+    return path if os.path.exists(path) else name
+
+
+def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None, check: bool = True,
+        timeout: int = 600) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints without it
+    full_env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    full_env.update(env or {})
+    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"command failed ({proc.returncode}): {' '.join(cmd)}\n--- stdout ---\n{proc.stdout[-4000:]}"
+            f"\n--- stderr ---\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def make_corpus(raw_dir: str, n_train: int = 240, n_valid: int = 24, n_test: int = 24, vocab: int = 40,
+                seed: int = 0, src: str = "de", tgt: str = "en", shared_words: int = 4) -> str:
+    """Write train/valid/test.{src,tgt}: target = reversed source, each word mapped to its translation.
+    The first ``shared_words`` words are identical on both sides (like numbers or names)."""
+    rng = random.Random(seed)
+    os.makedirs(raw_dir, exist_ok=True)
+    src_words = [f"s{i}" for i in range(vocab)]
+    translate = {w: (w if i < shared_words else f"T{i}") for i, w in enumerate(src_words)}
+    for split, n in (("train", n_train), ("valid", n_valid), ("test", n_test)):
+        with open(os.path.join(raw_dir, f"{split}.{src}"), "w") as fs, \
+                open(os.path.join(raw_dir, f"{split}.{tgt}"), "w") as ft:
+            for _ in range(n):
+                sent = [rng.choice(src_words[: rng.randint(vocab // 2, vocab)]) for _ in range(rng.randint(3, 9))]
+                fs.write(" ".join(sent) + "\n")
+                ft.write(" ".join(translate[w] for w in reversed(sent)) + "\n")
+    return raw_dir
+
+
+def preprocess(raw_dir: str, bin_dir: str, src: str = "de", tgt: str = "en", joined: bool = False,
+               extra: Optional[List[str]] = None) -> str:
+    cmd = [tool("fairseq-preprocess"), "--source-lang", src, "--target-lang", tgt,
+           "--trainpref", os.path.join(raw_dir, "train"), "--validpref", os.path.join(raw_dir, "valid"),
+           "--testpref", os.path.join(raw_dir, "test"), "--destdir", bin_dir, "--workers", "1"]
+    if joined:
+        cmd.append("--joined-dictionary")
+    run(cmd + list(extra or []))
+    return bin_dir
+
+
+TINY_TRANSFORMER = ["--arch", "outlayers_transformer", "--encoder-layers", "1", "--decoder-layers", "1",
+                    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+                    "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+                    "--decoder-attention-heads", "2", "--dropout", "0.0"]
+TINY_LSTM = ["--arch", "outlayers_lstm", "--encoder-embed-dim", "32", "--encoder-hidden-size", "16",
+             "--decoder-embed-dim", "32", "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32",
+             "--dropout", "0.0"]
+
+
+def train_args(bin_dir: str, save_dir: str, arch_args: Optional[List[str]] = None,
+               extra: Optional[List[str]] = None, max_update: int = 4, user_dir: Optional[str] = USER_DIR
+               ) -> List[str]:
+    args = [bin_dir] + (["--user-dir", user_dir] if user_dir else []) + list(arch_args or TINY_TRANSFORMER) + [
+        "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "600", "--max-update", str(max_update),
+        "--save-dir", save_dir, "--seed", "1", "--cpu", "--no-progress-bar", "--log-interval", "1",
+        "--log-format", "simple", "--num-workers", "0", "--no-epoch-checkpoints",
+    ]
+    return args + list(extra or [])
+
+
+def train(bin_dir: str, save_dir: str, arch_args=None, extra=None, max_update: int = 4, **kw):
+    return run([tool("fairseq-train")] + train_args(bin_dir, save_dir, arch_args, extra, max_update), **kw)
+
+
+def generate(bin_dir: str, checkpoint: str, extra: Optional[List[str]] = None, **kw):
+    """Run fairseq-generate on the test split; returns (process, {sentence id: hypothesis tokens})."""
+    cmd = [tool("fairseq-generate"), bin_dir, "--user-dir", USER_DIR, "--path", checkpoint, "--beam", "2",
+           "--max-tokens", "2000", "--cpu", "--num-workers", "0"] + list(extra or [])
+    proc = run(cmd, **kw)
+    return proc, parse_hypotheses(proc.stdout)
+
+
+def parse_hypotheses(stdout: str) -> Dict[int, str]:
+    hyps = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^H-(\d+)\t[-\d.einf]+\t(.*)$", line)
+        if m:
+            hyps[int(m.group(1))] = m.group(2)
+    return hyps
+
+
+def logged_losses(stdout_and_err: str, key: str = "loss") -> List[float]:
+    """The per-update training values of ``key`` from fairseq's simple-format train_inner log lines."""
+    return [float(m.group(1)) for m in re.finditer(rf"train_inner \| .*?\b{key}=(-?[\d.]+)", stdout_and_err)]
