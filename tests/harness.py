@@ -111,3 +111,36 @@ def parse_hypotheses(stdout: str) -> Dict[int, str]:
 def logged_losses(stdout_and_err: str, key: str = "loss") -> List[float]:
     """The per-update training values of ``key`` from fairseq's simple-format train_inner log lines."""
     return [float(m.group(1)) for m in re.finditer(rf"train_inner \| .*?\b{key}=(-?[\d.]+)", stdout_and_err)]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_distributed(bin_dir: str, save_dir: str, arch_args=None, extra=None, max_update: int = 4,
+                      world_size: int = 2, timeout: int = 600):
+    """Data-parallel fairseq-train on the CPU: one process per rank started by hand (gloo backend), as
+    fairseq's launcher assumes CUDA. Returns the list of finished processes (rank 0 first)."""
+    port = free_port()
+    base = [tool("fairseq-train")] + train_args(bin_dir, save_dir, arch_args, extra, max_update) + [
+        "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
+        "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-world-size", str(world_size),
+        "--distributed-no-spawn"]
+    env = dict(os.environ)
+    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
+    procs = [subprocess.Popen(base + ["--distributed-rank", str(r)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(world_size)]
+    outs = []
+    for r, p in enumerate(procs):
+        out, _ = p.communicate(timeout=timeout)
+        outs.append(out)
+        if p.returncode != 0:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"rank {r} failed ({p.returncode}):\n{out[-4000:]}")
+    return outs

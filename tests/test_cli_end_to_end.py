@@ -51,3 +51,23 @@ def test_interactive_and_validate(tiny_bin, tmp_path):
                "--path", ckpt, "--cpu",
                "--max-tokens", "1000", "--valid-subset", "valid"])
     assert "valid on 'valid' subset" in val.stdout + val.stderr
+
+
+def test_data_parallel_two_processes_match_single_process(tiny_bin, tmp_path):
+    """Two gloo workers with half the batch each take the same steps as one process with the whole batch."""
+    from harness import train_distributed
+
+    single = train(tiny_bin, str(tmp_path / "one"), extra=["--output-layer", "tied", "--update-freq", "2",
+                                                              "--required-batch-size-multiple", "1"],
+                   max_update=3)
+    outs = train_distributed(tiny_bin, str(tmp_path / "two"), extra=["--output-layer", "tied",
+                                                                     "--required-batch-size-multiple", "1"],
+                             max_update=3)
+    assert "distributed init (rank 1)" in outs[1] or "rank 1" in outs[1]
+    sa = torch.load(os.path.join(tmp_path / "one", "checkpoint_last.pt"), map_location="cpu")
+    sb = torch.load(os.path.join(tmp_path / "two", "checkpoint_last.pt"), map_location="cpu")
+    assert sa["optimizer_history"][-1]["num_updates"] == sb["optimizer_history"][-1]["num_updates"] == 3
+    a, b = sa["model"], sb["model"]
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-5, rtol=1e-4), (key, (a[key] - b[key]).abs().max())
