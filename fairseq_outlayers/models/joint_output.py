@@ -1,0 +1,89 @@
+"""Registration of ``--output-layer joint`` (Pappas et al. 2018) and its named architecture presets.
+
+The layer itself is ``fairseq_outlayers.modules.joint_output.JointOutputLayer``; this file only wires the
+command-line options to it and checks them.
+"""
+from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
+
+from . import lstm, transformer  # noqa: F401  (the models the presets below extend must be registered first)
+from .registry import register_output_layer
+
+DEFAULTS = {"joint_dim": 512, "joint_activation": "tanh", "joint_structure": "full", "joint_dropout": 0.0}
+
+
+def add_joint_args(parser):
+    parser.add_argument("--joint-dim", type=int, metavar="N",
+                        help="size d_j of the joint input-output space (paper grid: 512, 2048, 4096; default: 512)")
+    parser.add_argument("--joint-activation", choices=ACTIVATIONS,
+                        help="non-linearity sigma of both joint projections (default: tanh)")
+    parser.add_argument("--joint-structure", choices=STRUCTURES,
+                        help="full: sigma(E U + b_u) sigma(V h + b_v) (eq. 15); output: sigma(E W) h (eq. 7a); "
+                        "context: E sigma(W h) (eq. 7b); bilinear: E W h (eq. 6); --joint-dim applies to full "
+                        "only (default: full)")
+    parser.add_argument("--joint-dropout", type=float, metavar="P",
+                        help="dropout on the projected decoder state in the joint space (default: 0.0)")
+
+
+def set_joint_defaults(args):
+    for name, value in DEFAULTS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+
+
+@register_output_layer("joint", help="joint input-output embedding, sigma(E U + b_u) sigma(V h + b_v) + b "
+                       "(Pappas et al. 2018; --joint-dim, --joint-activation, --joint-structure, --joint-dropout)",
+                       add_args=add_joint_args, set_defaults=set_joint_defaults, ties_decoder_embedding=True)
+def build_joint(args, task, decoder_embed_tokens, input_dim):
+    set_joint_defaults(args)
+    if args.joint_dim <= 0:
+        raise OutlayersConfigError(
+            f"--joint-dim must be a positive integer, got {args.joint_dim}; the paper uses 512, 2048 or 4096"
+        )
+    if not 0.0 <= args.joint_dropout < 1.0:
+        raise OutlayersConfigError(f"--joint-dropout must be in [0, 1), got {args.joint_dropout}")
+    if args.joint_activation not in ACTIVATIONS:
+        raise OutlayersConfigError(
+            f"--joint-activation '{args.joint_activation}' is unknown; choose one of {', '.join(ACTIVATIONS)}"
+        )
+    if args.joint_structure not in STRUCTURES:
+        raise OutlayersConfigError(
+            f"--joint-structure '{args.joint_structure}' is unknown; choose one of {', '.join(STRUCTURES)}"
+        )
+    return JointOutputLayer(decoder_embed_tokens, input_dim, joint_dim=args.joint_dim,
+                            activation=args.joint_activation, structure=args.joint_structure,
+                            dropout=args.joint_dropout, word_bias=True)
+
+
+def _joint_preset(model_name: str, name: str, base: str, doc: str):
+    """Register ``name``: the ``base`` architecture with ``--output-layer joint`` (options still overridable)."""
+    base_fn = ARCH_CONFIG_REGISTRY[base]
+
+    @register_model_architecture(model_name, name)
+    def arch(args):
+        if getattr(args, "output_layer", None) is None:
+            args.output_layer = "joint"
+        base_fn(args)
+        set_joint_defaults(args)
+
+    arch.__doc__ = doc
+    return arch
+
+
+outlayers_transformer_joint = _joint_preset(
+    "outlayers_transformer", "outlayers_transformer_joint", "outlayers_transformer",
+    "Transformer base (fairseq's defaults) with the joint output layer, d_j = 512.")
+outlayers_transformer_small_joint = _joint_preset(
+    "outlayers_transformer", "outlayers_transformer_small_joint", "outlayers_transformer_small",
+    "3+3-layer d = 256 Transformer (the demo's size) with the joint output layer, d_j = 512.")
+outlayers_transformer_iwslt_de_en_joint = _joint_preset(
+    "outlayers_transformer", "outlayers_transformer_iwslt_de_en_joint", "outlayers_transformer_iwslt_de_en",
+    "fairseq's IWSLT'14 de-en Transformer with the joint output layer, d_j = 512.")
+outlayers_transformer_wmt_en_de_joint = _joint_preset(
+    "outlayers_transformer", "outlayers_transformer_wmt_en_de_joint", "outlayers_transformer_wmt_en_de",
+    "fairseq's WMT en-de Transformer base with the joint output layer, d_j = 512.")
+outlayers_lstm_luong_2x2_joint = _joint_preset(
+    "outlayers_lstm", "outlayers_lstm_luong_2x2_joint", "outlayers_lstm_luong_2x2",
+    "The paper's NMT-joint model: 2+2-layer LSTM, 512-d embeddings and states, joint layer with d_j = 512.")
