@@ -1,0 +1,58 @@
+"""``python -m fairseq_outlayers.pairing``: make the pairing file of shared-private embeddings.
+
+Give the training text exactly as the model sees it (tokenised and BPE'd, one sentence per line) and the
+dictionaries fairseq-preprocess wrote; the pairing file goes to -o (never overwritten without --force).
+"""
+import argparse
+import sys
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m fairseq_outlayers.pairing", description=__doc__.strip().splitlines()[0])
+    p.add_argument("--src-text", required=True, help="source side of the training corpus (tokenised, BPE'd)")
+    p.add_argument("--tgt-text", required=True, help="target side, line-aligned with --src-text")
+    p.add_argument("--src-dict", required=True, help="source dictionary (data-bin/dict.SRC.txt)")
+    p.add_argument("--tgt-dict", required=True, help="target dictionary (data-bin/dict.TGT.txt)")
+    p.add_argument("-o", "--output", required=True, help="pairing file to write")
+    p.add_argument("--aligner", default="systran", choices=["systran", "pharaoh"],
+                   help="systran: fast_align through systran-align (default); pharaoh: read --alignment")
+    p.add_argument("--alignment", help="Pharaoh 'i-j' alignment file of the corpus (with --aligner pharaoh)")
+    p.add_argument("--direction", default="forward", choices=["forward", "both"],
+                   help="systran aligner: forward fast_align model p(tgt|src) (default) or both directions "
+                   "symmetrised with grow-diag-final")
+    p.add_argument("--iterations", type=int, default=5, help="fast_align EM iterations (default: 5)")
+    p.add_argument("--threshold", type=float, default=0.05,
+                   help="minimum A(y|x) for a lexical-meaning pair (default: 0.05, the paper's value)")
+    p.add_argument("--force", action="store_true", help="overwrite -o if it exists")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from . import make_pairing, write_pairing
+
+    def log(msg):
+        print(f"pairing: {msg}", file=sys.stderr)
+
+    try:
+        import os
+
+        if os.path.exists(args.output) and not args.force:
+            raise OutlayersConfigError(f"'{args.output}' exists; choose another -o path or pass --force to overwrite it")
+        pairing, t = make_pairing(args.src_text, args.tgt_text, args.src_dict, args.tgt_dict, aligner=args.aligner,
+                                  alignment=args.alignment, direction=args.direction, threshold=args.threshold,
+                                  iterations=args.iterations, log=log)
+        write_pairing(args.output, pairing, overwrite=args.force)
+    except OutlayersConfigError as e:
+        print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
+        return 1
+    log(f"aligned {t['sentences']} sentence pairs, {t['words']} words in {t['align_s']:.1f} s "
+        f"({t['words'] / max(t['align_s'], 1e-9):,.0f} words/s); paired in {t['pair_s']:.2f} s")
+    print(f"wrote {args.output}:\n{pairing.summary()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

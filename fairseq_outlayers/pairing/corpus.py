@@ -1,0 +1,82 @@
+"""Reading the inputs of the pairing tool: a parallel corpus and two fairseq dictionaries.
+
+Every problem a user can cause here (a missing file, line counts that differ, bytes that are not UTF-8, a
+token that would break fast_align's ``src ||| tgt`` format) is reported as an ``OutlayersConfigError`` that
+names the file and the line.
+"""
+import hashlib
+import os
+import re
+from typing import Iterator, List, Set, Tuple
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+_MADEUP = re.compile(r"^madeupword\d+$")
+
+
+def _open_text(path: str, what: str):
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"{what} '{path}' does not exist; pass the path of an existing file")
+    return open(path, "rb")
+
+
+def _decode(raw: bytes, path: str, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise OutlayersConfigError(
+            f"{path}:{lineno}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r}); convert the file "
+            "to UTF-8 (e.g. iconv -f latin1 -t utf-8) before pairing"
+        ) from None
+
+
+def read_parallel(src_path: str, tgt_path: str) -> Iterator[Tuple[List[str], List[str]]]:
+    """Yield (source tokens, target tokens) per line of two line-aligned, whitespace-tokenised files."""
+    with _open_text(src_path, "source text") as fs, _open_text(tgt_path, "target text") as ft:
+        lineno = 0
+        while True:
+            a, b = fs.readline(), ft.readline()
+            lineno += 1
+            if not a and not b:
+                return
+            if not a or not b:
+                shorter, longer = (src_path, tgt_path) if not a else (tgt_path, src_path)
+                raise OutlayersConfigError(
+                    f"the parallel corpus is not line-aligned: '{shorter}' ends at line {lineno - 1} but "
+                    f"'{longer}' has more lines; pass the source and target sides of the same training set"
+                )
+            src, tgt = _decode(a, src_path, lineno).split(), _decode(b, tgt_path, lineno).split()
+            for toks, path in ((src, src_path), (tgt, tgt_path)):
+                if "|||" in toks:
+                    raise OutlayersConfigError(
+                        f"{path}:{lineno}: the token '|||' is fast_align's field separator; replace it in the "
+                        "text (and the dictionary) before pairing"
+                    )
+            yield src, tgt
+
+
+def load_dictionary(path: str):
+    """A fairseq ``Dictionary`` from ``dict.xx.txt`` (as written by fairseq-preprocess)."""
+    from fairseq.data import Dictionary
+
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"dictionary '{path}' does not exist; pass the dict.<lang>.txt that "
+                                   "fairseq-preprocess wrote into the data-bin directory")
+    try:
+        return Dictionary.load(path)
+    except (ValueError, RuntimeError, UnicodeDecodeError) as e:
+        raise OutlayersConfigError(f"dictionary '{path}' cannot be read as a fairseq dictionary: {e}") from None
+
+
+def dictionary_hash(dictionary) -> str:
+    """SHA-256 of the dictionary's symbols in index order: what the index maps of a pairing depend on."""
+    return hashlib.sha256("\n".join(dictionary.symbols).encode("utf-8")).hexdigest()
+
+
+def special_indices(dictionary) -> Set[int]:
+    """Indices never shared: fairseq's special symbols (bos, pad, eos, unk, extra specials) and the
+    ``madeupwordNNNN`` fillers that ``--padding-factor`` appends."""
+    specials = set(range(dictionary.nspecial))
+    specials.update({dictionary.bos(), dictionary.pad(), dictionary.eos(), dictionary.unk()})
+    specials.update(i for i, s in enumerate(dictionary.symbols) if _MADEUP.match(s))
+    return specials
