@@ -1,0 +1,141 @@
+"""Registration of ``--output-layer fixed`` (Shalev et al. 2021) and its named presets.
+
+The maths lives in ``fairseq_outlayers.modules.fixed_random``; this file wires the command-line options to it,
+checks them (one-line errors that name the option and the fix) and registers architectures that select the
+fixed layer on the existing Transformer and LSTM presets.
+"""
+import logging
+import math
+
+from fairseq.models import register_model_architecture
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.modules.fixed_random import INITS, FixedRandomOutput, is_power_of_two
+
+# importing the models registers them, which register_model_architecture below needs
+from .lstm import outlayers_lstm, outlayers_lstm_luong_2x2
+from .registry import register_output_layer
+from .transformer import outlayers_transformer, outlayers_transformer_small
+
+logger = logging.getLogger(__name__)
+
+DEFAULTS = {
+    "fixed_targets_init": "uniform",  # paper section 3.1
+    "fixed_targets_range": 10.0,  # paper section 3.1: entries drawn from [-10, 10]
+    "fixed_targets_no_normalize": False,  # paper section 3.1: rows divided by their L2 norm for translation
+    "fixed_targets_bias": 0.0,
+    "fixed_targets_dim": None,  # None: the decoder's output size, no projection
+    "fixed_targets_seed": 1,
+}
+
+
+def add_fixed_args(parser):
+    parser.add_argument("--fixed-targets-init", metavar="{" + ",".join(INITS) + "}",
+                        help="how the fixed classifier is drawn: uniform in [-R, R] (the paper), gaussian with the "
+                        "same variance, or Hadamard rows (needs a power-of-two classifier dimension >= the "
+                        "target vocabulary size) (default: uniform)")
+    parser.add_argument("--fixed-targets-range", type=float, metavar="R",
+                        help="R > 0: uniform entries are drawn from [-R, R]; gaussian/hadamard entries get the "
+                        "same variance R^2/3; no effect on the normalised rows (default: 10)")
+    parser.add_argument("--fixed-targets-no-normalize", action="store_true",
+                        help="keep the drawn rows as they are instead of dividing each by its L2 norm (the paper "
+                        "normalises for translation)")
+    parser.add_argument("--fixed-targets-bias", type=float, metavar="C",
+                        help="value of the fixed (never trained) per-word bias; a constant shifts every logit "
+                        "equally, so it does not change the probabilities (default: 0)")
+    parser.add_argument("--fixed-targets-dim", type=int, metavar="D",
+                        help="dimension of the fixed target vectors; when it differs from the decoder output size "
+                        "a learned bias-free projection maps the decoder output to it (default: the decoder output "
+                        "size, no projection)")
+    parser.add_argument("--fixed-targets-seed", type=int, metavar="N",
+                        help="seed of the fixed classifier's own random generator, independent of --seed, so "
+                        "runs can share one classifier (default: 1)")
+
+
+def fixed_defaults(args):
+    for name, value in DEFAULTS.items():
+        current = getattr(args, name, None)
+        setattr(args, name, value if current is None else current)
+    if getattr(args, "output_layer", None) == "fixed":
+        check_fixed_args(args)
+
+
+def check_fixed_args(args):
+    """Option checks that need no data; raised from the architecture function, before anything is built."""
+    if args.fixed_targets_init not in INITS:
+        raise OutlayersConfigError(f"--fixed-targets-init '{args.fixed_targets_init}' is unknown; choose one of: "
+                                   + ", ".join(INITS))
+    value_range = float(args.fixed_targets_range)
+    if not (value_range > 0 and math.isfinite(value_range)):
+        raise OutlayersConfigError(f"--fixed-targets-range must be a positive number (the targets are drawn from "
+                                   f"[-R, R]); got {args.fixed_targets_range}")
+    if args.fixed_targets_dim is not None and int(args.fixed_targets_dim) <= 0:
+        raise OutlayersConfigError(f"--fixed-targets-dim must be a positive integer; got {args.fixed_targets_dim} "
+                                   "(leave it out to use the decoder output size)")
+    if not math.isfinite(float(args.fixed_targets_bias)):
+        raise OutlayersConfigError(f"--fixed-targets-bias must be a finite number; got {args.fixed_targets_bias}")
+    for flag in ("share_decoder_input_output_embed", "share_all_embeddings"):
+        if getattr(args, flag, False):
+            raise OutlayersConfigError(
+                f"--output-layer fixed keeps a frozen random classifier, which contradicts --{flag.replace('_', '-')} "
+                "(it ties the output matrix to the learned decoder embedding); drop that option, or use "
+                "--output-layer tied / tied-all for tying"
+            )
+    if getattr(args, "output_bias", False):
+        raise OutlayersConfigError("--output-bias learns a per-word bias, but --output-layer fixed keeps its bias "
+                                   "fixed; drop --output-bias (--fixed-targets-bias C sets the fixed value)")
+
+
+@register_output_layer("fixed", help="frozen random classifier, uniform [-10, 10] rows normalised to unit length, "
+                       "fixed bias (Shalev et al. 2021); options --fixed-targets-*",
+                       add_args=add_fixed_args, set_defaults=fixed_defaults)
+def build_fixed(args, task, decoder_embed_tokens, input_dim):
+    check_fixed_args(args)
+    num_words = len(task.target_dictionary)
+    dim = input_dim if args.fixed_targets_dim is None else int(args.fixed_targets_dim)
+    if args.fixed_targets_init == "hadamard" and not (is_power_of_two(dim) and num_words <= dim):
+        suggestion = 1 << max(num_words - 1, 1).bit_length()
+        raise OutlayersConfigError(
+            f"--fixed-targets-init hadamard needs a power-of-two classifier dimension at least the target "
+            f"vocabulary size ({num_words} words), got {dim}; set --fixed-targets-dim {suggestion}, or use "
+            "--fixed-targets-init uniform"
+        )
+    layer = FixedRandomOutput(
+        num_words, input_dim, target_dim=dim, init=args.fixed_targets_init,
+        value_range=float(args.fixed_targets_range), normalize=not args.fixed_targets_no_normalize,
+        bias_value=float(args.fixed_targets_bias), seed=int(args.fixed_targets_seed),
+    )
+    logger.info(layer.describe())
+    return layer
+
+
+def _select_fixed(args, arch_name):
+    layer = getattr(args, "output_layer", None)
+    if layer not in (None, "fixed"):
+        raise OutlayersConfigError(f"--arch {arch_name} is a preset of --output-layer fixed but --output-layer "
+                                   f"{layer} was given; drop --output-layer or use the preset without '_fixed'")
+    args.output_layer = "fixed"
+
+
+def _fixed_preset(model_name, arch_name, base, doc):
+    @register_model_architecture(model_name, arch_name)
+    def arch(args):
+        _select_fixed(args, arch_name)
+        base(args)
+
+    arch.__doc__ = doc
+    return arch
+
+
+outlayers_transformer_fixed = _fixed_preset(
+    "outlayers_transformer", "outlayers_transformer_fixed", outlayers_transformer,
+    "fairseq's base Transformer with the fixed random classifier.")
+outlayers_transformer_small_fixed = _fixed_preset(
+    "outlayers_transformer", "outlayers_transformer_small_fixed", outlayers_transformer_small,
+    "The small (3+3 layers, d = 256) Transformer of the Multi30k demo with the fixed random classifier.")
+outlayers_lstm_fixed = _fixed_preset(
+    "outlayers_lstm", "outlayers_lstm_fixed", outlayers_lstm,
+    "Attentional LSTM (the paper's model family for Multi30k and IWSLT) with the fixed random classifier.")
+outlayers_lstm_luong_2x2_fixed = _fixed_preset(
+    "outlayers_lstm", "outlayers_lstm_luong_2x2_fixed", outlayers_lstm_luong_2x2,
+    "2x2-layer Luong LSTM with 512-d states and the fixed random classifier (paper section 3.3: d = 512).")
