@@ -1,0 +1,133 @@
+"""``--embeddings shared-private``: shared-private bilingual word embeddings (Liu et al. 2019).
+
+The pairing file (``--pairing``) is read once, when training starts; its index maps become buffers of the
+embedding module and its category sizes and dictionary hashes are recorded in the model's saved arguments,
+so ``fairseq-generate`` rebuilds the model from the checkpoint alone. The decoder's output layer must tie to
+the assembled target matrix (``--output-layer tied``, the paper's decoder weight tying; any layer that reads
+the decoder input embedding works); an untied softmax or three-way tying is refused with a message.
+"""
+import logging
+from contextlib import ExitStack
+
+from fairseq.models import register_model_architecture
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
+from fairseq_outlayers.pairing.corpus import dictionary_hash, special_indices
+from fairseq_outlayers.pairing.pairs import index_maps, lambdas_from_string, read_pairing
+
+from .registry import get_output_layer_spec, register_embeddings
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LAMBDAS = "0.9,0.7,0.5"
+
+
+def add_args(parser):
+    parser.add_argument("--pairing", metavar="PATH",
+                        help="shared-private: pairing file from python -m fairseq_outlayers.pairing (read at "
+                        "training; stored in the checkpoint)")
+    parser.add_argument("--shared-private-lambdas", metavar="LM,WF,UR",
+                        help="shared-private: share of the d features shared by a pair of each category "
+                        f"(lexical meaning, same word form, unrelated), each in [0, 1] (default: {DEFAULT_LAMBDAS})")
+
+
+def set_defaults(args):
+    args.pairing = getattr(args, "pairing", None)
+    args.shared_private_lambdas = getattr(args, "shared_private_lambdas", None) or DEFAULT_LAMBDAS
+
+
+def _record(args, **values):
+    """Store values in the model arguments (saved with the checkpoint); works on Namespace and DictConfig."""
+    from omegaconf import OmegaConf, open_dict
+
+    with open_dict(args) if OmegaConf.is_config(args) else ExitStack():
+        for key, value in values.items():
+            setattr(args, key, value)
+
+
+def _placeholder_pairs(dictionary, sizes):
+    """A one-to-one map with the recorded category sizes; the real maps come from the checkpoint buffers."""
+    free = [i for i in range(len(dictionary)) if i not in special_indices(dictionary)]
+    out, k = {}, 0
+    for c in CATEGORIES:
+        out[c] = free[k:k + sizes[c]]
+        k += sizes[c]
+    if k > len(free):
+        raise OutlayersConfigError("the checkpoint's shared-private pairing has more pairs than the dictionary has "
+                                   "words; generate with the data-bin directory used for training")
+    return out
+
+
+@register_embeddings("shared-private", help="shared-private bilingual embeddings (Liu et al. 2019): paired source "
+                     "and target words share their first lambda*d features (needs --pairing)",
+                     add_args=add_args, set_defaults=set_defaults)
+def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    out_spec = get_output_layer_spec(args.output_layer)
+    if share_all or out_spec.shares_all_embeddings:
+        raise OutlayersConfigError(
+            "--embeddings shared-private builds separate source and target matrices; it cannot be combined with "
+            "three-way tying (--output-layer tied-all / --share-all-embeddings): use --output-layer tied"
+        )
+    if not out_spec.ties_decoder_embedding:
+        raise OutlayersConfigError(
+            f"--embeddings shared-private ties the output projection to the assembled target embeddings (Liu et "
+            f"al. 2019), but --output-layer {args.output_layer} is untied; use --output-layer tied"
+        )
+    if encoder_dim != decoder_dim:
+        raise OutlayersConfigError(
+            f"--embeddings shared-private shares features between source and target vectors, so "
+            f"--encoder-embed-dim ({encoder_dim}) must equal --decoder-embed-dim ({decoder_dim})"
+        )
+    lambdas = lambdas_from_string(args.shared_private_lambdas)
+    recorded = getattr(args, "shared_private_counts", None)
+    if recorded:  # rebuilding a trained model (fairseq-generate, fairseq-validate): no pairing file needed
+        for side, d, key in (("source", src_dict, "shared_private_src_sha256"),
+                             ("target", tgt_dict, "shared_private_tgt_sha256")):
+            if getattr(args, key, None) and getattr(args, key) != dictionary_hash(d):
+                raise OutlayersConfigError(
+                    f"the {side} dictionary ({len(d)} symbols) differs from the one this shared-private model was "
+                    "trained with; use the data-bin directory (dictionaries) of training"
+                )
+        sizes = dict(zip(CATEGORIES, (int(v) for v in str(recorded).split(","))))
+        src_pairs, tgt_pairs = _placeholder_pairs(src_dict, sizes), _placeholder_pairs(tgt_dict, sizes)
+        pairs = {c: (src_pairs[c], tgt_pairs[c]) for c in CATEGORIES}
+        pads = (None, None)
+    else:
+        if not args.pairing:
+            raise OutlayersConfigError("--embeddings shared-private needs --pairing PATH (make the file with "
+                                       "python -m fairseq_outlayers.pairing; see docs/shared-private.md)")
+        pairing = read_pairing(args.pairing)
+        pairs = index_maps(pairing, src_dict, tgt_dict, path=args.pairing)
+        counts = ",".join(str(len(pairs[c][0])) for c in CATEGORIES)
+        _record(args, shared_private_counts=counts, shared_private_src_sha256=pairing.src_hash,
+                shared_private_tgt_sha256=pairing.tgt_hash)
+        pads = (src_dict.pad(), tgt_dict.pad())
+        logger.info(f"shared-private pairing {args.pairing}: lm,wf,ur = {counts}; lambdas = {lambdas}")
+    core = SharedPrivateEmbeddings(len(src_dict), len(tgt_dict), encoder_dim, pairs, lambdas,
+                                   src_padding_idx=pads[0], tgt_padding_idx=pads[1])
+    return SharedPrivateEmbedding(core, "src", src_dict.pad()), SharedPrivateEmbedding(core, "tgt", tgt_dict.pad())
+
+
+def _shared_private_defaults(args):
+    args.embeddings = getattr(args, "embeddings", None) or "shared-private"
+    args.output_layer = getattr(args, "output_layer", None) or "tied"
+
+
+# presets: the models/__init__ loader imports this file before transformer.py, so import it here first
+from . import transformer as _transformer  # noqa: E402
+
+
+@register_model_architecture("outlayers_transformer", "outlayers_transformer_shared_private")
+def outlayers_transformer_shared_private(args):
+    """Transformer base with shared-private embeddings and decoder weight tying (Liu et al. 2019, Sec. 3.1)."""
+    _shared_private_defaults(args)
+    _transformer.outlayers_transformer(args)
+
+
+@register_model_architecture("outlayers_transformer", "outlayers_transformer_small_shared_private")
+def outlayers_transformer_small_shared_private(args):
+    """The small (3+3 layers, d = 256) Transformer with shared-private embeddings and decoder weight tying."""
+    _shared_private_defaults(args)
+    _transformer.outlayers_transformer_small(args)
