@@ -10,7 +10,7 @@ from torch.func import functional_call
 
 from fairseq_outlayers.modules.joint_output import STRUCTURES, JointOutputLayer, joint_logits
 from fairseq_outlayers.modules.softmax import TiedSoftmaxOutput
-from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, logged_losses, train
+from harness import TINY_TRANSFORMER, USER_DIR, generate, logged_losses, train
 
 V, D, DH, DJ = 13, 6, 5, 7  # d != d_h != d_j so that a transposed shape cannot pass
 
@@ -179,7 +179,7 @@ def test_output_matrix_cache_hit_and_invalidation():
 
 
 # -- through fairseq -----------------------------------------------------------------------------------------------
-def _dict_size(bin_dir, lang="en"):
+def _dict_size(bin_dir, lang="en"):  # (the LSTM run of the joint layer is in test_sampled_softmax.py)
     with open(os.path.join(bin_dir, f"dict.{lang}.txt")) as f:
         return 4 + sum(1 for _ in f)  # + <s>, <pad>, </s>, <unk>
 
@@ -211,18 +211,6 @@ def test_transformer_train_generate(tiny_bin, joint_checkpoint):
                    "decoder.output_projection.ctx_proj.bias": (24,),
                    "decoder.output_projection.bias": (v,)}  # E is saved once, under the decoder's embedding
     _, hyps = generate(tiny_bin, ckpt)
-    assert len(hyps) == 24
-
-
-def test_lstm_train_generate_with_ablation(tiny_bin, tmp_path):
-    save = str(tmp_path / "ckpt")
-    proc = train(tiny_bin, save, TINY_LSTM, ["--output-layer", "joint", "--joint-structure", "context",
-                                             "--joint-dropout", "0.1"], max_update=6)
-    out = proc.stdout + proc.stderr
-    losses = logged_losses(out)
-    assert len(losses) == 6 and losses[-1] < losses[0], losses
-    assert _logged_output_params(out) == 32 * 32 + _dict_size(tiny_bin) + 32  # eq. 7b: W d x d_h, b_v, b
-    _, hyps = generate(tiny_bin, os.path.join(save, "checkpoint_last.pt"))
     assert len(hyps) == 24
 
 

@@ -1,0 +1,210 @@
+"""``--criterion sampled_softmax``: cross-entropy over a sampled sub-vocabulary (negative sampling).
+
+Pappas et al. (2018, section 3.2) train large-vocabulary models on a subset V' of the vocabulary: every word
+that is a target somewhere in the batch (the positives) plus negatives drawn uniformly at random from the rest,
+until V' holds a fixed fraction of V (50 %, 25 % or 5 % in their Table 4). The softmax is normalised over V'
+only, so only the |V'| rows of the output matrix are computed and receive gradients; that is where the speed
+comes from. Their reference implementation also keeps the padding symbol in V', and so does this one.
+
+Validation (``model.training`` is False) and decoding use the full softmax, so the reported validation loss is
+the ordinary cross-entropy. With ``--sample-ratio 1`` the criterion is exactly the full-softmax cross-entropy.
+
+The criterion works with every output layer written as a factorised softmax
+(``fairseq_outlayers.modules.output_layer.FactorisedSoftmaxOutput``: softmax, tied, tied-all, joint, fixed):
+it asks the layer for ``sampled_logits(features, ids)``.
+
+Randomness: each worker draws its own negatives from a private generator seeded with
+(fairseq's per-update seed ``--seed + num_updates``, the data-parallel rank, the index of the micro-batch within
+the update). The run is reproducible from ``--seed`` (also when resumed from a checkpoint), workers do not draw
+the same negatives, and the global random state that dropout uses is left untouched.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq import utils
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+from fairseq.dataclass import FairseqDataclass
+from fairseq.logging import metrics
+from omegaconf import II
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pure functions
+# ---------------------------------------------------------------------------------------------------------------
+def mix_seed(*values: int) -> int:
+    """Deterministic 63-bit seed from integers (splitmix64 finaliser over a running combination)."""
+    mask = (1 << 64) - 1
+    h = 0x9E3779B97F4A7C15
+    for v in values:
+        h = (h ^ (int(v) & mask)) & mask
+        h = (h + 0x9E3779B97F4A7C15) & mask
+        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & mask
+        h ^= h >> 31
+    return h & ((1 << 63) - 1)
+
+
+def sample_vocabulary(targets: torch.Tensor, vocab_size: int, ratio: float, pad: Optional[int] = None,
+                      generator: Optional[torch.Generator] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Choose V' and remap the targets into it.
+
+    V' = every id in ``targets`` (plus ``pad``) and negatives drawn uniformly without replacement from the other
+    ids until ``|V'| = max(#positives, ceil(ratio * vocab_size))``. Returns ``(ids, remapped)``: ``ids`` is the
+    sorted 1-D LongTensor of V' (so ratio 1 gives ``arange(vocab_size)``), ``remapped`` has the shape of
+    ``targets`` and holds each target's position in ``ids``.
+    """
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"sample ratio must be in (0, 1], got {ratio}")
+    device = targets.device
+    positives = targets.reshape(-1)
+    if pad is not None:
+        positives = torch.cat([positives, positives.new_tensor([pad])])
+    positives = torch.unique(positives)
+    wanted = min(vocab_size, int(math.ceil(ratio * vocab_size - 1e-9)))
+    n_neg = wanted - positives.numel()
+    if n_neg > 0:
+        is_pos = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+        is_pos[positives] = True
+        perm = torch.randperm(vocab_size, generator=generator, device=generator.device if generator is not None
+                              else device).to(device)
+        negatives = perm[~is_pos[perm]][:n_neg]
+        ids = torch.sort(torch.cat([positives, negatives])).values
+    else:
+        ids = positives  # torch.unique returns sorted ids
+    lookup = torch.full((vocab_size,), -1, dtype=torch.long, device=device)
+    lookup[ids] = torch.arange(ids.numel(), device=device)
+    return ids, lookup[targets]
+
+
+def sampled_softmax_loss(logits: torch.Tensor, targets: torch.Tensor, epsilon: float = 0.0,
+                         ignore_index: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Summed (label-smoothed) cross-entropy of ``targets`` under a softmax over the last dimension of ``logits``
+    (the sampled vocabulary); returns ``(loss, nll_loss)`` like fairseq's ``label_smoothed_nll_loss``, whose
+    smoothing mass is spread over the classes present (here: V')."""
+    lprobs = F.log_softmax(logits.float(), dim=-1).view(-1, logits.size(-1))
+    return label_smoothed_nll_loss(lprobs, targets.reshape(-1), epsilon, ignore_index=ignore_index, reduce=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the fairseq criterion
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class SampledSoftmaxCriterionConfig(FairseqDataclass):
+    sample_ratio: float = field(
+        default=0.25,
+        metadata={"help": "fraction of the target vocabulary in each training softmax, in (0, 1]: the batch's "
+                          "targets plus uniform negatives (paper: 0.5, 0.25, 0.05; 1 = full softmax)"},
+    )
+    label_smoothing: float = field(
+        default=0.0,
+        metadata={"help": "epsilon for label smoothing (over the sampled vocabulary in training), 0 = none"},
+    )
+    sentence_avg: bool = II("optimization.sentence_avg")
+
+
+@register_criterion("sampled_softmax", dataclass=SampledSoftmaxCriterionConfig)
+class SampledSoftmaxCriterion(FairseqCriterion):
+    """Negative-sampling cross-entropy for softmax-type output layers (Pappas et al. 2018, section 3.2)."""
+
+    def __init__(self, task, sentence_avg, sample_ratio=0.25, label_smoothing=0.0):
+        super().__init__(task)
+        if not 0.0 < sample_ratio <= 1.0:
+            raise OutlayersConfigError(
+                f"--sample-ratio must be in (0, 1] (a fraction of the vocabulary, e.g. 0.25 for 25 %), "
+                f"got {sample_ratio}"
+            )
+        if not 0.0 <= label_smoothing < 1.0:
+            raise OutlayersConfigError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
+        self.sentence_avg = sentence_avg
+        self.sample_ratio = sample_ratio
+        self.eps = label_smoothing
+        self._seed_base = None
+        self._micro_batch = 0
+        self._generators = {}
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def output_layer_of(model):
+        decoder = getattr(model, "decoder", None)
+        layer = getattr(decoder, "output_projection", None)
+        if not (getattr(layer, "is_softmax", False) and hasattr(layer, "sampled_logits")):
+            args = getattr(model, "outlayers_args", None)
+            name = getattr(args, "output_layer", None) or type(layer).__name__
+            raise OutlayersConfigError(
+                f"--criterion sampled_softmax needs a softmax-type output layer (softmax, tied, tied-all, joint, "
+                f"fixed) of an outlayers_* model, but the model's output layer is '{name}'; use another "
+                "--output-layer or the criterion made for that layer"
+            )
+        return layer
+
+    def _generator(self, device) -> torch.Generator:
+        """This worker's generator for the current micro-batch (seeded, see the module docstring)."""
+        base = torch.initial_seed()  # fairseq's trainer re-seeds with --seed + num_updates before every update
+        if base != self._seed_base:
+            self._seed_base, self._micro_batch = base, 0
+        from fairseq.distributed.utils import get_global_rank
+
+        seed = mix_seed(base, get_global_rank(), self._micro_batch)
+        self._micro_batch += 1
+        key = str(device)
+        if key not in self._generators:
+            self._generators[key] = torch.Generator(device=device)
+        gen = self._generators[key]
+        gen.manual_seed(seed)
+        return gen
+
+    # -- forward ---------------------------------------------------------------------------------------------
+    def forward(self, model, sample, reduce=True):
+        layer = self.output_layer_of(model)
+        target = model.get_targets(sample, None)
+        pad = self.padding_idx
+        if model.training:
+            features, _ = model(**sample["net_input"], features_only=True)
+            ids, remapped = sample_vocabulary(target, layer.dictionary_size, self.sample_ratio, pad=pad,
+                                              generator=self._generator(target.device))
+            logits = layer.sampled_logits(features, ids)
+            pad_index = int(torch.searchsorted(ids, torch.tensor(pad, device=ids.device)))
+            loss, nll_loss = sampled_softmax_loss(logits, remapped, self.eps, ignore_index=pad_index)
+            vocab = ids.numel()
+        else:
+            net_output = model(**sample["net_input"])
+            lprobs = model.get_normalized_probs(net_output, log_probs=True)
+            loss, nll_loss = label_smoothed_nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), self.eps,
+                                                     ignore_index=pad, reduce=True)
+            vocab = lprobs.size(-1)
+        ntokens = sample["ntokens"]
+        sample_size = sample["target"].size(0) if self.sentence_avg else ntokens
+        logging_output = {
+            "loss": loss.data,
+            "nll_loss": nll_loss.data,
+            "ntokens": ntokens,
+            "nsentences": sample["target"].size(0),
+            "sample_size": sample_size,
+            "sampled_vocab": vocab,
+            "sampled_vocab_count": 1,
+        }
+        return loss, sample_size, logging_output
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        loss_sum = sum(log.get("loss", 0) for log in logging_outputs)
+        nll_loss_sum = sum(log.get("nll_loss", 0) for log in logging_outputs)
+        ntokens = sum(log.get("ntokens", 0) for log in logging_outputs)
+        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
+        vocab = sum(log.get("sampled_vocab", 0) for log in logging_outputs)
+        vocab_count = sum(log.get("sampled_vocab_count", 0) for log in logging_outputs)
+        metrics.log_scalar("loss", loss_sum / sample_size / math.log(2), sample_size, round=3)
+        metrics.log_scalar("nll_loss", nll_loss_sum / ntokens / math.log(2), ntokens, round=3)
+        metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
+        if vocab_count > 0:
+            metrics.log_scalar("vocab", vocab / vocab_count, vocab_count, round=0)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True
