@@ -1,0 +1,215 @@
+"""log C_m(κ), its gradient and the continuous losses against float64 / mpmath references."""
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import scipy.special
+import torch
+import torch.nn.functional as F
+
+from fairseq_outlayers.modules.vmf import (bessel_iv_ratio, cosine_loss, l2_loss, log_bessel_iv, log_cm,
+                                           log_cm_approx, log_cm_at_zero, max_margin_loss,
+                                           most_informative_negatives, nearest_neighbours, vmf_nll_loss,
+                                           vmf_released_loss)
+
+DIMS = [32, 64, 128, 300, 512, 1024]
+KAPPAS = [10 ** (e / 4) for e in range(-16, 21)]  # 1e-4 .. 1e5, four points per decade
+
+
+def mp_log_cm_and_ratio(m, kappa):
+    """mpmath reference: log C_m(κ) and I_(m/2)(κ)/I_(m/2-1)(κ), at 40 significant digits."""
+    with mpmath.workdps(40):
+        nu, k = mpmath.mpf(m) / 2 - 1, mpmath.mpf(kappa)
+        i_nu = mpmath.besseli(nu, k)
+        log_c = nu * mpmath.log(k) - mpmath.mpf(m) / 2 * mpmath.log(2 * mpmath.pi) - mpmath.log(i_nu)
+        return float(log_c), float(mpmath.besseli(nu + 1, k) / i_nu)
+
+
+@pytest.fixture(scope="module")
+def references():
+    return {m: [mp_log_cm_and_ratio(m, k) for k in KAPPAS] for m in DIMS + [2, 3, 5, 17, 31]}
+
+
+@pytest.mark.parametrize("m", DIMS + [2, 3, 5, 17, 31])
+def test_log_cm_and_gradient_match_mpmath(m, references):
+    kappa = torch.tensor(KAPPAS, dtype=torch.float64, requires_grad=True)
+    value = log_cm(kappa, m)
+    value.sum().backward()
+    ref = np.array(references[m])
+    rel_value = np.abs(value.detach().numpy() - ref[:, 0]) / np.abs(ref[:, 0])
+    rel_grad = np.abs(-kappa.grad.numpy() - ref[:, 1]) / ref[:, 1]
+    assert rel_value.max() <= 1e-6, (m, KAPPAS[rel_value.argmax()], rel_value.max())
+    assert rel_grad.max() <= 1e-6, (m, KAPPAS[rel_grad.argmax()], rel_grad.max())
+    # the helpers agree with the same reference
+    assert np.allclose(bessel_iv_ratio(m / 2 - 1, kappa.detach()).numpy(), ref[:, 1], rtol=1e-9, atol=0)
+
+
+def test_small_kappa_large_m_where_scipy_underflows():
+    m, kappa = 1024, 1e-4
+    assert scipy.special.ive(m / 2 - 1, kappa) == 0.0  # the reference code's log(ive) would be -inf here
+    ref_value, ref_ratio = mp_log_cm_and_ratio(m, kappa)
+    k = torch.tensor([kappa], dtype=torch.float64, requires_grad=True)
+    v = log_cm(k, m)
+    v.backward()
+    assert abs(v.item() - ref_value) <= 1e-12 * abs(ref_value)
+    assert abs(-k.grad.item() - ref_ratio) <= 1e-9 * ref_ratio
+    with mpmath.workdps(30):
+        ref_log_i = float(mpmath.log(mpmath.besseli(511, mpmath.mpf("1e-4"))))
+    assert abs(log_bessel_iv(511, torch.tensor([1e-4], dtype=torch.float64)).item() - ref_log_i) <= 1e-12 * abs(ref_log_i)
+
+
+@pytest.mark.parametrize("m", DIMS)
+def test_finite_everywhere_and_limit_at_zero(m):
+    kappa = torch.tensor([0.0, 1e-300, 1e-30, 1e-8, 0.5, 1e3, 1e5, 3e5], dtype=torch.float64, requires_grad=True)
+    v = log_cm(kappa, m)
+    v.sum().backward()
+    assert torch.isfinite(v).all() and torch.isfinite(kappa.grad).all()
+    assert v[0].item() == pytest.approx(log_cm_at_zero(m), rel=1e-13)  # 1 / area of the unit sphere S^(m-1)
+    assert kappa.grad[0].item() == 0.0
+    assert (kappa.grad <= 0).all()  # log C_m decreases in κ
+    assert ((kappa.grad[1:] > -1) & (kappa.grad[1:] < 0)).all()  # 0 < I_(ν+1)/I_ν < 1
+
+
+def test_backward_agrees_with_finite_differences():
+    for m in (7, 64, 300):
+        kappa = torch.tensor([0.3, 4.0, 50.0, 700.0], dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda k: log_cm(k, m), (kappa,), eps=1e-6, atol=1e-8, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_low_precision_inputs_are_computed_wide(dtype):
+    kappa = torch.tensor([0.0, 0.7, 30.0, 300.0, 6e4], dtype=dtype, requires_grad=True)
+    v = log_cm(kappa, 300)
+    v.sum().backward()
+    assert v.dtype == torch.float32 and kappa.grad.dtype == dtype
+    exact = log_cm(kappa.detach().double(), 300)  # same (rounded) κ, float64 path
+    assert torch.allclose(v.double(), exact, rtol=1e-6, atol=0)
+    assert torch.isfinite(kappa.grad.float()).all()
+
+
+@pytest.mark.parametrize("m", [32, 300, 1024])
+def test_appendix_approximation(m):
+    v = m / 2 - 1
+    kappa = torch.tensor([0.0] + KAPPAS, dtype=torch.float64, requires_grad=True)
+    approx = log_cm_approx(kappa, m)
+    approx.sum().backward()
+    assert approx[0].item() == pytest.approx(log_cm_at_zero(m), rel=1e-14)  # anchored at κ = 0
+    # derivative is the paper's bound -κ / (v - 1 + sqrt((v+1)² + κ²)) ...
+    k = kappa.detach()
+    bound = -k / (v - 1 + torch.sqrt((v + 1) ** 2 + k * k))
+    assert torch.allclose(kappa.grad, bound, rtol=1e-12, atol=0)
+    # ... which is never smaller in magnitude than the exact -I_(m/2)/I_(m/2-1)
+    exact_ratio = bessel_iv_ratio(m / 2 - 1, k[1:])
+    assert (-bound[1:] >= exact_ratio * (1 - 1e-12)).all()
+    with pytest.raises(ValueError, match="m > 4"):
+        log_cm_approx(kappa, 4)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# losses against float64 hand computations
+# ------------------------------------------------------------------------------------------------------------
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+@pytest.fixture
+def batch():
+    rng = np.random.default_rng(0)
+    m, n = 40, 6
+    e_hat = rng.standard_normal((n, m)) * rng.uniform(0.1, 8, size=(n, 1))
+    target = _unit(rng.standard_normal((n, m)))
+    return e_hat, target
+
+
+def _ref_log_cm(m, kappa):
+    return np.array([mp_log_cm_and_ratio(m, k)[0] for k in kappa])
+
+
+@pytest.mark.parametrize("lambda1,lambda2", [(0.0, 1.0), (0.2, 1.0), (0.0, 0.1), (0.2, 0.1)])
+def test_vmf_nll_against_hand_computation(batch, lambda1, lambda2):
+    e_hat, target = batch
+    m = e_hat.shape[1]
+    kappa = np.linalg.norm(e_hat, axis=1)
+    expected = -_ref_log_cm(m, kappa) - lambda2 * (e_hat * target).sum(1) + lambda1 * kappa
+    got = vmf_nll_loss(torch.tensor(e_hat), torch.tensor(target), lambda1, lambda2)
+    assert np.allclose(got.numpy(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_vmf_released_variant_against_hand_computation(batch):
+    e_hat, target = batch
+    m = e_hat.shape[1]
+    kappa = np.linalg.norm(e_hat, axis=1)
+    cos = (e_hat * target).sum(1) / kappa
+    expected = -_ref_log_cm(m, kappa) + np.log1p(kappa) * (0.2 - cos)
+    got = vmf_released_loss(torch.tensor(e_hat), torch.tensor(target), 0.2)
+    assert np.allclose(got.numpy(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_vmf_gradient_against_finite_differences(batch):
+    e_hat, target = batch
+    x = torch.tensor(e_hat, requires_grad=True)
+    t = torch.tensor(target)
+    assert torch.autograd.gradcheck(lambda e: vmf_nll_loss(e, t, 0.2, 0.1), (x,), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(lambda e: vmf_released_loss(e, t, 0.2), (x,), eps=1e-6, atol=1e-7)
+
+
+def test_cosine_and_l2_against_hand_computation(batch):
+    e_hat, target = batch
+    cos = (e_hat * target).sum(1) / (np.linalg.norm(e_hat, axis=1) * np.linalg.norm(target, axis=1))
+    got = cosine_loss(torch.tensor(e_hat), torch.tensor(target)).numpy()
+    assert np.allclose(got, 1 - cos, rtol=0, atol=1e-13)
+    got = l2_loss(torch.tensor(e_hat), torch.tensor(target)).numpy()
+    assert np.allclose(got, np.sqrt(((e_hat - target) ** 2).sum(1)), rtol=1e-13, atol=0)
+    # no NaN gradient at a perfect prediction or at a zero prediction
+    for pred in (torch.tensor(target), torch.zeros_like(torch.tensor(target))):
+        pred.requires_grad_(True)
+        (l2_loss(pred, torch.tensor(target)).sum() + cosine_loss(pred, torch.tensor(target)).sum()).backward()
+        assert torch.isfinite(pred.grad).all()
+
+
+def test_max_margin_against_brute_force():
+    rng = np.random.default_rng(1)
+    V, m, n, gamma = 23, 12, 9, 0.5
+    table = _unit(rng.standard_normal((V, m)))
+    table[1] = 0.0  # padding row
+    candidates = np.ones(V, dtype=bool)
+    candidates[[0, 1, 5]] = False
+    e_hat = rng.standard_normal((n, m))
+    target = rng.choice([i for i in range(V) if candidates[i]], size=n)
+    expected_neg, expected_loss = [], []
+    for i in range(n):
+        u = e_hat[i] / np.linalg.norm(e_hat[i])
+        best, best_j = -np.inf, None
+        for j in range(V):
+            if j == target[i] or not candidates[j]:
+                continue
+            score = u @ table[j] - table[target[i]] @ table[j]  # cos(ê, e_j) - cos(e_w, e_j)
+            if score > best:
+                best, best_j = score, j
+        expected_neg.append(best_j)
+        expected_loss.append(max(0.0, gamma + u @ table[best_j] - u @ table[target[i]]))
+    assert max(expected_loss) > 0  # the margin is violated for some rows
+    args = (torch.tensor(e_hat), torch.tensor(target), torch.tensor(table))
+    for chunk in (4, 7, 1000):  # chunking over the vocabulary changes nothing
+        negs = most_informative_negatives(*args, candidates=torch.tensor(candidates), chunk_size=chunk)
+        assert negs.tolist() == expected_neg
+        loss = max_margin_loss(*args, gamma=gamma, candidates=torch.tensor(candidates), chunk_size=chunk)
+        assert np.allclose(loss.numpy(), expected_loss, rtol=0, atol=1e-13)
+
+
+def test_nearest_neighbours_chunked_equals_full_argmax():
+    gen = torch.Generator().manual_seed(0)
+    table = F.normalize(torch.randn(1001, 30, generator=gen), dim=-1)
+    e_hat = torch.randn(17, 30, generator=gen) * 3
+    full = F.linear(e_hat, table)
+    for chunk in (64, 333, 5000):
+        scores, ids = nearest_neighbours(e_hat, table, k=5, chunk_size=chunk)
+        ref_scores, ref_ids = full.topk(5, dim=-1)
+        assert torch.equal(ids, ref_ids) and torch.allclose(scores, ref_scores)
+    # the same word is nearest by dot product, by cosine, and by L2 distance (unit table)
+    cos_ids = F.linear(F.normalize(e_hat, dim=-1), table).argmax(-1)
+    l2_ids = torch.cdist(e_hat, table).argmin(-1)
+    assert torch.equal(cos_ids, full.argmax(-1)) and torch.equal(l2_ids, full.argmax(-1))
+    assert math.isfinite(float(scores.sum()))
