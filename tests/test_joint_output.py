@@ -248,6 +248,45 @@ def test_generation_computes_output_matrix_once(tiny_bin, joint_checkpoint):
     assert layer.cache_stats["misses"] == 2 and layer.cache_stats["hits"] > hits
 
 
+def test_neighbours_script(tiny_bin, joint_checkpoint, tmp_path):
+    """scripts/joint_neighbours.py against neighbours computed here in float64 from the checkpoint's tensors."""
+    import subprocess
+    import sys
+
+    from harness import REPO, run
+
+    save, _ = joint_checkpoint
+    ckpt = os.path.join(save, "checkpoint_last.pt")
+    script = os.path.join(REPO, "scripts", "joint_neighbours.py")
+    words = ["T5", "T17", "s2"]
+    proc = run([sys.executable, script, "--path", ckpt, "--data", tiny_bin, "--words", *words, "--k", "3",
+                "--format", "tsv"])
+    got = {}
+    for line in proc.stdout.strip().splitlines()[1:]:
+        q, rank, iw, _, ow, _ = line.split("\t")
+        got.setdefault(q, {"input": [], "output": []})
+        got[q]["input"].append(iw)
+        got[q]["output"].append(ow)
+    state = torch.load(ckpt, map_location="cpu")["model"]
+    E = state["decoder.embed_tokens.weight"].double()
+    U, bu = state["decoder.output_projection.out_proj.weight"].double(), \
+        state["decoder.output_projection.out_proj.bias"].double()
+    with open(os.path.join(tiny_bin, "dict.en.txt")) as f:
+        symbols = ["<s>", "<pad>", "</s>", "<unk>"] + [line.split()[0] for line in f]
+    for name, M in (("input", E), ("output", torch.tanh(E @ U.T + bu))):
+        M = M / M.norm(dim=1, keepdim=True)
+        for w in words:
+            q = symbols.index(w)
+            sims = M @ M[q]
+            sims[:4] = -2
+            sims[q] = -2
+            assert got[w][name] == [symbols[i] for i in sims.argsort(descending=True)[:3].tolist()], (name, w)
+    bad = subprocess.run([sys.executable, script, "--path", ckpt, "--data", tiny_bin, "--words", "nosuchword"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "query word 'nosuchword' is not in the target dictionary" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 def test_presets_and_options(tiny_bin):
     from fairseq import options
 
