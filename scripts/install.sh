@@ -28,7 +28,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip install --quiet)
-have() { "$PY" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('$1') == '$2' else 1)" 2>/dev/null; }
+have() { "$PY" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('$1').split('+')[0] == '$2' else 1)" 2>/dev/null; }
 have_any() { "$PY" -c "import importlib.metadata as m; m.version('$1')" 2>/dev/null; }
 
 # torch is pinned and installed first: an open range would let pip pull the newest CUDA build (several GB) on a

@@ -6,7 +6,6 @@ reordering, so a model can learn something in a few updates), ``preprocess`` bin
 ``generate`` runs ``fairseq-generate`` and parses its hypotheses. Every call is a real subprocess.
 """
 import os
-import random
 import re
 import subprocess
 import sys
@@ -40,20 +39,11 @@ def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]]
 
 def make_corpus(raw_dir: str, n_train: int = 240, n_valid: int = 24, n_test: int = 24, vocab: int = 40,
                 seed: int = 0, src: str = "de", tgt: str = "en", shared_words: int = 4) -> str:
-    """Write train/valid/test.{src,tgt}: target = reversed source, each word mapped to its translation.
-    The first ``shared_words`` words are identical on both sides (like numbers or names)."""
-    rng = random.Random(seed)
-    os.makedirs(raw_dir, exist_ok=True)
-    src_words = [f"s{i}" for i in range(vocab)]
-    translate = {w: (w if i < shared_words else f"T{i}") for i, w in enumerate(src_words)}
-    for split, n in (("train", n_train), ("valid", n_valid), ("test", n_test)):
-        with open(os.path.join(raw_dir, f"{split}.{src}"), "w") as fs, \
-                open(os.path.join(raw_dir, f"{split}.{tgt}"), "w") as ft:
-            for _ in range(n):
-                sent = [rng.choice(src_words[: rng.randint(vocab // 2, vocab)]) for _ in range(rng.randint(3, 9))]
-                fs.write(" ".join(sent) + "\n")
-                ft.write(" ".join(translate[w] for w in reversed(sent)) + "\n")
-    return raw_dir
+    """train/valid/test.{src,tgt} from the package's synthetic generator (target = reversed translation)."""
+    from fairseq_outlayers.cli.synthetic import write_corpus
+
+    return write_corpus(raw_dir, (("train", n_train), ("valid", n_valid), ("test", n_test)), src, tgt,
+                        vocab=vocab, shared_words=shared_words, seed=seed)
 
 
 def preprocess(raw_dir: str, bin_dir: str, src: str = "de", tgt: str = "en", joined: bool = False,
@@ -144,3 +134,14 @@ def train_distributed(bin_dir: str, save_dir: str, arch_args=None, extra=None, m
                 q.kill()
             raise AssertionError(f"rank {r} failed ({p.returncode}):\n{out[-4000:]}")
     return outs
+
+
+def build_model(bin_dir: str, arch_args=None, extra=None):
+    """Build (task, model) in this process exactly as fairseq-train would, from command-line options."""
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [bin_dir, "--user-dir", USER_DIR] + list(arch_args or TINY_TRANSFORMER)
+                                       + list(extra or []))
+    task = tasks.setup_task(args)
+    return task, task.build_model(args)

@@ -9,6 +9,7 @@ A model class (Transformer or LSTM) calls, in its ``build_model``:
 and mixes in ``OutputLayerModelMixin`` so that ``get_normalized_probs`` (what ``fairseq-generate`` and the
 criterions call) is answered by the output layer.
 """
+import contextlib
 import logging
 
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -75,12 +76,25 @@ def build_core_embeddings(args, task, encoder_dim, decoder_dim, share_all, make_
     """(encoder_embed, decoder_embed) from ``--embeddings``; ``make_embedding(dictionary, dim)`` is the
     architecture's own initialiser, used by the standard builder."""
     spec = get_embedding_spec(args.embeddings)
-    return spec.build(args, task, encoder_dim, decoder_dim, share_all, make_embedding)
+    with _as_config_error(f"--embeddings {spec.name}"):
+        return spec.build(args, task, encoder_dim, decoder_dim, share_all, make_embedding)
 
 
 def build_core_output_layer(args, task, decoder_embed_tokens, input_dim):
     spec = get_output_layer_spec(args.output_layer)
-    return spec.build(args, task, decoder_embed_tokens, input_dim)
+    with _as_config_error(f"--output-layer {spec.name}"):
+        return spec.build(args, task, decoder_embed_tokens, input_dim)
+
+
+@contextlib.contextmanager
+def _as_config_error(what):
+    """Modules raise ValueError on inconsistent sizes/options; at build time that is the user's configuration."""
+    try:
+        yield
+    except OutlayersConfigError:
+        raise
+    except ValueError as e:
+        raise OutlayersConfigError(f"{what}: {e}") from e
 
 
 def shares_all_embeddings(args) -> bool:

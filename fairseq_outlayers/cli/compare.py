@@ -1,0 +1,249 @@
+"""Train one model per output-layer configuration at the same budget, translate, score, and print a table.
+
+    python -m fairseq_outlayers.cli.compare --data-bin work/multi30k/data-bin/de-en \\
+        --raw-dir work/multi30k/raw --rows configs/demo/*.args --out work/demo
+
+Each row file holds extra ``fairseq-train`` options (e.g. ``--output-layer tied``) added to one shared base
+command (``--base-args``, default: the demo Transformer). For every row and seed this runs the real CLIs:
+``fairseq-train --user-dir ...`` -> ``fairseq-generate`` (``--remove-bpe``) -> sacremoses detokenisation ->
+sacreBLEU against the raw references. It reports BLEU (with sacreBLEU's signature), total / trained / embedding
+/ output-layer parameters, training target tokens/s and wall time, prints the table as it goes and writes it to
+``OUT/results.md`` (and ``OUT/results.json``). A row already finished (its checkpoint and translation exist) is
+reused, so an interrupted run resumes where it stopped; ``--fresh`` starts over in a new directory only.
+"""
+import argparse
+import glob
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+DEMO_BASE_ARGS = [
+    "--arch", "outlayers_transformer_small",
+    "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "0.002", "--lr-scheduler", "inverse_sqrt",
+    "--warmup-updates", "300", "--clip-norm", "0.0", "--weight-decay", "0.0001",
+    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--max-tokens", "4096", "--dropout", "0.3",
+]
+
+
+def _bin(name):
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    return here if os.path.exists(here) else name
+
+
+def _user_dir():
+    import fairseq_outlayers
+
+    return fairseq_outlayers.USER_DIR
+
+
+def log(msg):
+    print(f"[compare {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def read_row(path):
+    with open(path, encoding="utf-8") as f:
+        text = " ".join(line.split("#", 1)[0] for line in f)
+    name = re.sub(r"^\d+-", "", os.path.splitext(os.path.basename(path))[0])
+    return name, shlex.split(text)
+
+
+def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_path):
+    cmd = [_bin("fairseq-train"), data_bin, "--user-dir", _user_dir(), *base_args, *row_args,
+           "--seed", str(seed), "--max-update", str(max_update), "--save-dir", save_dir,
+           "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
+    log("  " + " ".join(shlex.quote(c) for c in cmd))
+    start = time.time()
+    with open(log_path, "w") as out:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")  # fairseq logs to stdout: unbuffered for live progress
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for line in proc.stdout:
+            out.write(line)
+            if "train_inner" in line or "valid on" in line:  # visible progress
+                m = re.search(r"(num_updates=\d+|valid on.*?\| loss [\d.]+)", line)
+                if m:
+                    print(f"    {m.group(1)}", flush=True)
+        proc.wait()
+    if proc.returncode != 0:
+        raise SystemExit(f"compare: fairseq-train failed for {save_dir}; see {log_path}")
+    return time.time() - start
+
+
+def training_speed(log_path):
+    """Training target tokens per second: total target tokens / total training wall time, from the
+    ``train_inner`` lines (wpb = target tokens per update, ups = updates per second over the interval)."""
+    text = open(log_path, encoding="utf-8").read()
+    tokens = seconds = 0.0
+    last_updates = 0
+    for line in text.splitlines():
+        if "train_inner" not in line:
+            continue
+        fields = dict(re.findall(r"(\w+)=([\d.]+)", line))
+        if not {"wps", "wpb", "num_updates"} <= fields.keys():
+            continue
+        updates = int(fields["num_updates"]) - last_updates
+        last_updates = int(fields["num_updates"])
+        if float(fields["wps"]) == 0:  # fairseq reports 0 for the very first interval
+            continue
+        interval_tokens = float(fields["wpb"]) * updates
+        tokens += interval_tokens
+        seconds += interval_tokens / float(fields["wps"])
+    return tokens / seconds if seconds else float("nan")
+
+
+def translate(data_bin, checkpoint, out_path, beam, lenpen, batch_size):
+    cmd = [_bin("fairseq-generate"), data_bin, "--user-dir", _user_dir(), "--path", checkpoint,
+           "--gen-subset", "test", "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
+           "--remove-bpe", "--num-workers", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"compare: fairseq-generate failed for {checkpoint}:\n{proc.stderr[-3000:]}")
+    hyps = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("H-"):
+            idx, _score, text = line.split("\t", 2)
+            hyps[int(idx[2:])] = text
+    lines = [hyps[i] for i in sorted(hyps)]
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return lines
+
+
+def score(hyp_lines, ref_path, lang, lowercase):
+    import sacrebleu
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=lang)
+    hyps = [detok.detokenize(h.split()) for h in hyp_lines]
+    refs = [line.rstrip("\n") for line in open(ref_path, encoding="utf-8")]
+    if lowercase:
+        refs = [r.lower() for r in refs]
+    if len(hyps) != len(refs):
+        raise SystemExit(f"compare: {len(hyps)} translations but {len(refs)} references in {ref_path}")
+    bleu = sacrebleu.metrics.BLEU()
+    result = bleu.corpus_score(hyps, [refs])
+    return result.score, str(bleu.get_signature())
+
+
+def parameter_counts(checkpoint):
+    proc = subprocess.run([sys.executable, "-m", "fairseq_outlayers", "params", checkpoint, "--json"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"compare: parameter report failed for {checkpoint}:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout[proc.stdout.index("{"):])
+
+
+def format_table(rows):
+    head = ("| method | seeds | BLEU | total params | trained params | embedding | output layer | "
+            "train tok/s | train time (s) |")
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        bleus = r["bleu"]
+        mean = sum(bleus) / len(bleus)
+        spread = f" ± {(max(bleus) - min(bleus)) / 2:.2f}" if len(bleus) > 1 else ""
+        p = r["params"]
+        lines.append(
+            f"| {r['name']} | {len(bleus)} | {mean:.2f}{spread} | {p['total']:,} | {p['trained']:,} | "
+            f"{p['embedding']:,} | {p.get('output', 0):,} | {sum(r['speed']) / len(r['speed']):,.0f} | "
+            f"{sum(r['time']) / len(r['time']):.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--data-bin", required=True, help="binarised data (fairseq-preprocess output)")
+    parser.add_argument("--raw-dir", required=True, help="raw (untokenised) text with test references")
+    parser.add_argument("--test-prefix", default="test_2016_flickr", help="raw reference file prefix")
+    parser.add_argument("--src", default="de")
+    parser.add_argument("--tgt", default="en")
+    parser.add_argument("--lowercase", action="store_true", help="the data was lowercased: lowercase references")
+    parser.add_argument("--rows", nargs="+", required=True, help="row files (*.args), one configuration each")
+    parser.add_argument("--out", required=True, help="output directory (checkpoints, logs, results.md)")
+    parser.add_argument("--max-update", type=int, default=1200)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--base-args", default=None, help="fairseq-train options shared by every row "
+                        "(default: the demo Transformer recipe)")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--lenpen", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--title", default="Output-layer comparison")
+    args = parser.parse_args(argv)
+
+    if not os.path.isdir(args.data_bin):
+        parser.error(f"--data-bin '{args.data_bin}' is not a directory; run scripts/prepare-multi30k.sh first")
+    ref_path = os.path.join(args.raw_dir, f"{args.test_prefix}.{args.tgt}")
+    if not os.path.isfile(ref_path):
+        parser.error(f"reference file '{ref_path}' does not exist; check --raw-dir/--test-prefix/--tgt")
+    base_args = shlex.split(args.base_args) if args.base_args else list(DEMO_BASE_ARGS)
+    row_files = sorted(set(f for pattern in args.rows for f in (glob.glob(pattern) or [pattern])))
+    for f in row_files:
+        if not os.path.isfile(f):
+            parser.error(f"row file '{f}' does not exist")
+    os.makedirs(args.out, exist_ok=True)
+
+    results, started = [], time.time()
+    for n, row_file in enumerate(row_files, start=1):
+        name, row_args = read_row(row_file)
+        row = {"name": name, "args": " ".join(row_args), "bleu": [], "speed": [], "time": [], "params": None}
+        for seed in args.seeds:
+            run_dir = os.path.join(args.out, f"{name}.seed{seed}")
+            os.makedirs(run_dir, exist_ok=True)
+            ckpt = os.path.join(run_dir, "checkpoint_last.pt")
+            hyp_path = os.path.join(run_dir, "test.hyp")
+            log_path = os.path.join(run_dir, "train.log")
+            log(f"[{n}/{len(row_files)}] {name} (seed {seed})")
+            meta_path = os.path.join(run_dir, "meta.json")
+            if os.path.exists(meta_path) and os.path.exists(hyp_path):
+                meta = json.load(open(meta_path))
+                log("  already done; reusing")
+            else:
+                seconds = train_row(args.data_bin, run_dir, base_args, row_args, seed, args.max_update, log_path)
+                hyps = translate(args.data_bin, ckpt, hyp_path, args.beam, args.lenpen, args.batch_size)
+                bleu, signature = score(hyps, ref_path, args.tgt, args.lowercase)
+                meta = {"bleu": bleu, "signature": signature, "seconds": seconds,
+                        "speed": training_speed(log_path), "params": parameter_counts(ckpt)}
+                json.dump(meta, open(meta_path, "w"), indent=2)
+            log(f"  BLEU {meta['bleu']:.2f}  trained params {meta['params']['trained']:,}  "
+                f"{meta['speed']:,.0f} tok/s")
+            row["bleu"].append(meta["bleu"])
+            row["speed"].append(meta["speed"])
+            row["time"].append(meta["seconds"])
+            row["params"] = meta["params"]
+            row["signature"] = meta["signature"]
+        results.append(row)
+        print(format_table(results), flush=True)
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    table = format_table(results)
+    hardware = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            hardware = torch.cuda.get_device_name(0)
+    except Exception:  # pragma: no cover
+        pass
+    md = [f"# {args.title}", "",
+          f"Date {time.strftime('%Y-%m-%d')}, commit {commit}, hardware: {hardware}, total wall time "
+          f"{time.time() - started:.0f} s.", "",
+          f"Data: `{args.data_bin}`; {args.max_update} updates per run; seeds {args.seeds}; beam {args.beam}.",
+          f"Base options: `{' '.join(base_args)}`", "", table, "",
+          f"BLEU: sacreBLEU on detokenised output against `{ref_path}`"
+          f"{' (lowercased)' if args.lowercase else ''}; signature `{results[0].get('signature', '')}`.", "",
+          "Rows:", ""] + [f"- **{r['name']}**: `{r['args']}`" for r in results]
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    json.dump(results, open(os.path.join(args.out, "results.json"), "w"), indent=2)
+    print("\n" + table)
+    log(f"wrote {os.path.join(args.out, 'results.md')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Unit tests of the model core: output layers, tying, parameter counts, Luong attention, bad options."""
+import pytest
+import torch
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.modules import LearnedSoftmaxOutput, LuongAttention, TiedSoftmaxOutput
+from fairseq_outlayers.params import parameter_report
+from harness import TINY_LSTM, TINY_TRANSFORMER, build_model
+
+D = 32  # the tiny models' embedding / decoder output size
+
+
+def _sample(task, n=3):
+    ds_src, ds_tgt = task.source_dictionary, task.target_dictionary
+    src = torch.randint(ds_src.nspecial, len(ds_src), (n, 5))
+    prev = torch.randint(ds_tgt.nspecial, len(ds_tgt), (n, 4))
+    prev[:, 0] = ds_tgt.eos()
+    return src, torch.full((n,), 5), prev
+
+
+@pytest.mark.parametrize("arch", [TINY_TRANSFORMER, TINY_LSTM], ids=["transformer", "lstm"])
+@pytest.mark.parametrize("layer", ["softmax", "tied"])
+def test_log_probs_sum_to_one_over_the_dictionary(tiny_bin, arch, layer):
+    task, model = build_model(tiny_bin, arch, ["--output-layer", layer])
+    model.eval()
+    src, lengths, prev = _sample(task)
+    net_output = model(src, lengths, prev)
+    lprobs = model.get_normalized_probs(net_output, log_probs=True)
+    assert lprobs.shape == (3, 4, len(task.target_dictionary))
+    torch.testing.assert_close(lprobs.exp().sum(-1), torch.ones(3, 4), atol=1e-5, rtol=0)
+    probs = model.get_normalized_probs(net_output, log_probs=False)
+    torch.testing.assert_close(probs, lprobs.exp(), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("arch", [TINY_TRANSFORMER, TINY_LSTM], ids=["transformer", "lstm"])
+def test_parameter_counts_match_closed_form(tiny_bin, arch):
+    task, untied = build_model(tiny_bin, arch, ["--output-layer", "softmax"])
+    _, tied = build_model(tiny_bin, arch, ["--output-layer", "tied"])
+    _, tied_bias = build_model(tiny_bin, arch, ["--output-layer", "tied", "--output-bias"])
+    v_src, v_tgt = len(task.source_dictionary), len(task.target_dictionary)
+    ru, rt, rb = parameter_report(untied), parameter_report(tied), parameter_report(tied_bias)
+    assert ru["embedding"] == rt["embedding"] == (v_src + v_tgt) * D
+    assert ru["output"] == ru["output_trained"] == v_tgt * D
+    assert rt["output"] == 0 and rb["output"] == v_tgt
+    assert ru["total"] - rt["total"] == v_tgt * D
+    assert rb["total"] - rt["total"] == v_tgt
+    assert ru["trained"] == ru["total"] == sum(p.numel() for p in untied.parameters())
+    assert rt["frozen"] == 0
+
+
+def test_tied_weight_is_one_tensor(tiny_bin):
+    _, model = build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "tied"])
+    out = model.decoder.output_projection
+    assert isinstance(out, TiedSoftmaxOutput)
+    assert out.target_weights()[0] is model.decoder.embed_tokens.weight
+    assert not any(True for _ in out.parameters())  # the tied matrix is not registered twice
+    names = [n for n, _ in model.named_parameters()]
+    assert "decoder.output_projection.weight" not in names and "decoder.embed_tokens.weight" in names
+    with torch.no_grad():
+        model.decoder.embed_tokens.weight[5].fill_(0.25)  # an update of the embedding is an update of the output
+    feats = torch.ones(1, 1, D)
+    assert torch.allclose(out(feats)[0, 0, 5], torch.tensor(0.25 * D))
+
+
+def test_three_way_tying_shares_one_matrix(tiny_bin_joined):
+    _, model = build_model(tiny_bin_joined, TINY_TRANSFORMER, ["--output-layer", "tied-all"])
+    assert model.encoder.embed_tokens is model.decoder.embed_tokens
+    assert model.decoder.output_projection.target_weights()[0] is model.encoder.embed_tokens.weight
+    assert parameter_report(model)["embedding"] == len(model.decoder.dictionary) * D
+
+
+def test_sampled_logits_are_the_selected_columns():
+    torch.manual_seed(0)
+    layer = LearnedSoftmaxOutput(50, 8, bias=True)
+    with torch.no_grad():
+        layer.bias.normal_()
+    h = torch.randn(2, 3, 8)
+    ids = torch.tensor([7, 3, 41])
+    torch.testing.assert_close(layer.sampled_logits(h, ids), layer(h)[..., ids])
+
+
+def test_luong_attention_dot_and_general():
+    torch.manual_seed(0)
+    src = torch.randn(6, 2, 8)  # srclen x bsz x dim
+    mask = torch.zeros(6, 2, dtype=torch.bool)
+    mask[4:, 1] = True
+    q = torch.randn(2, 8)
+    dot = LuongAttention(8, 8, 8, score="dot")
+    out, w = dot(q, src, mask)
+    expected_w = torch.softmax(torch.einsum("sbd,bd->sb", src, q).masked_fill(mask, float("-inf")), dim=0)
+    torch.testing.assert_close(w, expected_w)
+    assert torch.all(w[4:, 1] == 0)
+    ctx = torch.einsum("sb,sbd->bd", expected_w, src)
+    torch.testing.assert_close(out, torch.tanh(dot.output_proj(torch.cat([ctx, q], 1))))
+    general = LuongAttention(8, 8, 8, score="general")
+    _, wg = general(q, src, None)
+    torch.testing.assert_close(wg, torch.softmax(torch.einsum("sbd,bd->sb", src, general.input_proj(q)), dim=0))
+    with pytest.raises(ValueError, match="dot attention needs"):
+        LuongAttention(8, 16, 8, score="dot")
+
+
+def test_lstm_decoder_output_size_independent_of_embedding(tiny_bin):
+    _, model = build_model(tiny_bin, TINY_LSTM, ["--output-layer", "softmax", "--decoder-out-embed-dim", "24"])
+    assert model.decoder.output_projection.weight.shape[1] == 24
+    assert model.decoder.embed_tokens.weight.shape[1] == D
+    assert model.encoder.bidirectional
+
+
+def test_bad_options_fail_early(tiny_bin):
+    with pytest.raises(OutlayersConfigError, match="joined dictionary"):
+        build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "tied-all"])
+    with pytest.raises(OutlayersConfigError, match="use --output-layer tied"):
+        build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "softmax", "--share-decoder-input-output-embed"])
+    with pytest.raises(OutlayersConfigError, match="decoder output dim"):
+        build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "tied", "--decoder-output-dim", "16"])
+    with pytest.raises(SystemExit):  # argparse: invalid choice
+        build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "nonsense"])
