@@ -1,0 +1,145 @@
+"""Registrations for continuous outputs (Kumar & Tsvetkov 2019): ``--output-layer continuous``, the tied input
+embeddings ``--embeddings target-vectors`` (section 4.4), and presets. The modules are in
+``modules/continuous_output.py``, the maths in ``modules/vmf.py``, the vector loading in ``vectors.py``.
+
+The frozen target table is read from ``--target-vectors`` when a model is built for training; it is a buffer of
+the model, so it is saved in every checkpoint. A model rebuilt from a checkpoint (``fairseq-generate``,
+``fairseq-interactive``) takes its table from the checkpoint and does not need the vector file any more.
+"""
+import contextlib
+import logging
+
+import torch
+from fairseq.models import register_model_architecture
+from fairseq.models.transformer import Embedding as TransformerEmbedding
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.modules.continuous_output import ContinuousOutput, TargetVectorEmbedding
+
+from .lstm import outlayers_lstm_vmf
+from .registry import register_embeddings, register_output_layer
+from .transformer import outlayers_transformer_small
+
+logger = logging.getLogger(__name__)
+
+#: set on the model's args once the table is loaded; it travels with the checkpoint's args
+FROM_CHECKPOINT = "continuous_table_in_checkpoint"
+
+
+def add_continuous_args(parser):
+    parser.add_argument("--target-vectors", metavar="FILE",
+                        help="continuous output layer: word vectors of the target language (word2vec/fastText "
+                        ".vec text, or a .bin model read with gensim); unit-normalised, aligned to the target "
+                        "dictionary, frozen and saved in the checkpoint")
+    parser.add_argument("--continuous-dim", type=int, metavar="M",
+                        help="continuous output layer: dimension m of the target vectors (default: read from "
+                        "--target-vectors; when given it must match the file)")
+    parser.add_argument("--continuous-layernorm", action="store_true",
+                        help="continuous output layer: LayerNorm on the decoder features before the linear map "
+                        "to R^m (default: off)")
+    parser.add_argument("--tie-input-to-target-vectors", action="store_true",
+                        help="decoder input embeddings = the frozen target table + a learned linear map to the "
+                        "model size (paper, section 4.4); same as --embeddings target-vectors (default: off)")
+    parser.add_argument("--target-vectors-min-coverage", type=float, metavar="F",
+                        help="fail when fewer than this fraction of target dictionary words have a vector "
+                        "(default: 0.5)")
+    parser.add_argument("--continuous-score-scale", type=float, metavar="S",
+                        help="decoding scores: log_softmax(S * cos(ê, e_w)) instead of the vMF log-density "
+                        "log_softmax(ê . e_w); for models trained with cosine/l2/max_margin (default: vMF)")
+
+
+def continuous_defaults(args):
+    args.target_vectors = getattr(args, "target_vectors", None)
+    args.continuous_dim = getattr(args, "continuous_dim", None)
+    args.continuous_layernorm = getattr(args, "continuous_layernorm", False) or False
+    args.tie_input_to_target_vectors = getattr(args, "tie_input_to_target_vectors", False) or False
+    if getattr(args, "target_vectors_min_coverage", None) is None:
+        args.target_vectors_min_coverage = 0.5
+    args.continuous_score_scale = getattr(args, "continuous_score_scale", None)
+    if args.tie_input_to_target_vectors:
+        if args.embeddings == "standard":
+            args.embeddings = "target-vectors"
+        elif args.embeddings != "target-vectors":
+            raise OutlayersConfigError(f"--tie-input-to-target-vectors replaces the decoder input embeddings; it "
+                                       f"cannot be combined with --embeddings {args.embeddings}")
+
+
+def _set(args, name, value):
+    """Set an option on argparse args or a (struct) omegaconf config."""
+    try:
+        from omegaconf import OmegaConf, open_dict
+    except ImportError:  # pragma: no cover
+        setattr(args, name, value)
+        return
+    ctx = open_dict(args) if OmegaConf.is_config(args) else contextlib.nullcontext()
+    with ctx:
+        setattr(args, name, value)
+
+
+def target_table(args, task):
+    """The aligned unit target table: from ``--target-vectors`` for a new model, or an empty table of the right
+    shape for a model rebuilt from a checkpoint (its state dict fills it)."""
+    # imported here so that ``python -m fairseq_outlayers.vectors`` does not find it imported by the package
+    from fairseq_outlayers.vectors import TargetTable, load_target_table
+
+    dictionary = task.target_dictionary
+    if getattr(args, FROM_CHECKPOINT, False) and getattr(args, "continuous_dim", None):
+        n = len(dictionary)
+        return TargetTable(torch.zeros(n, args.continuous_dim), torch.ones(n, dtype=torch.bool), None)
+    if args.target_vectors_min_coverage is not None and not 0 <= args.target_vectors_min_coverage <= 1:
+        raise OutlayersConfigError(f"--target-vectors-min-coverage must be in [0, 1], got "
+                                   f"{args.target_vectors_min_coverage}")
+    table = load_target_table(dictionary, args.target_vectors, args.target_vectors_min_coverage,
+                              args.continuous_dim)
+    for line in table.report.lines():
+        logger.info(line)
+    _set(args, "continuous_dim", table.report.dim)
+    _set(args, FROM_CHECKPOINT, True)
+    return table
+
+
+@register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
+                       "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
+                       add_args=add_continuous_args, set_defaults=continuous_defaults)
+def build_continuous(args, task, decoder_embed_tokens, input_dim):
+    if args.continuous_score_scale is not None and not args.continuous_score_scale > 0:
+        raise OutlayersConfigError(f"--continuous-score-scale must be > 0, got {args.continuous_score_scale}")
+    if isinstance(decoder_embed_tokens, TargetVectorEmbedding):  # one frozen table for input and output
+        decoder_embed_tokens.table_counted_by_output = False
+        return ContinuousOutput(None, decoder_embed_tokens.decodable_mask, input_dim,
+                                layernorm=args.continuous_layernorm, tied_embedding=decoder_embed_tokens,
+                                score_scale=args.continuous_score_scale)
+    table = target_table(args, task)
+    return ContinuousOutput(table.table, table.decodable, input_dim, layernorm=args.continuous_layernorm,
+                            score_scale=args.continuous_score_scale)
+
+
+@register_embeddings("target-vectors", help="decoder input embeddings = the frozen --target-vectors table + a "
+                     "learned linear map to the model size (Kumar & Tsvetkov 2019, section 4.4)")
+def build_target_vector_embeddings(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
+    if share_all:
+        raise OutlayersConfigError("--embeddings target-vectors ties the decoder input to the target vectors; it "
+                                   "cannot share one matrix with the source (drop --share-all-embeddings)")
+    src = task.source_dictionary
+    if make_embedding is not None:
+        encoder_embed = make_embedding(src, encoder_dim)
+    else:
+        encoder_embed = TransformerEmbedding(len(src), encoder_dim, src.pad())
+    table = target_table(args, task)
+    decoder_embed = TargetVectorEmbedding(table.table, decoder_dim, task.target_dictionary.pad())
+    decoder_embed.decodable_mask = table.decodable  # handed to the continuous output layer, if any
+    return encoder_embed, decoder_embed
+
+
+@register_model_architecture("outlayers_lstm", "outlayers_lstm_vmf_continuous")
+def outlayers_lstm_vmf_continuous(args):
+    """The paper's LSTM (Table 7) with the continuous output layer; add --target-vectors FILE."""
+    args.output_layer = getattr(args, "output_layer", None) or "continuous"
+    outlayers_lstm_vmf(args)
+
+
+@register_model_architecture("outlayers_transformer", "outlayers_transformer_small_continuous")
+def outlayers_transformer_small_continuous(args):
+    """The small Transformer (3+3 layers, d = 256) with the continuous output layer; add --target-vectors FILE."""
+    args.output_layer = getattr(args, "output_layer", None) or "continuous"
+    outlayers_transformer_small(args)

@@ -1,0 +1,294 @@
+"""Target word vectors for continuous outputs (Kumar & Tsvetkov 2019): read, unit-normalise, align to the fairseq
+target dictionary, and report coverage.
+
+Formats: word2vec/fastText text (``.vec``/``.txt``: an optional ``COUNT DIM`` header, then ``word v1 ... vDIM``
+per line); word2vec binary and fastText ``.bin`` models through ``gensim`` when it is installed (a fastText model
+also gives vectors to dictionary words it never saw, from their character n-grams).
+
+Every vector is divided by its L2 norm. What each dictionary entry gets:
+
+* a word with a vector in the file: that vector;
+* ``<unk>``: the file's own ``<unk>`` vector if it has one, else the paper's rule -- the normalised mean of the
+  (unit) vectors of all file words that are *not* in the dictionary; if there are none, a fixed pseudo-random
+  unit vector;
+* ``</s>`` and ``<s>``: the file's vector for that symbol if present (word2vec writes one for ``</s>``), else a
+  fixed pseudo-random unit vector (seeded, so every run and every machine gets the same one);
+* ``<pad>``: the zero vector; fairseq's filler words ``madeupwordNNNN``: fixed pseudo-random unit vectors;
+* any other dictionary word without a vector: ``<unk>``'s vector (as the paper maps such words to ``<unk>``).
+
+Padding, ``<s>``, the fillers and the words that borrowed ``<unk>``'s vector are marked *not decodable*: decoding
+never outputs them (it outputs ``<unk>`` instead). Coverage = words with their own vector / dictionary words
+(specials and fillers excluded); below ``min_coverage`` loading fails with a message naming the file.
+
+Command line::
+
+    python -m fairseq_outlayers.vectors report DATA-BIN/dict.en.txt vectors.en.vec [--min-coverage 0.5]
+"""
+import argparse
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+logger = logging.getLogger(__name__)
+
+FILLER = re.compile(r"^madeupword\d{4}$")
+#: seed of the fixed pseudo-random vectors given to special symbols without a vector in the file
+SPECIAL_SEED = 20190506
+FASTTEXT_MAGIC = 793712314
+
+
+@dataclass
+class VectorReport:
+    path: str
+    dim: int
+    file_words: int
+    dictionary_size: int
+    eligible: int  # dictionary words (specials and fillers excluded)
+    covered: int
+    missing: List[str] = field(default_factory=list)
+    specials: Dict[str, str] = field(default_factory=dict)
+    zero_vectors: int = 0
+    duplicates: int = 0
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.eligible if self.eligible else 1.0
+
+    def lines(self) -> List[str]:
+        out = [f"target vectors {self.path}: m = {self.dim}, {self.file_words:,d} vectors in the file",
+               f"coverage: {self.covered:,d} of {self.eligible:,d} dictionary words have a vector "
+               f"({100 * self.coverage:.2f}%)"]
+        for symbol, what in self.specials.items():
+            out.append(f"{symbol}: {what}")
+        if self.missing:
+            shown = ", ".join(self.missing[:20]) + (" ..." if len(self.missing) > 20 else "")
+            out.append(f"{len(self.missing):,d} dictionary words without a vector share <unk>'s vector and are "
+                       f"never generated: {shown}")
+        if self.zero_vectors:
+            out.append(f"{self.zero_vectors:,d} zero vectors in the file were ignored")
+        if self.duplicates:
+            out.append(f"{self.duplicates:,d} repeated words in the file: the first vector of each was kept")
+        return out
+
+
+@dataclass
+class TargetTable:
+    table: torch.Tensor  # (V, m) float32, unit rows, zero row for padding
+    decodable: torch.Tensor  # (V,) bool
+    report: VectorReport
+
+
+class _Collector:
+    """Streams (word, vector) pairs: keeps unit vectors of dictionary words, sums unit vectors of the others."""
+
+    def __init__(self, path: str, wanted: Dict[str, int]):
+        self.path, self.wanted = path, wanted
+        self.found: Dict[str, np.ndarray] = {}
+        self.outside_sum: Optional[np.ndarray] = None
+        self.outside = self.file_words = self.zero = self.duplicates = 0
+        self.dim: Optional[int] = None
+
+    def add(self, word: str, vec: np.ndarray, where: str):
+        if self.dim is None:
+            self.dim = vec.shape[0]
+        elif vec.shape[0] != self.dim:
+            raise OutlayersConfigError(f"{self.path}{where}: word '{word}' has {vec.shape[0]} values but the file's "
+                                       f"vectors have {self.dim}; fix or remove that line")
+        if not np.all(np.isfinite(vec)):
+            raise OutlayersConfigError(f"{self.path}{where}: word '{word}' has a NaN or infinite value; fix or "
+                                       "remove that line")
+        self.file_words += 1
+        norm = float(np.linalg.norm(vec.astype(np.float64)))
+        if norm == 0.0:
+            self.zero += 1
+            return
+        unit = (vec.astype(np.float64) / norm)
+        if word in self.wanted:
+            if word in self.found:
+                self.duplicates += 1
+                return
+            self.found[word] = unit.astype(np.float32)
+        else:
+            self.outside_sum = unit if self.outside_sum is None else self.outside_sum + unit
+            self.outside += 1
+
+
+def _read_text(path: str, collector: _Collector):
+    header_dim = None
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n").rstrip(" ")
+            except UnicodeDecodeError:
+                raise OutlayersConfigError(f"{path} line {n}: not valid UTF-8 text; is this a binary model? (use "
+                                           "a .bin name for word2vec/fastText binaries)") from None
+            if not line.strip():
+                continue
+            parts = line.split(" ")
+            if n == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                header_dim = int(parts[1])
+                collector.dim = header_dim
+                continue
+            if len(parts) < 2:
+                raise OutlayersConfigError(f"{path} line {n}: expected 'word v1 ... vm', found only '{line[:40]}'")
+            try:
+                vec = np.array(parts[1:], dtype=np.float32)
+            except ValueError:
+                raise OutlayersConfigError(f"{path} line {n}: word '{parts[0][:40]}' has a value that is not a "
+                                           "number; fix or remove that line") from None
+            collector.add(parts[0], vec, f" line {n}")
+
+
+def _is_fasttext_bin(path: str) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return len(head) == 4 and int.from_bytes(head, "little", signed=True) == FASTTEXT_MAGIC
+
+
+def _read_binary(path: str, collector: _Collector, dictionary_words: List[str]):
+    try:
+        from gensim.models import KeyedVectors
+        from gensim.models.fasttext import load_facebook_vectors
+    except ImportError:
+        raise OutlayersConfigError(f"{path} is a binary vector file; reading it needs gensim (pip install gensim), "
+                                   "or convert it to the .vec text format") from None
+    if _is_fasttext_bin(path):
+        kv = load_facebook_vectors(path)
+        known = set(kv.key_to_index)
+        for word in kv.index_to_key:
+            collector.add(word, np.asarray(kv[word], dtype=np.float32), "")
+        # a fastText model builds vectors for unseen words from their character n-grams
+        for word in dictionary_words:
+            if word not in known and word not in collector.found:
+                collector.add(word, np.asarray(kv[word], dtype=np.float32), "")
+                collector.file_words -= 1
+    else:
+        kv = KeyedVectors.load_word2vec_format(path, binary=True, unicode_errors="strict")
+        for word in kv.index_to_key:
+            collector.add(word, np.asarray(kv[word], dtype=np.float32), "")
+
+
+def _fixed_unit_vectors(n: int, dim: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    vecs = torch.randn(n, dim, generator=gen, dtype=torch.float64)
+    return torch.nn.functional.normalize(vecs, dim=-1).float()
+
+
+def load_target_table(dictionary, path: str, min_coverage: float = 0.5, expected_dim: Optional[int] = None
+                      ) -> TargetTable:
+    """Align the vectors in ``path`` to a fairseq ``Dictionary``; see the module docstring for the rules."""
+    if not 0.0 <= min_coverage <= 1.0:
+        raise OutlayersConfigError(f"--target-vectors-min-coverage must be in [0, 1], got {min_coverage}")
+    if not path:
+        raise OutlayersConfigError("--output-layer continuous needs --target-vectors FILE (word vectors of the "
+                                   "target language; make them with scripts/train_target_vectors.py)")
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"--target-vectors {path}: no such file")
+    symbols = list(dictionary.symbols)
+    specials = {dictionary.bos(): "<s>", dictionary.pad(): "<pad>", dictionary.eos(): "</s>",
+                dictionary.unk(): "<unk>"}
+    wanted = {w: i for i, w in enumerate(symbols) if i != dictionary.pad()}
+    collector = _Collector(path, wanted)
+    if path.endswith(".bin"):
+        _read_binary(path, collector, symbols)
+    else:
+        _read_text(path, collector)
+    dim = collector.dim
+    if dim is None:
+        raise OutlayersConfigError(f"--target-vectors {path}: the file holds no vectors")
+    if expected_dim is not None and expected_dim != dim:
+        raise OutlayersConfigError(f"--target-vectors {path} holds {dim}-dimensional vectors but --continuous-dim "
+                                   f"is {expected_dim}; drop --continuous-dim (it is read from the file) or use "
+                                   "vectors of that size")
+    V = len(symbols)
+    table = torch.zeros(V, dim)
+    decodable = torch.ones(V, dtype=torch.bool)
+    report = VectorReport(path, dim, collector.file_words, V, 0, 0, zero_vectors=collector.zero,
+                          duplicates=collector.duplicates)
+    missing_rows, covered_rows = [], []
+    for i, w in enumerate(symbols):
+        if i in specials or FILLER.match(w):
+            continue
+        report.eligible += 1
+        if w in collector.found:
+            report.covered += 1
+            covered_rows.append(i)
+        else:
+            report.missing.append(w)
+            missing_rows.append(i)
+            decodable[i] = False
+    if covered_rows:
+        table[covered_rows] = torch.from_numpy(np.stack([collector.found[symbols[i]] for i in covered_rows]))
+    unk = dictionary.unk()
+    fixed_rows = []  # rows that get fixed pseudo-random unit vectors
+    if symbols[unk] in collector.found:
+        table[unk] = torch.from_numpy(collector.found[symbols[unk]])
+        report.specials["<unk>"] = "the file's own vector"
+    elif collector.outside and np.linalg.norm(collector.outside_sum) > 0:
+        mean = collector.outside_sum / np.linalg.norm(collector.outside_sum)
+        table[unk] = torch.from_numpy(mean.astype(np.float32))
+        report.specials["<unk>"] = (f"normalised mean of the {collector.outside:,d} file vectors of words "
+                                    "outside the dictionary")
+    else:
+        fixed_rows.append(unk)
+        report.specials["<unk>"] = ("fixed pseudo-random unit vector (no file word is outside the dictionary, so "
+                                    "the paper's mean-of-outside-words rule has nothing to average)")
+    for idx, name in ((dictionary.eos(), "</s>"), (dictionary.bos(), "<s>")):
+        if symbols[idx] in collector.found:
+            table[idx] = torch.from_numpy(collector.found[symbols[idx]])
+            report.specials[name] = "the file's own vector"
+        else:
+            fixed_rows.append(idx)
+            report.specials[name] = "fixed pseudo-random unit vector"
+    fillers = [i for i, w in enumerate(symbols) if FILLER.match(w) and i not in specials]
+    fixed_rows = sorted(set(fixed_rows + fillers))
+    if fixed_rows:
+        table[fixed_rows] = _fixed_unit_vectors(len(fixed_rows), dim, SPECIAL_SEED)
+    if missing_rows:
+        table[missing_rows] = table[unk].clone()
+    if fillers:
+        report.specials["madeupwordNNNN"] = f"{len(fillers)} fixed pseudo-random unit vectors, never generated"
+    report.specials["<pad>"] = "zero vector, never generated"
+    decodable[dictionary.pad()] = False
+    decodable[dictionary.bos()] = False
+    decodable[fillers] = False
+    if report.coverage < min_coverage:
+        raise OutlayersConfigError(
+            f"--target-vectors {path}: only {report.covered:,d} of the {report.eligible:,d} target dictionary words "
+            f"({100 * report.coverage:.1f}%) have a vector, below --target-vectors-min-coverage {min_coverage}; the "
+            "vectors must use the target side's tokenisation (e.g. word level, not BPE): train them with "
+            "scripts/train_target_vectors.py, or lower the threshold")
+    return TargetTable(table, decodable, report)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m fairseq_outlayers.vectors",
+                                     description="Target word vectors for --output-layer continuous.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("report", help="align a vector file to a fairseq dictionary and print the coverage")
+    rep.add_argument("dictionary", help="the target dictionary, e.g. data-bin/dict.en.txt")
+    rep.add_argument("vectors", help="word2vec/fastText .vec text file, or a .bin model (needs gensim)")
+    rep.add_argument("--min-coverage", type=float, default=0.5,
+                     help="fail below this fraction of dictionary words with a vector (default: 0.5)")
+    args = parser.parse_args(argv)
+    from fairseq.data import Dictionary
+
+    try:
+        table = load_target_table(Dictionary.load(args.dictionary), args.vectors, args.min_coverage)
+    except OutlayersConfigError as e:
+        print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(table.report.lines()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

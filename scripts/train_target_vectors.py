@@ -1,0 +1,107 @@
+#!/usr/bin/env python
+"""Train target-language word vectors for ``--output-layer continuous`` (Kumar & Tsvetkov 2019) with gensim.
+
+The paper uses word2vec or fastText vectors (m = 300) trained on large monolingual corpora; fastText was
+better (Table 1). Pretrained vectors cannot be downloaded everywhere, so this script trains them on any
+tokenised text -- the target side of the training corpus, ideally plus more monolingual text of the same
+tokenisation -- and writes the word2vec/fastText text format (``.vec``) that ``--target-vectors`` reads.
+
+    python scripts/train_target_vectors.py --input train.tok.en [--input mono.tok.en] --output en.vec \\
+        [--algorithm fasttext|word2vec] [--dim 300] [--dict data-bin/dict.en.txt]
+
+With ``--algorithm fasttext --dict DICT`` every word of the fairseq dictionary gets a vector (words rarer than
+``--min-count`` from their character n-grams), so coverage is complete. Needs ``pip install gensim``.
+"""
+import argparse
+import logging
+import os
+import re
+import sys
+import time
+
+
+def read_sentences(paths):
+    class Corpus:  # re-iterable, streamed from disk: gensim makes several passes
+        def __iter__(self):
+            for path in paths:
+                with open(path, encoding="utf-8") as f:
+                    for line in f:
+                        words = line.split()
+                        if words:
+                            yield words
+
+    return Corpus()
+
+
+def dictionary_words(path):
+    words = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            parts = line.rstrip("\n").split(" ")
+            if len(parts) < 2:
+                sys.exit(f"error: {path} line {n}: expected 'word count' (a fairseq dict.*.txt)")
+            words.append(parts[0])
+    return words
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--input", action="append", required=True,
+                   help="tokenised text, one sentence per line (repeat for several files)")
+    p.add_argument("--output", required=True, help="vectors in the .vec text format")
+    p.add_argument("--algorithm", choices=["fasttext", "word2vec"], default="fasttext")
+    p.add_argument("--dim", type=int, default=300, help="vector size m (the paper: 300)")
+    p.add_argument("--window", type=int, default=5)
+    p.add_argument("--min-count", type=int, default=1, help="ignore rarer words while training")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
+    p.add_argument("--negative", type=int, default=5, help="negative samples")
+    p.add_argument("--min-n", type=int, default=3, help="fastText: shortest character n-gram")
+    p.add_argument("--max-n", type=int, default=6, help="fastText: longest character n-gram")
+    p.add_argument("--dict", help="fairseq target dictionary: also write a vector for every word in it "
+                   "(fastText builds unseen words from n-grams; word2vec can only report them)")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    args = p.parse_args(argv)
+    try:
+        from gensim.models import FastText, Word2Vec
+    except ImportError:
+        sys.exit("error: this script needs gensim: pip install gensim")
+    for path in args.input:
+        if not os.path.isfile(path):
+            sys.exit(f"error: --input {path}: no such file")
+    if os.path.exists(args.output) and not args.force:
+        sys.exit(f"error: --output {args.output} exists; pass --force to overwrite it")
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(message)s", level=logging.INFO)
+    corpus = read_sentences(args.input)
+    common = dict(vector_size=args.dim, window=args.window, min_count=args.min_count, workers=args.workers,
+                  sg=0 if args.cbow else 1, negative=args.negative, epochs=args.epochs, seed=args.seed)
+    start = time.time()
+    if args.algorithm == "fasttext":
+        model = FastText(sentences=corpus, min_n=args.min_n, max_n=args.max_n, **common)
+    else:
+        model = Word2Vec(sentences=corpus, **common)
+    kv = model.wv
+    words = list(kv.index_to_key)
+    extra, unseen = [], []
+    if args.dict:
+        known = set(words)
+        for w in dictionary_words(args.dict):
+            if w not in known and not re.match(r"^madeupword\d{4}$", w):  # fairseq's filler entries
+                (extra if args.algorithm == "fasttext" else unseen).append(w)
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write(f"{len(words) + len(extra)} {args.dim}\n")
+        for w in words + extra:
+            f.write(w + " " + " ".join(f"{x:.6f}" for x in kv[w]) + "\n")
+    print(f"wrote {len(words) + len(extra):,d} vectors of size {args.dim} to {args.output} "
+          f"({args.algorithm}, {time.time() - start:.0f} s; {len(extra):,d} dictionary words from n-grams)")
+    if unseen:
+        print(f"{len(unseen):,d} dictionary words have no vector (word2vec, --min-count {args.min_count}); "
+              "they will share <unk>'s vector", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
