@@ -71,3 +71,75 @@ def test_data_parallel_two_processes_match_single_process(tiny_bin, tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         assert torch.allclose(a[key], b[key], atol=1e-5, rtol=1e-4), (key, (a[key] - b[key]).abs().max())
+
+
+def test_hydra_train_with_the_shipped_config(tiny_bin, tmp_path):
+    """fairseq-hydra-train with configs/multi30k_de_en/transformer_small.yaml and plugin options as overrides."""
+    from harness import REPO
+
+    save = str(tmp_path / "hydra")
+    proc = run([tool("fairseq-hydra-train"), "--config-dir", os.path.join(REPO, "configs", "multi30k_de_en"),
+                "--config-name", "transformer_small", f"common.user_dir={USER_DIR}", f"task.data={tiny_bin}",
+                "common.cpu=true", "model.output_layer=tied", "+model.encoder_layers=1", "+model.decoder_layers=1",
+                "+model.encoder_embed_dim=32", "+model.decoder_embed_dim=32", "+model.encoder_ffn_embed_dim=64",
+                "+model.decoder_ffn_embed_dim=64", "optimization.max_update=3", "dataset.max_tokens=600",
+                "dataset.num_workers=0", f"checkpoint.save_dir={save}", f"hydra.run.dir={tmp_path}/hydra_out"])
+    out = proc.stdout + proc.stderr
+    assert "num_updates 3" in out or "num_updates=3" in out
+    state = torch.load(os.path.join(save, "checkpoint_last.pt"), map_location="cpu")
+    assert "decoder.output_projection.weight" not in state["model"]  # tied: no separate output matrix
+    _, hyps = generate(tiny_bin, os.path.join(save, "checkpoint_last.pt"))
+    assert len(hyps) == 24
+
+
+def test_installed_package_needs_no_repo_path(tiny_bin, tmp_path):
+    """`python -m fairseq_outlayers user-dir` prints the plugin path; outlayers-train passes it by itself."""
+    import sys
+
+    path = run([sys.executable, "-m", "fairseq_outlayers", "user-dir"], cwd=str(tmp_path)).stdout.strip()
+    assert os.path.samefile(path, USER_DIR)
+    save = str(tmp_path / "ckpt")
+    from harness import train_args
+
+    run([tool("outlayers-train")] + train_args(tiny_bin, save, extra=["--output-layer", "tied"], max_update=2,
+                                               user_dir=None), cwd=str(tmp_path))
+    gen = run([tool("outlayers-generate"), tiny_bin, "--path", os.path.join(save, "checkpoint_last.pt"), "--cpu",
+               "--beam", "2", "--max-tokens", "2000"], cwd=str(tmp_path))
+    assert gen.stdout.count("\nH-") + gen.stdout.startswith("H-") == 24
+    report = run([tool("outlayers-params"), os.path.join(save, "checkpoint_last.pt"), "--json"], cwd=str(tmp_path))
+    import json
+
+    counts = json.loads(report.stdout[report.stdout.index("{"):])
+    assert counts["output"] == 0 and counts["trained"] == counts["total"] > 0
+
+
+def test_resume_continues_exactly(tiny_bin, tmp_path):
+    """Training 3 updates, stopping, and resuming to 6 ends with the same weights as 6 updates in one run."""
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    train(tiny_bin, straight, extra=["--output-layer", "tied"], max_update=6)
+    train(tiny_bin, resumed, extra=["--output-layer", "tied"], max_update=3)
+    proc = train(tiny_bin, resumed, extra=["--output-layer", "tied"], max_update=6)
+    assert "Loaded checkpoint" in proc.stdout + proc.stderr
+    a = torch.load(os.path.join(straight, "checkpoint_last.pt"), map_location="cpu")["model"]
+    b = torch.load(os.path.join(resumed, "checkpoint_last.pt"), map_location="cpu")["model"]
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-6, rtol=1e-5, msg=key)
+
+
+def test_bad_data_gives_one_line_errors(tiny_bin, tmp_path):
+    import shutil
+
+    proc = train(str(tmp_path / "no-such-dir"), str(tmp_path / "x"), check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "fairseq_outlayers: error: data path" in proc.stderr and "no-such-dir" in proc.stderr
+    bad = str(tmp_path / "bad-bin")
+    shutil.copytree(tiny_bin, bad)
+    with open(os.path.join(tiny_bin, "dict.en.txt")) as f:
+        head = f.readlines()[:10]
+    with open(os.path.join(bad, "dict.en.txt"), "w") as f:
+        f.writelines(head)
+    proc = train(bad, str(tmp_path / "y"), check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "does not belong to this binarised data" in proc.stderr and "dict.en.txt" in proc.stderr
+    # nothing the user made was touched
+    assert open(os.path.join(tiny_bin, "dict.en.txt")).readlines()[:10] == head

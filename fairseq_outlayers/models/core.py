@@ -12,6 +12,7 @@ criterions call) is answered by the output layer.
 import contextlib
 import logging
 
+from fairseq_outlayers.data_checks import check_binarised_data
 from fairseq_outlayers.errors import OutlayersConfigError
 
 from .registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, get_embedding_spec, get_output_layer_spec
@@ -64,6 +65,7 @@ def check_core_args(args, task):
             f"joined dictionary, but the source ({len(src_dict)} types) and target ({len(tgt_dict)} types) "
             "dictionaries differ; re-run fairseq-preprocess with --joined-dictionary, or use --output-layer tied"
         )
+    check_binarised_data(task)
     if getattr(args, "adaptive_softmax_cutoff", None):
         raise OutlayersConfigError(
             "--adaptive-softmax-cutoff replaces the output layer; it cannot be combined with --output-layer "
