@@ -18,7 +18,8 @@ case "$pyver" in
   3.10|3.11|3.12) ;;
   *) die "Python $pyver is not supported: fairseq needs 3.10-3.12 (set PYTHON=/path/to/python3.11)";;
 esac
-command -v g++ >/dev/null || die "no C++ compiler (g++) found: fairseq and fastBPE compile C++ extensions; install it (Debian/Ubuntu: apt-get install g++)"
+CXX=${CXX:-g++}
+command -v "$CXX" >/dev/null || die "no C++ compiler ($CXX) found: fairseq and fastBPE compile C++ extensions; install it (Debian/Ubuntu: apt-get install g++) or set CXX"
 "$PYTHON" -c 'import sysconfig, os, sys; h = sysconfig.get_paths()["include"]; sys.exit(0 if os.path.exists(os.path.join(h, "Python.h")) else 1)' \
   || die "Python headers (Python.h) missing: install python$pyver-dev (Debian/Ubuntu) so C extensions can build"
 
@@ -52,7 +53,7 @@ if [ ! -x "$VENV/bin/fast" ]; then
   tmp=$(mktemp -d)
   "$PY" -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" fastBPE==0.1.0
   tar -xzf "$tmp"/fastBPE-0.1.0.tar.gz -C "$tmp"
-  g++ -std=c++11 -pthread -O3 "$tmp"/fastBPE-0.1.0/fastBPE/main.cc -I"$tmp"/fastBPE-0.1.0/fastBPE -o "$VENV/bin/fast"
+  "$CXX" -std=c++11 -pthread -O3 "$tmp"/fastBPE-0.1.0/fastBPE/main.cc -I"$tmp"/fastBPE-0.1.0/fastBPE -o "$VENV/bin/fast"
   rm -rf "$tmp"
 fi
 
