@@ -20,7 +20,8 @@ matrix, what a tied output layer multiplies with), ``embedding_dim``, ``padding_
 
 Assembly runs at most once per training step and side: the assembled matrix is cached, keyed on the versions of
 the parameters (an optimizer step changes them), and dropped as soon as its gradient has been computed (so
-gradient accumulation re-assembles) and on ``train()``/``eval()``; in generation it is assembled once.
+gradient accumulation re-assembles) and when the module switches between ``train()`` and ``eval()``; in
+generation it is assembled once.
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -43,12 +44,12 @@ def closed_form_numel(counts: Dict[str, int], lambdas: Sequence[float], src_size
 
 
 def assemble(shared: Sequence[torch.Tensor], private: Sequence[torch.Tensor], unpaired: torch.Tensor,
-             rows: torch.Tensor) -> torch.Tensor:
+             rows: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One side's |V| x d matrix: [S_c | P_c] per category (eq. 3), stacked with the unpaired rows (eq. 2),
-    then reordered into dictionary order (``rows[i]`` = stacked row of dictionary index i)."""
+    then, given ``rows``, reordered into dictionary order (``rows[i]`` = stacked row of dictionary index i)."""
     blocks = [torch.cat([s, p], dim=1) for s, p in zip(shared, private)]
     stacked = torch.cat(blocks + [unpaired], dim=0)
-    return stacked.index_select(0, rows)
+    return stacked if rows is None else stacked.index_select(0, rows)
 
 
 def _row_map(size: int, paired: Sequence[Sequence[int]]) -> Tuple[torch.Tensor, List[int]]:
@@ -107,6 +108,7 @@ class SharedPrivateEmbeddings(nn.Module):
                         raise ValueError(f"the padding index {pad} is paired; special symbols must stay private")
                     unpaired[r - n_paired].zero_()
         self._cache: Dict[str, Tuple[tuple, torch.Tensor]] = {}
+        self._pad_rows: Dict[str, int] = {}
 
     # ----- assembly with a per-step cache ---------------------------------------------------------------
     def _side_params(self, side: str) -> List[nn.Parameter]:
@@ -122,32 +124,55 @@ class SharedPrivateEmbeddings(nn.Module):
 
     def clear_cache(self):
         self._cache.clear()
+        self._pad_rows = {}
 
-    def matrix(self, side: str) -> torch.Tensor:
-        """The assembled |V| x d matrix of ``side`` ('src' or 'tgt'), cached until the parameters change."""
+    def _cached(self, name: str, side: str, build) -> torch.Tensor:
+        """``build()`` once per parameter state; dropped when backward has consumed its graph."""
         key = self._key(side)
-        hit = self._cache.get(side)
+        hit = self._cache.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
-        private = self.src_private if side == "src" else self.tgt_private
-        unpaired = self.src_unpaired if side == "src" else self.tgt_unpaired
-        rows = self.src_rows if side == "src" else self.tgt_rows
-        weight = assemble(list(self.shared), list(private), unpaired, rows)
-        if weight.requires_grad:
-            # once backward has gone through this matrix its graph is freed: the next forward re-assembles
-            weight.register_hook(self._drop_hook(side))
-        self._cache[side] = (key, weight)
-        return weight
+        value = build()
+        if value.requires_grad:
+            # once backward has gone through this tensor its graph is freed: the next forward re-assembles
+            value.register_hook(self._drop_hook(name))
+        self._cache[name] = (key, value)
+        return value
 
-    def _drop_hook(self, side):
+    def _drop_hook(self, name):
         def hook(grad):
-            self._cache.pop(side, None)
+            self._cache.pop(name, None)
             return grad
 
         return hook
 
+    def stacked(self, side: str) -> torch.Tensor:
+        """``side``'s rows in block order (lm, wf, ur pairs, then unpaired): eqs. (2)-(3) before reordering."""
+        private = self.src_private if side == "src" else self.tgt_private
+        unpaired = self.src_unpaired if side == "src" else self.tgt_unpaired
+        return self._cached("stacked-" + side, side, lambda: assemble(
+            list(self.shared), list(private), unpaired, None))
+
+    def matrix(self, side: str) -> torch.Tensor:
+        """The assembled |V| x d matrix of ``side`` ('src' or 'tgt') in dictionary order, cached until the
+        parameters change."""
+        rows = self.src_rows if side == "src" else self.tgt_rows
+        return self._cached("matrix-" + side, side, lambda: self.stacked(side).index_select(0, rows))
+
+    def lookup(self, side: str, tokens: torch.Tensor, padding_idx: Optional[int]) -> torch.Tensor:
+        """Embeddings of ``tokens`` (dictionary ids) read from the block-ordered matrix, which skips the
+        reordering of the whole matrix when only the looked-up rows are needed (the source side)."""
+        rows = self.src_rows if side == "src" else self.tgt_rows
+        pad = None
+        if padding_idx is not None:
+            if side not in self._pad_rows:
+                self._pad_rows[side] = int(rows[padding_idx])
+            pad = self._pad_rows[side]
+        return F.embedding(rows[tokens], self.stacked(side), pad)
+
     def train(self, mode: bool = True):
-        self.clear_cache()
+        if mode != self.training:  # switching between training and evaluation: start from a fresh assembly
+            self.clear_cache()
         return super().train(mode)
 
     def _apply(self, fn, *args, **kwargs):  # .to(), .half(), .cuda(): the cached matrix is stale
@@ -156,7 +181,7 @@ class SharedPrivateEmbeddings(nn.Module):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_cache"] = {}
+        state["_cache"], state["_pad_rows"] = {}, {}
         return state
 
     def _load_from_state_dict(self, *args, **kwargs):
@@ -195,6 +220,9 @@ class SharedPrivateEmbedding(nn.Module):
         return self.core.matrix(self.side)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.side == "src":  # only the looked-up rows are needed: no reordering of the whole matrix
+            return self.core.lookup("src", tokens, self.padding_idx)
+        # the target matrix in dictionary order is assembled anyway for the tied output layer: reuse it
         return F.embedding(tokens, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
