@@ -283,6 +283,19 @@ def _criterion_checks(model, task):
         assert values["cos"] == pytest.approx(F.cosine_similarity(pred, vecs, dim=-1).mean().item(), abs=1e-4)
         assert values["norm"] == pytest.approx(pred.norm(dim=-1).mean().item(), abs=1e-3)
     assert criterion.logging_outputs_can_be_summed()
+    # a half-precision model (what --fp16/--bf16 train): the losses are still computed in float32, no NaN/inf
+    import copy
+
+    for dtype in (torch.bfloat16, torch.float16):
+        half = copy.deepcopy(model).to(dtype).train()
+        assert half.decoder.output_projection.target_table.dtype == dtype
+        for criterion, expected in references[:1] + references[-1:]:
+            loss, _, _ = criterion(half, sample)
+            assert loss.dtype == torch.float32 and torch.isfinite(loss)
+            assert loss.item() == pytest.approx(expected.sum().item(), rel=0.05, abs=0.5)
+            loss.backward()
+            grads = [p.grad for p in half.parameters() if p.grad is not None]
+            assert grads and all(torch.isfinite(g.float()).all() for g in grads)
     with pytest.raises(OutlayersConfigError, match=r"--vmf-lambda2 must be in \(0, 1\], got 0"):
         VMFNLLCriterion(task, False, vmf_lambda2=0.0)
     with pytest.raises(OutlayersConfigError, match="--margin must be > 0"):
