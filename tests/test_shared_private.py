@@ -9,7 +9,7 @@ import torch
 
 from fairseq_outlayers.modules.shared_private import (SharedPrivateEmbedding, SharedPrivateEmbeddings, closed_form_numel,
                                                       shared_width)
-from harness import TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
+from harness import REPO, TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
 
 # source indices 4..9 and target indices 4..10 (0-3 are fairseq's specials); one source word left unpaired
 PAIRS = {"lm": ([4, 6, 9], [5, 4, 8]), "wf": ([5], [5 + 5]), "ur": ([7, 8], [6, 7])}
@@ -202,6 +202,15 @@ def test_train_then_generate_without_pairing_file(tiny_bin, tiny_pairing, tmp_pa
     if arch_args is TINY_TRANSFORMER:  # (the LSTM decodes through the same output layer; one run is enough)
         _, hyps = generate(tiny_bin, ckpt)
         assert len(hyps) == 24
+        # the Figure-6 analysis reads the checkpoint alone: paired vectors are closer than mismatched ones
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("pca", os.path.join(REPO, "scripts", "shared_private_pca.py"))
+        pca = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(pca)
+        svg = str(tmp_path / "pca.svg")
+        paired, mismatched = pca.main([ckpt, "--data", tiny_bin, "--top", "8", "-o", svg])
+        assert paired < mismatched and open(svg).read().count("<circle") == 16
 
 
 def test_configuration_errors(tiny_bin, tiny_bin_joined, tiny_pairing, tmp_path):
