@@ -1,0 +1,146 @@
+# Shell functions shared by scripts/prepare-*.sh.  Source it, then call pc_setup:
+#
+#   . "$(dirname "${BASH_SOURCE[0]}")/lib/prepare-common.sh"
+#   pc_setup prepare-foo          # messages: "prepare-foo.sh: ..." (errors), "[prepare-foo HH:MM:SS] ..." (log)
+#
+# Conventions every preparation script follows:
+#   * user mistakes print one line "<script>.sh: <what> ; <what to do>" on stderr: exit 2 for a bad option,
+#     exit 1 for bad or missing data and tools;
+#   * raw data comes from a local copy (flag or environment variable) or, when none is given, a download with
+#     Python's urllib; it is checked (files present, UTF-8, line-aligned, expected sizes as warnings);
+#   * tokenisation is sacremoses, BPE is fastBPE ("fast learnbpe" / "fast applybpe"), binarisation is
+#     fairseq-preprocess;
+#   * a finished output (DEST/.done) is never rebuilt unless --force is given.
+# Nothing here changes the working directory or touches files outside the paths it is given.
+
+# pc_setup NAME: names the calling script and sets ROOT (the repository).
+pc_setup() {
+  PC_NAME=$1
+  PC_SCRIPT=$1.sh
+  ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  PC_LIB=$ROOT/scripts/lib
+}
+
+log() { echo "[$PC_NAME $(date +%H:%M:%S)] $*"; }
+warn() { log "WARNING: $*"; }
+# die MESSAGE: data or tool problem (exit 1); usage_error MESSAGE: bad command line (exit 2).
+die() { echo "$PC_SCRIPT: $*" >&2; exit 1; }
+usage_error() { echo "$PC_SCRIPT: $*" >&2; exit 2; }
+
+# pc_arg "$@": the value of the option in $1 (use as: --src) SRC=$(pc_arg "$@"); shift 2;;).
+pc_arg() {
+  [ $# -ge 2 ] && [ -n "$2" ] && case "$2" in --*) false;; esac || usage_error "option '$1' needs a value (see --help)"
+  printf '%s' "$2"
+}
+
+# pc_int OPTION VALUE: VALUE must be a positive integer.
+pc_int() { case "$2" in ''|*[!0-9]*|0) usage_error "$1 must be a positive integer, got '$2'";; esac; }
+
+# pc_help FILE: print the comment block at the top of FILE (after the shebang).
+pc_help() { awk 'NR == 1 { next } /^#/ { print; next } { exit }' "$1"; }
+
+# pc_unknown OPTION
+pc_unknown() { usage_error "unknown option '$1' (see --help)"; }
+
+# pc_require_tools TOOL...: put the project's venv first on PATH and check the tools exist.
+pc_require_tools() {
+  VENV_BIN=${VENV_BIN:-$ROOT/.venv/bin}
+  export PATH="$VENV_BIN:$PATH"
+  local t
+  for t in "$@"; do
+    command -v "$t" >/dev/null || die "'$t' not found; run 'make install' first"
+  done
+}
+
+# pc_skip_if_done DEST: a finished output is never rebuilt without --force (FORCE=1).
+pc_skip_if_done() {
+  if [ -f "$1/.done" ] && [ "${FORCE:-0}" = 0 ]; then
+    echo "$PC_SCRIPT: $1 is already prepared; nothing to do (pass --force to rebuild it)"
+    exit 0
+  fi
+}
+
+# pc_mark_done DEST LINE...: record how DEST was made; written last, so a crash leaves no .done behind.
+pc_mark_done() {
+  local dest=$1; shift
+  printf '%s\n' "$@" > "$dest/.done"
+}
+
+# pc_download URL OUT: fetch URL to OUT with Python's urllib (no wget/curl needed); ".gz" URLs are gunzipped
+# unless OUT ends in .gz/.tgz. Returns non-zero (quietly) when offline or the URL fails.
+pc_download() {
+  python - "$1" "$2" <<'PY' 2>/dev/null
+import gzip, os, sys, urllib.request
+url, out = sys.argv[1], sys.argv[2]
+tmp = out + ".part"
+with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
+    while True:
+        block = r.read(1 << 20)
+        if not block:
+            break
+        f.write(block)
+if url.endswith(".gz") and not out.endswith((".gz", ".tgz")):
+    data = gzip.decompress(open(tmp, "rb").read())
+    open(tmp, "wb").write(data)
+os.replace(tmp, out)
+PY
+}
+
+# pc_extract ARCHIVE DIR: unpack a .tgz/.tar.gz/.zip with Python (tarfile/zipfile).
+pc_extract() {
+  python - "$1" "$2" <<'PY'
+import sys, tarfile, zipfile
+src, dst = sys.argv[1], sys.argv[2]
+if zipfile.is_zipfile(src):
+    zipfile.ZipFile(src).extractall(dst)
+else:
+    with tarfile.open(src) as t:
+        t.extractall(dst, filter="data") if hasattr(tarfile, "data_filter") else t.extractall(dst)
+PY
+}
+
+# pc_check_parallel DIR SRC TGT SPLIT...: files present, UTF-8, same line counts (fails with one line).
+pc_check_parallel() {
+  local dir=$1 src=$2 tgt=$3; shift 3
+  # run as a file: the check needs only the standard library, not the (slow) import of fairseq
+  python "$ROOT/fairseq_outlayers/cli/check_parallel.py" "$dir" --src "$src" --tgt "$tgt" --splits "$@"
+}
+
+# pc_expect_lines FILE EXPECTED [TOLERANCE_PERCENT]: warn (never fail) when FILE's line count is off.
+pc_expect_lines() {
+  local n tol=${3:-5}
+  n=$(wc -l < "$1")
+  if [ $(( n * 100 )) -lt $(( $2 * (100 - tol) )) ] || [ $(( n * 100 )) -gt $(( $2 * (100 + tol) )) ]; then
+    warn "$1 has $n lines; the official data has about $2 (check that the raw files are complete)"
+  fi
+}
+
+# pc_tokenise LANG LOWER IN OUT: Moses tokenisation (sacremoses in one Python process, 2 workers; the same text
+# as `sacremoses -l LANG tokenize`, XML characters escaped), lowercased when LOWER=1.
+pc_tokenise() {
+  local lower=
+  [ "$2" = 1 ] && lower=--lower
+  pc_corpus_tool tokenize --lang "$1" $lower --jobs "${PC_JOBS:-2}" "$3" "$4"
+}
+
+# pc_learn_bpe MERGES CODES FILE [FILE2]: fastBPE codes from one file (one side) or two (joint BPE).
+pc_learn_bpe() {
+  local merges=$1 codes=$2; shift 2
+  fast learnbpe "$merges" "$@" > "$codes"
+}
+
+# pc_apply_bpe CODES IN OUT
+pc_apply_bpe() {
+  fast applybpe "$3" "$2" "$1" > /dev/null 2>&1 || die "fast applybpe failed on $2"
+}
+
+# pc_binarise DEST LOG fairseq-preprocess-options...: (re)build DEST with fairseq-preprocess; on failure show
+# the end of LOG.
+pc_binarise() {
+  local dest=$1 logfile=$2; shift 2
+  rm -rf "$dest"
+  fairseq-preprocess "$@" --destdir "$dest" > "$logfile" 2>&1 || { tail -20 "$logfile" >&2; exit 1; }
+}
+
+# pc_corpus_tool ARGS...: the Python text helpers (tag stripping, SGML/XML extraction, cleaning, splitting).
+pc_corpus_tool() { python "$PC_LIB/corpus_tools.py" --prog "$PC_SCRIPT" "$@"; }
