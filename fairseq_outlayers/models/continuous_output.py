@@ -105,7 +105,6 @@ def build_continuous(args, task, decoder_embed_tokens, input_dim):
     if args.continuous_score_scale is not None and not args.continuous_score_scale > 0:
         raise OutlayersConfigError(f"--continuous-score-scale must be > 0, got {args.continuous_score_scale}")
     if isinstance(decoder_embed_tokens, TargetVectorEmbedding):  # one frozen table for input and output
-        decoder_embed_tokens.table_counted_by_output = False
         return ContinuousOutput(None, decoder_embed_tokens.decodable_mask, input_dim,
                                 layernorm=args.continuous_layernorm, tied_embedding=decoder_embed_tokens,
                                 score_scale=args.continuous_score_scale)

@@ -41,7 +41,6 @@ class TargetVectorEmbedding(nn.Module):
         self.register_buffer("table", table)
         self.proj = nn.Linear(self.vector_dim, embedding_dim, bias=False)
         nn.init.normal_(self.proj.weight, mean=0.0, std=embedding_dim ** -0.5)
-        self.table_counted_by_output = False
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.proj(F.embedding(tokens, self.table).to(self.proj.weight.dtype))
