@@ -5,7 +5,7 @@
     python scripts/lib/corpus_tools.py clean SRC TGT OUT_SRC OUT_TGT [--also RAW_SRC RAW_TGT OUT_RAW_SRC OUT_RAW_TGT]
                                          [--min-len 1] [--max-len 175] [--ratio 1.5]
     python scripts/lib/corpus_tools.py every N IN OUT_EVERY_NTH OUT_REST
-    python scripts/lib/corpus_tools.py tokenize --lang L [--lower] [--jobs 2] IN OUT
+    python scripts/lib/corpus_tools.py tokenize --lang L [--lower] [--normalize] [--jobs 2] IN OUT
 
 ``tags``  the IWSLT ``train.tags.*`` files: drop the talk metadata lines and keep the text of title and
           description lines, as fairseq's prepare-iwslt14.sh (style 2014: <url>, <talkid>, <keywords>) and
@@ -17,7 +17,9 @@
           two more line-aligned files (the raw text) the same way.
 ``tokenize`` Moses tokenisation with sacremoses in one process (optionally several workers), exactly what
           ``sacremoses -l L tokenize`` writes (XML special characters escaped, e.g. ``&apos;``; fairseq's
-          ``--remove-bpe`` output is unescaped again by the Moses detokeniser), then optional lowercasing.
+          ``--remove-bpe`` output is unescaped again by the Moses detokeniser), then optional lowercasing;
+          ``--normalize`` first applies Moses punctuation normalisation and replaces non-printing characters
+          by spaces (fairseq's WMT recipes: normalize-punctuation.perl, remove-non-printing-char.perl).
 ``every`` lines whose number is a multiple of N to one file, the others to another (fairseq's IWSLT'14
           valid split: every 23rd training pair).
 
@@ -92,18 +94,28 @@ def keep_pair(src_tokens, tgt_tokens, min_len, max_len, ratio):
     return a <= ratio * b and b <= ratio * a
 
 
-def _tokenize_chunk(job):
-    from sacremoses import MosesTokenizer
+def remove_non_printing(line):
+    """Replace every Unicode 'other' character (category C*: controls, format, unassigned) by a space."""
+    import unicodedata
 
-    lang, lower, lines = job
+    return "".join(" " if unicodedata.category(c)[0] == "C" else c for c in line)
+
+
+def _tokenize_chunk(job):
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    lang, lower, normalize, lines = job
     tok = MosesTokenizer(lang=lang)
+    if normalize:
+        norm = MosesPunctNormalizer(lang=lang)
+        lines = [remove_non_printing(norm.normalize(line)) for line in lines]
     out = [tok.tokenize(line, return_str=True, escape=True) for line in lines]
     return [x.lower() for x in out] if lower else out
 
 
-def tokenize(lines, lang, lower=False, jobs=1, chunk=20000):
+def tokenize(lines, lang, lower=False, jobs=1, chunk=20000, normalize=False):
     """Tokenise ``lines`` like ``sacremoses -l LANG tokenize`` (escaped), lowercasing when asked."""
-    chunks = [(lang, lower, lines[i:i + chunk]) for i in range(0, len(lines), chunk)]
+    chunks = [(lang, lower, normalize, lines[i:i + chunk]) for i in range(0, len(lines), chunk)]
     if jobs > 1 and len(chunks) > 1:
         from multiprocessing import Pool
 
@@ -144,6 +156,7 @@ def main(argv=None):
     p.add_argument("out")
     p.add_argument("--lang", required=True)
     p.add_argument("--lower", action="store_true")
+    p.add_argument("--normalize", action="store_true")
     p.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     prog = args.prog
@@ -170,7 +183,8 @@ def main(argv=None):
         print(f"{prog}: clean: kept {sum(keep)} of {len(keep)} pairs ({args.min_len}-{args.max_len} tokens, "
               f"ratio <= {args.ratio})", file=sys.stderr)
     elif args.cmd == "tokenize":
-        write_lines(args.out, tokenize(read_lines(prog, args.inp), args.lang, args.lower, args.jobs))
+        write_lines(args.out, tokenize(read_lines(prog, args.inp), args.lang, args.lower, args.jobs,
+                                           normalize=args.normalize))
     elif args.cmd == "every":
         if args.n <= 0:
             fail(prog, f"every: N must be positive, got {args.n}")

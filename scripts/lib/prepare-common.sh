@@ -123,10 +123,28 @@ pc_tokenise() {
   pc_corpus_tool tokenize --lang "$1" $lower --jobs "${PC_JOBS:-2}" "$3" "$4"
 }
 
+# pc_tokenise_norm LANG LOWER IN OUT: the same after Moses punctuation normalisation and removal of
+# non-printing characters (the WMT recipes).
+pc_tokenise_norm() {
+  local lower=
+  [ "$2" = 1 ] && lower=--lower
+  pc_corpus_tool tokenize --lang "$1" $lower --normalize --jobs "${PC_JOBS:-2}" "$3" "$4"
+}
+
+# pc_find DIR NAME: the first regular file called NAME anywhere under DIR (archives extract to various
+# layouts; users copy files flat). Prints nothing when absent.
+pc_find() { find "$1" -name "$2" -type f 2>/dev/null | sort | head -1; }
+
 # pc_learn_bpe MERGES CODES FILE [FILE2]: fastBPE codes from one file (one side) or two (joint BPE).
+# A corpus with fewer possible merges than MERGES makes fastBPE pad the file with repeated zero-count codes, which
+# "fast applybpe" then rejects; those are dropped with a warning (a real corpus never has them).
 pc_learn_bpe() {
-  local merges=$1 codes=$2; shift 2
-  fast learnbpe "$merges" "$@" > "$codes"
+  local merges=$1 codes=$2 n; shift 2
+  fast learnbpe "$merges" "$@" > "$codes.all"
+  awk '$3 > 0 && !seen[$1 " " $2]++' "$codes.all" > "$codes"
+  rm -f "$codes.all"
+  n=$(wc -l < "$codes")
+  [ "$n" -ge "$merges" ] || warn "the training text allows only $n BPE merges (asked for $merges)"
 }
 
 # pc_apply_bpe CODES IN OUT
