@@ -160,6 +160,16 @@ def _read_binary(path: str, collector: _Collector, dictionary_words: List[str]):
     except ImportError:
         raise OutlayersConfigError(f"{path} is a binary vector file; reading it needs gensim (pip install gensim), "
                                    "or convert it to the .vec text format") from None
+    try:
+        _read_gensim(path, collector, dictionary_words, KeyedVectors, load_facebook_vectors)
+    except OutlayersConfigError:
+        raise
+    except Exception as e:  # gensim's own errors on a damaged or foreign file
+        raise OutlayersConfigError(f"{path}: gensim cannot read it as a word2vec or fastText binary "
+                                   f"({type(e).__name__}: {e}); is it a text .vec file with a .bin name?") from None
+
+
+def _read_gensim(path, collector, dictionary_words, KeyedVectors, load_facebook_vectors):
     if _is_fasttext_bin(path):
         kv = load_facebook_vectors(path)
         known = set(kv.key_to_index)
@@ -198,7 +208,8 @@ def load_target_table(dictionary, path: str, min_coverage: float = 0.5, expected
     wanted = {w: i for i, w in enumerate(symbols) if i != dictionary.pad()}
     collector = _Collector(path, wanted)
     if path.endswith(".bin"):
-        _read_binary(path, collector, symbols)
+        words = [w for i, w in enumerate(symbols) if i not in specials and not FILLER.match(w)]
+        _read_binary(path, collector, words)
     else:
         _read_text(path, collector)
     dim = collector.dim

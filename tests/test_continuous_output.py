@@ -113,6 +113,26 @@ def test_word2vec_binary_equals_text(tmp_path):
     assert torch.allclose(a.table, b.table, atol=1e-6) and torch.equal(a.decodable, b.decodable)
 
 
+def test_fasttext_binary_gives_vectors_to_unseen_words(tmp_path):
+    gensim = pytest.importorskip("gensim")
+    from gensim.models.fasttext import FastText, save_facebook_model
+
+    sentences = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "sat", "there"]] * 20
+    model = FastText(sentences=sentences, vector_size=8, min_count=1, epochs=2, workers=1, seed=1)
+    save_facebook_model(model, str(tmp_path / "ft.bin"))
+    d = small_dictionary(["the", "cat", "sat", "cats"])  # 'cats' was never seen: built from n-grams
+    t = load_target_table(d, str(tmp_path / "ft.bin"))
+    assert t.report.coverage == 1.0 and t.decodable[d.index("cats")]
+    expected = model.wv["cats"] / np.linalg.norm(model.wv["cats"])
+    assert np.allclose(t.table[d.index("cats")].numpy(), expected, atol=1e-5)
+    # <unk>: mean of the model's words outside the dictionary (on, mat, a, dog, there), not of the specials
+    outside = sum(model.wv[w] / np.linalg.norm(model.wv[w]) for w in ["on", "mat", "a", "dog", "there"])
+    assert np.allclose(t.table[d.unk()].numpy(), outside / np.linalg.norm(outside), atol=1e-5)
+    (tmp_path / "bad.bin").write_bytes(b"not a model at all")
+    with pytest.raises(OutlayersConfigError, match=r"bad\.bin: gensim cannot read it"):
+        load_target_table(d, str(tmp_path / "bad.bin"))
+
+
 # ------------------------------------------------------------------------------------------------------------
 # the output layer
 # ------------------------------------------------------------------------------------------------------------

@@ -273,15 +273,16 @@ def most_informative_negatives(e_hat: torch.Tensor, target_ids: torch.Tensor, ta
     direction = F.normalize(e_hat.to(table.dtype), dim=-1) - table.index_select(0, target_ids)
     best_val = torch.full((e_hat.size(0),), -math.inf, dtype=torch.float32, device=e_hat.device)
     best_idx = torch.zeros(e_hat.size(0), dtype=torch.long, device=e_hat.device)
-    rows = torch.arange(e_hat.size(0), device=e_hat.device)
     for start in range(0, table.size(0), chunk_size):
         part = table[start:start + chunk_size]
         scores = F.linear(direction, part).float()
         if candidates is not None:
             scores.masked_fill_(~candidates[start:start + chunk_size].unsqueeze(0), -math.inf)
-        local = target_ids - start
+        # the target itself is no negative (written without boolean indexing: no device-to-host sync)
+        local = (target_ids - start).unsqueeze(1)
         inside = (local >= 0) & (local < part.size(0))
-        scores[rows[inside], local[inside]] = -math.inf  # the target itself is no negative
+        local = local.clamp(0, part.size(0) - 1)
+        scores.scatter_(1, local, torch.where(inside, -math.inf, scores.gather(1, local)))
         val, idx = scores.max(dim=-1)
         better = val > best_val
         best_val = torch.where(better, val, best_val)
