@@ -72,7 +72,8 @@ def test_vectors_aligned_to_dictionary(tmp_path):
 
 
 @pytest.mark.parametrize("content,message", [
-    ("3 4\nthe 1 2 3 4\ncat 1 2 3\nsat 1 2 3 4\n", r"v\.vec line 3: word 'cat' has 3 values but the file's vectors have 4"),
+    ("3 4\nthe 1 2 3 4\ncat 1 2 3\nsat 1 2 3 4\n",
+     r"v\.vec line 3: word 'cat' has 3 values but the file's vectors have 4"),
     ("the 1 2 3 4\ncat 1 2 x 4\n", r"v\.vec line 2: word 'cat' has a value that is not a number"),
     ("the 1 2 3 4\ncat 1 nan 3 4\n", r"v\.vec line 2: word 'cat' has a NaN"),
     ("the\n", r"v\.vec line 1: expected 'word v1 ... vm'"),

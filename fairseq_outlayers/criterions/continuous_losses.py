@@ -37,7 +37,8 @@ class VMFNLLConfig(ContinuousLossConfig):
     vmf_variant: VMF_VARIANTS = field(
         default="reg1",
         metadata={"help": "reg1: -log C_m(κ) - ê.e + λ1 κ; reg2: -log C_m(κ) - λ2 ê.e (eq. 3); reg1+reg2: "
-                  "-log C_m(κ) - λ2 ê.e + λ1 κ (with λ1 >= λ2 it drives κ to 0: lower --vmf-lambda1, e.g. 0.02); "
+                  "-log C_m(κ) - λ2 ê.e + λ1 κ (with λ1 >= λ2 it drives κ to 0: lower --vmf-lambda1, e.g. "
+                  "0.02); "
                   "plain: NLLvMF; released: the authors' code, -log C_m(κ) + log(1+κ)(λ - cos)"})
     vmf_lambda1: float = field(default=0.2, metadata={"help": "λ1 of reg1 (paper: 0.2), >= 0"})
     vmf_lambda2: float = field(default=0.1, metadata={"help": "λ2 of reg2 (paper: 0.1), in (0, 1]"})
