@@ -101,6 +101,17 @@ def test_assembly_cache_once_per_step_and_gradient_accumulation():
         assert torch.allclose(p.grad, 2 * g)
     torch.optim.SGD(core.parameters(), lr=0.1).step()
     assert not torch.equal(tgt.weight, w2)  # parameter versions changed: new assembly
+    # fairseq's optimizers write through p.data (no version bump): after backward the next step still re-assembles
+    w4 = tgt.weight
+    tgt(tokens).sum().backward()
+    for p in core.parameters():
+        p.data.add_(1.0)
+    assert torch.allclose(tgt.weight, w4 + 1)
+    with torch.no_grad():  # training mode without gradients: never reused across calls
+        w5 = tgt.weight
+        for p in core.parameters():
+            p.data.add_(1.0)
+        assert torch.allclose(tgt.weight, w5 + 1)
     core.eval()
     with torch.no_grad():
         w3 = tgt.weight

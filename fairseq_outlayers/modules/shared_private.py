@@ -18,10 +18,11 @@ paired word share its whole vector.
 view one side (encoder or decoder) uses like an ``nn.Embedding``: ``forward(tokens)``, ``.weight`` (the assembled
 matrix, what a tied output layer multiplies with), ``embedding_dim``, ``padding_idx``, ``num_embeddings``.
 
-Assembly runs at most once per training step and side: the assembled matrix is cached, keyed on the versions of
-the parameters (an optimizer step changes them), and dropped as soon as its gradient has been computed (so
-gradient accumulation re-assembles) and when the module switches between ``train()`` and ``eval()``; in
-generation it is assembled once.
+Assembly runs at most once per training step and side: in training the assembled matrix is shared by every use
+within one forward pass (decoder input lookup and tied output layer) and dropped as soon as backward has gone
+through it (so the next step, or the next micro-batch of gradient accumulation, re-assembles); in evaluation it is
+kept while the parameters are unchanged (keyed on their storage and version, cleared by ``load_state_dict``,
+``.to()`` and a switch between ``train()`` and ``eval()``), so ``fairseq-generate`` assembles once.
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -130,7 +131,11 @@ class SharedPrivateEmbeddings(nn.Module):
         """``build()`` once per parameter state; dropped when backward has consumed its graph."""
         key = self._key(side)
         hit = self._cache.get(name)
-        if hit is not None and hit[0] == key:
+        # Reuse (a) a matrix whose graph is alive: the same training step (dropped by the hook after backward),
+        # or (b) in evaluation mode, while the parameters are unchanged. A matrix built without gradients in
+        # training mode is not reused: fairseq's optimizers write through ``p.data``, which leaves ``_version``
+        # unchanged, so the key alone cannot tell that a step happened.
+        if hit is not None and hit[0] == key and (hit[1].requires_grad or not self.training):
             return hit[1]
         value = build()
         if value.requires_grad:
