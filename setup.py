@@ -31,8 +31,9 @@ setup(
         "numpy",
     ],
     extras_require={
-        "align": ["systran-align"],
-        "test": ["pytest>=7", "mpmath", "systran-align"],
+        "align": ["systran-align"],  # fast_align for the shared-private pairing and --replace-unk lexicons
+        "vectors": ["gensim>=4.3"],  # training / reading word2vec and fastText target vectors
+        "test": ["pytest>=7", "mpmath", "systran-align", "gensim>=4.3"],
     },
     entry_points={
         "console_scripts": [

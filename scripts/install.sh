@@ -57,16 +57,16 @@ if [ ! -x "$VENV/bin/fast" ]; then
   rm -rf "$tmp"
 fi
 
-# The package itself (editable) with its runtime and test extras (sacrebleu, scipy, sacremoses, systran-align,
-# mpmath, pytest). The constraint keeps pip from replacing the torch pinned above.
+# The package itself (editable) with its runtime deps (sacrebleu, scipy, sacremoses) and extras: systran-align
+# (fast_align), gensim (target vectors), pytest and mpmath (tests). The torch pin keeps pip from replacing it.
 if ! "$PY" -c "import fairseq_outlayers" 2>/dev/null || [ "$ROOT/setup.py" -nt "$VENV/.outlayers-installed" ]; then
   step "installing fairseq_outlayers (editable) with test extras"
-  "${PIP[@]}" -e "$ROOT[test]" torch==2.13.0
+  "${PIP[@]}" -e "$ROOT[test,align,vectors]" torch==2.13.0
   touch "$VENV/.outlayers-installed"
 fi
 
 "$PY" - <<'PY'
-import torch, fairseq, fastBPE, sacrebleu, scipy, sacremoses, systran_align  # noqa: F401
+import torch, fairseq, fastBPE, sacrebleu, scipy, sacremoses, systran_align, gensim  # noqa: F401
 import fairseq_outlayers
 print(f"==> ok: torch {torch.__version__} (cuda: {torch.cuda.is_available()}), fairseq {fairseq.__version__}, "
       f"sacrebleu {sacrebleu.__version__}, fairseq_outlayers {fairseq_outlayers.__version__}")

@@ -29,6 +29,8 @@ DEMO_BASE_ARGS = [
     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
     "--max-tokens", "4096", "--dropout", "0.3",
 ]
+#: base options that belong to the base criterion (each takes one value)
+CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
 
 
 def _bin(name):
@@ -53,8 +55,25 @@ def read_row(path):
     return name, shlex.split(text)
 
 
+def merge_args(base_args, row_args):
+    """Row options on top of the base ones; a row that picks its own ``--criterion`` drops the base criterion and
+    its options (the label smoothing of the cross-entropy criterion means nothing to a continuous loss)."""
+    if "--criterion" not in row_args:
+        return list(base_args) + list(row_args)
+    merged, skip = [], 0
+    for i, arg in enumerate(base_args):
+        if skip:
+            skip -= 1
+            continue
+        if arg in CRITERION_OPTIONS:
+            skip = 1
+            continue
+        merged.append(arg)
+    return merged + list(row_args)
+
+
 def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_path):
-    cmd = [_bin("fairseq-train"), data_bin, "--user-dir", _user_dir(), *base_args, *row_args,
+    cmd = [_bin("fairseq-train"), data_bin, "--user-dir", _user_dir(), *merge_args(base_args, row_args),
            "--seed", str(seed), "--max-update", str(max_update), "--save-dir", save_dir,
            "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
     log("  " + " ".join(shlex.quote(c) for c in cmd))
