@@ -73,6 +73,9 @@ def norm_frequency_correlation(matrix, counts, rows):
 
 def save_scatter(path, counts, norms, rho, title):
     """Figure 2 of the paper: norm against training count (log scale). Returns False without matplotlib."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger verbose
     try:
         import matplotlib
     except ImportError:
@@ -135,7 +138,8 @@ def main(argv=None):
     rho, p, norms = norm_frequency_correlation(matrix, counts, rows)
     layer = getattr(checkpoint_model_args(state), "output_layer", None) or "softmax"
     result = {"checkpoint": args.checkpoint, "tensor": name, "output_layer": layer, "words": len(rows),
-              "spearman_rho": None if rho != rho else rho, "p_value": None if p != p else p, "norm_min": float(norms.min()), "norm_max": float(norms.max())}
+              "spearman_rho": None if rho != rho else rho, "p_value": None if p != p else p,  # NaN: undefined
+              "norm_min": float(norms.min()), "norm_max": float(norms.max())}
     saved = save_scatter(plot, counts, norms, rho, f"{os.path.basename(args.checkpoint)}: {name}")
     result["plot"] = plot if saved else None
     if args.json:

@@ -121,6 +121,7 @@ class FixedRandomOutput(FactorisedSoftmaxOutput):
         self.register_buffer("weight", draw_fixed_targets(dictionary_size, target_dim, init, value_range,
                                                           normalize, seed), persistent=True)
         self.register_buffer("bias", torch.full((dictionary_size,), self.bias_value), persistent=True)
+        self._zero_bias = self.bias_value == 0.0  # a zero bias is skipped in the matrix product (same logits)
         if target_dim != input_dim:
             self.proj = nn.Linear(input_dim, target_dim, bias=False)
             nn.init.xavier_uniform_(self.proj.weight)
@@ -132,8 +133,8 @@ class FixedRandomOutput(FactorisedSoftmaxOutput):
 
     def target_weights(self, ids: Optional[torch.Tensor] = None):
         if ids is None:
-            return self.weight, self.bias
-        return self.weight.index_select(0, ids), self.bias.index_select(0, ids)
+            return self.weight, (None if self._zero_bias else self.bias)
+        return self.weight.index_select(0, ids), (None if self._zero_bias else self.bias.index_select(0, ids))
 
     def frozen_numel(self) -> int:
         return self.weight.numel() + self.bias.numel()
@@ -141,10 +142,12 @@ class FixedRandomOutput(FactorisedSoftmaxOutput):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # a checkpoint's classifier always wins (resuming, generating); say so when the options would draw another
         loaded = state_dict.get(prefix + "weight")
-        if loaded is not None and (loaded.shape != self.weight.shape or not torch.equal(loaded.to(self.weight), self.weight)):
+        if loaded is not None and (loaded.shape != self.weight.shape
+                                   or not torch.equal(loaded.to(self.weight), self.weight)):
             logger.warning("the fixed classifier in the checkpoint differs from the one these --fixed-targets-* "
                            "options draw; using the checkpoint's (sha256 %s)", fingerprint(loaded))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._zero_bias = not bool(self.bias.any())
 
     def describe(self) -> str:
         """One line for the training log: shape, init, seed and the matrix's fingerprint."""
