@@ -131,6 +131,30 @@ def test_a_checkpoint_classifier_wins_over_the_options_and_says_so(caplog):
     assert f"sha256 {fingerprint(a.weight)}" in caplog.text
 
 
+def average_like_fairseq(state_dicts):
+    """What fairseq's scripts/average_checkpoints.py does to each tensor: clone, add the others, divide."""
+    averaged = {}
+    for key in state_dicts[0]:
+        total = state_dicts[0][key].clone()
+        for sd in state_dicts[1:]:
+            total += sd[key]
+        averaged[key] = total.div_(len(state_dicts))
+    return averaged
+
+
+def test_averaged_and_half_precision_checkpoints_restore_the_exact_classifier(caplog):
+    layer = FixedRandomOutput(300, 64, bias_value=0.3, seed=5)
+    exact = layer.state_dict()
+    averaged = average_like_fairseq([exact] * 3)
+    assert not torch.equal(averaged["weight"], exact["weight"])  # the average is off by rounding errors ...
+    fresh = FixedRandomOutput(300, 64, bias_value=0.3, seed=5)
+    with caplog.at_level("WARNING"):
+        fresh.load_state_dict(averaged)
+        fresh.load_state_dict({k: v.half() for k, v in exact.items()})
+    assert torch.equal(fresh.weight, exact["weight"]) and torch.equal(fresh.bias, exact["bias"])  # ... undone
+    assert "differs" not in caplog.text
+
+
 def test_a_zero_bias_is_skipped_and_a_loaded_bias_is_applied():
     layer, h = FixedRandomOutput(10, 4, seed=1), torch.randn(3, 4)
     assert torch.equal(layer(h), F.linear(h, layer.weight))

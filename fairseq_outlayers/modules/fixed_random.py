@@ -95,6 +95,17 @@ def draw_fixed_targets(num_words: int, dim: int, init: str = "uniform", value_ra
     return normalise_rows(matrix) if normalize else matrix
 
 
+def _within_rounding(loaded: torch.Tensor, exact: torch.Tensor, ulps: float = 8.0) -> bool:
+    """True when ``loaded`` is ``exact`` up to a few rounding steps of the coarser of their float types (relative to
+    the largest entry): an average of identical tensors, or the matrix saved in half precision."""
+    if not loaded.is_floating_point():
+        return False
+    scale = float(exact.abs().max()) if exact.numel() else 0.0
+    eps = max(torch.finfo(loaded.dtype).eps, torch.finfo(exact.dtype).eps)
+    atol = ulps * eps * max(scale, 1e-30)
+    return bool(torch.allclose(loaded.double(), exact.double(), rtol=0.0, atol=atol))
+
+
 def fingerprint(tensor: torch.Tensor) -> str:
     """First 12 hex digits of the SHA-256 of a tensor's float32 bytes: compare classifiers across runs."""
     data = tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes()
@@ -140,13 +151,26 @@ class FixedRandomOutput(FactorisedSoftmaxOutput):
         return self.weight.numel() + self.bias.numel()
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # a checkpoint's classifier always wins (resuming, generating); say so when the options would draw another
-        loaded = state_dict.get(prefix + "weight")
-        if loaded is not None and (loaded.shape != self.weight.shape
-                                   or not torch.equal(loaded.to(self.weight), self.weight)):
+        """A checkpoint's classifier wins over the one the options draw (resuming, generating), with a warning
+        when they differ. The same tensors up to rounding -- a checkpoint average (fairseq's
+        average_checkpoints.py sums and divides) or a half-precision checkpoint -- are restored to the exact draw."""
+        drawn = {name: getattr(self, name).clone() for name in ("weight", "bias")}
+        differs = False
+        for name, exact in drawn.items():
+            loaded = state_dict.get(prefix + name)
+            if loaded is None or (loaded.shape == exact.shape and _within_rounding(loaded, exact)):
+                continue  # the same tensor, possibly averaged or in half precision: restored exactly below
+            drawn[name] = None
+            differs = differs or name == "weight"
+        if differs:
             logger.warning("the fixed classifier in the checkpoint differs from the one these --fixed-targets-* "
-                           "options draw; using the checkpoint's (sha256 %s)", fingerprint(loaded))
+                           "options draw; using the checkpoint's (sha256 %s)",
+                           fingerprint(state_dict[prefix + "weight"]))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        with torch.no_grad():
+            for name, exact in drawn.items():
+                if exact is not None and prefix + name in state_dict:
+                    getattr(self, name).copy_(exact)
         self._zero_bias = not bool(self.bias.any())
 
     def describe(self) -> str:
