@@ -246,3 +246,39 @@ def test_console_tool(tmp_path, capsys):
     short = _write(tmp_path / "short.en", ["the"])
     assert main(cmd[3:6] + [short] + cmd[7:-1] + [str(tmp_path / "q.txt")]) == 1
     assert "not line-aligned" in capsys.readouterr().err and not os.path.exists(tmp_path / "q.txt")
+
+
+# --------------------------------------------------------------------------------------------------------
+# slow: the real Multi30k training set
+
+MULTI30K = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data",
+                        "multi30k")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isfile(os.path.join(MULTI30K, "train.de")), reason="Multi30k not available")
+def test_multi30k_word_pairing(tmp_path):
+    from fairseq.data import Dictionary
+    from sacremoses import MosesTokenizer
+
+    paths = {}
+    for lang in ("de", "en"):
+        tok = MosesTokenizer(lang=lang)
+        d = Dictionary()
+        paths[lang] = str(tmp_path / f"train.{lang}")
+        with open(os.path.join(MULTI30K, f"train.{lang}"), encoding="utf-8") as f, \
+                open(paths[lang], "w", encoding="utf-8") as out:
+            for line in f:
+                toks = tok.tokenize(line.strip().lower(), escape=False)
+                out.write(" ".join(toks) + "\n")
+                for w in toks:
+                    d.add_symbol(w)
+        d.finalize(padding_factor=1)
+        d.save(str(tmp_path / f"dict.{lang}.txt"))
+    pairing, timing = make_pairing(paths["de"], paths["en"], str(tmp_path / "dict.de.txt"),
+                                   str(tmp_path / "dict.en.txt"))
+    pairs = {p.src: (p.category, p.tgt) for p in pairing.pairs}
+    for de, en in (("mann", "man"), ("hund", "dog"), ("frau", "woman"), ("haus", "house"), ("wasser", "water")):
+        assert pairs[de] == ("lm", en), (de, pairs.get(de))
+    c = pairing.counts()
+    assert c["lm"] > 8000 and c["wf"] > 10 and timing["sentences"] == 29000

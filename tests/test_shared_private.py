@@ -243,3 +243,43 @@ def test_configuration_errors(tiny_bin, tiny_bin_joined, tiny_pairing, tmp_path)
                                                        "--pairing", tiny_pairing], check=False)
     assert proc.returncode != 0 and "use --output-layer tied" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------------------
+# slow: data parallelism and fairseq-hydra-train
+
+
+@pytest.mark.slow
+def test_data_parallel_two_processes_match_single_process(tiny_bin, tiny_pairing, tmp_path):
+    """Two gloo workers with half the batch each end where one process with --update-freq 2 ends (the shared
+    blocks are registered under the encoder and the decoder; their gradients are reduced once)."""
+    from harness import train_distributed
+
+    extra = ["--embeddings", "shared-private", "--output-layer", "tied", "--pairing", tiny_pairing,
+             "--required-batch-size-multiple", "1"]
+    train(tiny_bin, str(tmp_path / "one"), extra=extra + ["--update-freq", "2"], max_update=3)
+    train_distributed(tiny_bin, str(tmp_path / "two"), extra=extra, max_update=3)
+    a = torch.load(os.path.join(tmp_path / "one", "checkpoint_last.pt"), map_location="cpu")["model"]
+    b = torch.load(os.path.join(tmp_path / "two", "checkpoint_last.pt"), map_location="cpu")["model"]
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.allclose(a[key].float(), b[key].float(), atol=1e-5, rtol=1e-4), key
+
+
+@pytest.mark.slow
+def test_hydra_train_then_generate(tiny_bin, tiny_pairing, tmp_path):
+    from harness import USER_DIR, run, tool
+
+    save = str(tmp_path / "hydra")
+    run([tool("fairseq-hydra-train"), "--config-dir", os.path.join(REPO, "configs", "multi30k_de_en"),
+         "--config-name", "transformer_small", f"common.user_dir={USER_DIR}", f"task.data={tiny_bin}",
+         "common.cpu=true", "model.output_layer=tied", "+model.embeddings=shared-private",
+         f"+model.pairing={tiny_pairing}", "+model.shared_private_lambdas='0.9,0.7,0.5'", "+model.encoder_layers=1",
+         "+model.decoder_layers=1", "+model.encoder_embed_dim=32", "+model.decoder_embed_dim=32",
+         "+model.encoder_ffn_embed_dim=64", "+model.decoder_ffn_embed_dim=64", "optimization.max_update=3",
+         "dataset.max_tokens=600", "dataset.num_workers=0", f"checkpoint.save_dir={save}",
+         f"hydra.run.dir={tmp_path}/hydra_out"])
+    state = torch.load(os.path.join(save, "checkpoint_last.pt"), map_location="cpu")
+    assert "encoder.embed_tokens.core.src_rows" in state["model"]
+    _, hyps = generate(tiny_bin, os.path.join(save, "checkpoint_last.pt"))
+    assert len(hyps) == 24
