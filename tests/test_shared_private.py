@@ -227,12 +227,17 @@ def test_train_then_generate_without_pairing_file(tiny_bin, tiny_pairing, tmp_pa
 def test_configuration_errors(tiny_bin, tiny_bin_joined, tiny_pairing, tmp_path):
     from fairseq_outlayers.errors import OutlayersConfigError
 
+    vectors = str(tmp_path / "vectors.txt")
+    with open(vectors, "w") as f:
+        f.write("0 32\n")  # a word2vec text header and no vectors
     cases = [
         (tiny_bin, ["--output-layer", "tied"], "needs --pairing PATH"),
         (tiny_bin_joined, ["--output-layer", "tied", "--pairing", tiny_pairing], "is not the one"),
         (tiny_bin, ["--output-layer", "tied", "--pairing", tiny_pairing, "--shared-private-lambdas", "0.9,2,0.5"],
          "three numbers in [0, 1]"),
         (tiny_bin_joined, ["--output-layer", "tied-all", "--pairing", tiny_pairing], "three-way tying"),
+        (tiny_bin, ["--output-layer", "tied", "--pairing", tiny_pairing, "--decoder-embed-path", vectors],
+         "--decoder-embed-path loads or freezes a plain embedding matrix"),
     ]
     for bin_dir, extra, message in cases:
         with pytest.raises(OutlayersConfigError) as err:

@@ -75,6 +75,12 @@ def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_e
             f"--embeddings shared-private ties the output projection to the assembled target embeddings (Liu et "
             f"al. 2019), but --output-layer {args.output_layer} is untied; use --output-layer tied"
         )
+    for option in ("encoder_embed_path", "decoder_embed_path", "encoder_freeze_embed", "decoder_freeze_embed"):
+        if getattr(args, option, None):
+            raise OutlayersConfigError(
+                f"--{option.replace('_', '-')} loads or freezes a plain embedding matrix; shared-private embeddings "
+                "are assembled from blocks, so it cannot be combined with --embeddings shared-private (drop it)"
+            )
     if encoder_dim != decoder_dim:
         raise OutlayersConfigError(
             f"--embeddings shared-private shares features between source and target vectors, so "

@@ -193,11 +193,6 @@ class SharedPrivateEmbeddings(nn.Module):
         self.clear_cache()
         return super()._load_from_state_dict(*args, **kwargs)
 
-    def numel_by_block(self) -> Dict[str, int]:
-        return {"shared": sum(p.numel() for p in self.shared),
-                "source_private": sum(p.numel() for p in self.src_private) + self.src_unpaired.numel(),
-                "target_private": sum(p.numel() for p in self.tgt_private) + self.tgt_unpaired.numel()}
-
     def extra_repr(self) -> str:
         return (f"src={self.src_size}, tgt={self.tgt_size}, dim={self.dim}, lambdas={self.lambdas}, "
                 f"pairs={self.counts}")

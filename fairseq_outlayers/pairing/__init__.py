@@ -41,7 +41,7 @@ def make_pairing(src_text, tgt_text, src_dict_path, tgt_dict_path, aligner="syst
         raise OutlayersConfigError(f"--aligner must be 'systran' or 'pharaoh', not '{aligner}'")
     probs, counter = estimate_probabilities(linked)
     t1 = time.perf_counter()
-    words = sum(len(s) + len(t) for s, t in corpus())
+    words = counter.words
     pairing = pair_dictionaries(src_dict, tgt_dict, probs, threshold,
                                 dict(info, sentences=str(counter.sentences), links=str(counter.links)))
     t2 = time.perf_counter()

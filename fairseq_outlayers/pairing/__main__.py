@@ -39,6 +39,10 @@ def main(argv=None):
     try:
         import os
 
+        if not 0.0 <= args.threshold <= 1.0:
+            raise OutlayersConfigError(f"--threshold must be in [0, 1], got {args.threshold}")
+        if args.iterations < 1:
+            raise OutlayersConfigError(f"--iterations must be at least 1, got {args.iterations}")
         if os.path.exists(args.output) and not args.force:
             raise OutlayersConfigError(f"'{args.output}' exists; choose another -o path or pass --force to overwrite it")
         pairing, t = make_pairing(args.src_text, args.tgt_text, args.src_dict, args.tgt_dict, aligner=args.aligner,

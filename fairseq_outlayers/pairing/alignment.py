@@ -45,12 +45,14 @@ class LinkCounter:
         self.counts: Counter = Counter()
         self.sentences = 0
         self.links = 0
+        self.words = 0  # source + target tokens seen
 
     def add(self, src: Sequence[str], tgt: Sequence[str], links: Iterable[Tuple[int, int]]):
         pairs = [(src[i], tgt[j]) for i, j in links]
         self.counts.update(pairs)
         self.sentences += 1
         self.links += len(pairs)
+        self.words += len(src) + len(tgt)
 
     def probabilities(self) -> Dict[str, Dict[str, float]]:
         """{x: {y: A(y|x)}} for every source token with at least one link."""

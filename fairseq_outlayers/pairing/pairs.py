@@ -19,7 +19,7 @@ per line: ``category<TAB>source token<TAB>target token<TAB>A(y|x)`` (A is 0 for 
 """
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
 
@@ -256,9 +256,3 @@ def lambdas_from_string(value) -> Tuple[float, float, float]:
         )
     return lams
 
-
-def find_pairing(path: Optional[str]) -> str:
-    if not path:
-        raise OutlayersConfigError("--embeddings shared-private needs --pairing PATH (a pairing file made with "
-                                   "python -m fairseq_outlayers.pairing; see docs/shared-private.md)")
-    return path
