@@ -288,3 +288,21 @@ def test_hydra_train_then_generate(tiny_bin, tiny_pairing, tmp_path):
     assert "encoder.embed_tokens.core.src_rows" in state["model"]
     _, hyps = generate(tiny_bin, os.path.join(save, "checkpoint_last.pt"))
     assert len(hyps) == 24
+
+
+def test_identical_pairing_is_three_way_sharing(tiny_bin, tiny_bin_joined, tmp_path):
+    """--identical (joined dictionary) with lambda_wf = 1: every non-special word has one vector for source,
+    target and output, i.e. three-way tying (Press & Wolf 2017) with private special symbols."""
+    from fairseq_outlayers.pairing.__main__ import main
+
+    path = str(tmp_path / "identical.txt")
+    joined = os.path.join(tiny_bin_joined, "dict.de.txt")
+    assert main(["--identical", "--src-dict", joined, "--tgt-dict", joined, "-o", path]) == 0
+    _, model = _build(tiny_bin_joined, ["--output-layer", "tied", "--embeddings", "shared-private", "--pairing", path,
+                                        "--shared-private-lambdas", "0,1,0"])
+    n, d = len(model.encoder.dictionary), 32
+    assert sum(p.numel() for p in model.encoder.embed_tokens.parameters()) == n * d + 4 * d  # 4 private specials
+    ex, ey = model.encoder.embed_tokens.weight, model.decoder.embed_tokens.weight
+    assert torch.equal(ex[4:], ey[4:]) and not torch.equal(ex[:4], ey[:4])
+    separate = os.path.join(tiny_bin, "dict.de.txt"), os.path.join(tiny_bin, "dict.en.txt")
+    assert main(["--identical", "--src-dict", separate[0], "--tgt-dict", separate[1], "-o", path + "2"]) == 1

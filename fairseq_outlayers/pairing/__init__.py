@@ -8,12 +8,12 @@ links, pairs the two dictionaries (lexical meaning, same word form, unrelated) a
 from .alignment import LexicalTable, LinkCounter, estimate_probabilities, forward_viterbi, read_pharaoh, systran_links
 from .corpus import dictionary_hash, load_dictionary, read_parallel, special_indices
 from .pairs import (CATEGORIES, DEFAULT_THRESHOLD, Pair, Pairing, index_maps, lambdas_from_string, pair_dictionaries,
-                    pair_words, read_pairing, vocabulary, write_pairing)
+                    pair_identical, pair_words, read_pairing, vocabulary, write_pairing)
 
 __all__ = [
     "CATEGORIES", "DEFAULT_THRESHOLD", "LexicalTable", "LinkCounter", "Pair", "Pairing", "dictionary_hash",
     "estimate_probabilities", "forward_viterbi", "index_maps", "lambdas_from_string", "load_dictionary",
-    "pair_dictionaries", "pair_words", "read_pairing", "read_parallel", "read_pharaoh", "special_indices",
+    "pair_dictionaries", "pair_identical", "pair_words", "read_pairing", "read_parallel", "read_pharaoh", "special_indices",
     "systran_links", "vocabulary", "write_pairing", "make_pairing",
 ]
 

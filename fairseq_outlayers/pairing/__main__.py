@@ -11,8 +11,9 @@ from fairseq_outlayers.errors import OutlayersConfigError
 
 def build_parser():
     p = argparse.ArgumentParser(prog="python -m fairseq_outlayers.pairing", description=__doc__.strip().splitlines()[0])
-    p.add_argument("--src-text", required=True, help="source side of the training corpus (tokenised, BPE'd)")
-    p.add_argument("--tgt-text", required=True, help="target side, line-aligned with --src-text")
+    p.add_argument("--src-text", help="source side of the training corpus (tokenised, BPE'd); required unless "
+                   "--identical")
+    p.add_argument("--tgt-text", help="target side, line-aligned with --src-text")
     p.add_argument("--src-dict", required=True, help="source dictionary (data-bin/dict.SRC.txt)")
     p.add_argument("--tgt-dict", required=True, help="target dictionary (data-bin/dict.TGT.txt)")
     p.add_argument("-o", "--output", required=True, help="pairing file to write")
@@ -25,6 +26,9 @@ def build_parser():
     p.add_argument("--iterations", type=int, default=5, help="fast_align EM iterations (default: 5)")
     p.add_argument("--threshold", type=float, default=0.05,
                    help="minimum A(y|x) for a lexical-meaning pair (default: 0.05, the paper's value)")
+    p.add_argument("--identical", action="store_true",
+                   help="joined dictionary only: pair every word with itself (category wf), no alignment; with "
+                   "--shared-private-lambdas 0,1,0 this is three-way weight tying of the non-special words")
     p.add_argument("--force", action="store_true", help="overwrite -o if it exists")
     return p
 
@@ -45,15 +49,23 @@ def main(argv=None):
             raise OutlayersConfigError(f"--iterations must be at least 1, got {args.iterations}")
         if os.path.exists(args.output) and not args.force:
             raise OutlayersConfigError(f"'{args.output}' exists; choose another -o path or pass --force to overwrite it")
-        pairing, t = make_pairing(args.src_text, args.tgt_text, args.src_dict, args.tgt_dict, aligner=args.aligner,
-                                  alignment=args.alignment, direction=args.direction, threshold=args.threshold,
-                                  iterations=args.iterations, log=log)
+        if args.identical:
+            from . import load_dictionary, pair_identical
+
+            pairing = pair_identical(load_dictionary(args.src_dict), load_dictionary(args.tgt_dict))
+        else:
+            if not args.src_text or not args.tgt_text:
+                raise OutlayersConfigError("--src-text and --tgt-text are required (the training text the "
+                                           "aligner reads), unless --identical")
+            pairing, t = make_pairing(args.src_text, args.tgt_text, args.src_dict, args.tgt_dict,
+                                      aligner=args.aligner, alignment=args.alignment, direction=args.direction,
+                                      threshold=args.threshold, iterations=args.iterations, log=log)
+            log(f"aligned {t['sentences']} sentence pairs, {t['words']} words in {t['align_s']:.1f} s "
+                f"({t['words'] / max(t['align_s'], 1e-9):,.0f} words/s); paired in {t['pair_s']:.2f} s")
         write_pairing(args.output, pairing, overwrite=args.force)
     except OutlayersConfigError as e:
         print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
         return 1
-    log(f"aligned {t['sentences']} sentence pairs, {t['words']} words in {t['align_s']:.1f} s "
-        f"({t['words'] / max(t['align_s'], 1e-9):,.0f} words/s); paired in {t['pair_s']:.2f} s")
     print(f"wrote {args.output}:\n{pairing.summary()}")
     return 0
 

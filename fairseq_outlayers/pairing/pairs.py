@@ -119,6 +119,25 @@ def pair_dictionaries(src_dict, tgt_dict, probs, threshold: float = DEFAULT_THRE
     return pairing
 
 
+def pair_identical(src_dict, tgt_dict) -> Pairing:
+    """Joined dictionary only: every non-special word paired with itself, as a same-word-form pair.
+
+    This is the three-way sharing option: with lambda_wf = 1 the source and target vectors of every word are one
+    vector (three-way weight tying of Press & Wolf 2017 with private special symbols); with lambda_wf < 1 each word
+    keeps (1 - lambda_wf) d private features per language."""
+    if dictionary_hash(src_dict) != dictionary_hash(tgt_dict):
+        raise OutlayersConfigError(
+            f"--identical pairs each word with itself and needs one joined dictionary (fairseq-preprocess "
+            f"--joined-dictionary), but the source ({len(src_dict)} symbols) and target ({len(tgt_dict)} symbols) "
+            "dictionaries differ"
+        )
+    pairing = Pairing([Pair("wf", tok, tok, 1.0) for tok, _ in vocabulary(src_dict)])
+    pairing.src_hash = pairing.tgt_hash = dictionary_hash(src_dict)
+    pairing.src_size = pairing.tgt_size = len(src_dict)
+    pairing.info = {"aligner": "none", "pairing": "identical"}
+    return pairing
+
+
 # ---------------------------------------------------------------------------------------------------------
 # file format
 
