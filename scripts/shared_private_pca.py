@@ -14,7 +14,7 @@ paired and between randomly matched vectors, the quantity the figure illustrates
 import argparse
 import os
 import sys
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CATEGORIES = ("lm", "wf", "ur")

@@ -100,9 +100,10 @@ class SharedPrivateEmbeddings(nn.Module):
         self.tgt_private = nn.ParameterList([param(self.counts[c], dim - k) for c, k in zip(CATEGORIES, self.widths)])
         self.src_unpaired = param(len(src_unpaired), dim)
         self.tgt_unpaired = param(len(tgt_unpaired), dim)
-        with torch.no_grad():
-            for pad, unpaired, rows, n_paired in ((src_padding_idx, self.src_unpaired, self.src_rows, len(src_rows) - len(src_unpaired)),
-                                                  (tgt_padding_idx, self.tgt_unpaired, self.tgt_rows, len(tgt_rows) - len(tgt_unpaired))):
+        n_paired = sum(self.counts.values())
+        with torch.no_grad():  # padding rows start at zero, as in fairseq's embeddings
+            for pad, unpaired, rows in ((src_padding_idx, self.src_unpaired, self.src_rows),
+                                        (tgt_padding_idx, self.tgt_unpaired, self.tgt_rows)):
                 if pad is not None:
                     r = int(rows[pad])
                     if r < n_paired:
