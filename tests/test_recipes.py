@@ -1,0 +1,421 @@
+"""The shell recipes: scripts/prepare-*.sh on tiny fake raw corpora in the official layouts (offline path),
+the --force / never-overwrite rule, one-line errors on bad input, scripts/train.sh and scripts/evaluate.sh end
+to end on a 300-line slice of Multi30k, and the hydra YAMLs against train.sh.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+import torch
+
+from harness import REPO, run, tool
+
+SCRIPTS = os.path.join(REPO, "scripts")
+MULTI30K = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
+sys.path.insert(0, os.path.join(SCRIPTS, "lib"))
+import corpus_tools  # noqa: E402
+
+TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+        "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+        "--decoder-attention-heads", "2", "--max-tokens", "1500", "--cpu", "--num-workers", "0",
+        "--no-epoch-checkpoints", "--no-progress-bar", "--log-interval", "1"]
+
+
+def bash(script, *args, env=None, check=True):
+    return run(["bash", os.path.join(SCRIPTS, script), *args], env=env, check=check)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fake raw corpora in the official layouts, filled with Multi30k sentences (real text, real tokenisation)
+# ---------------------------------------------------------------------------------------------------------------
+def sentences(lang, n, start=0):
+    with open(os.path.join(MULTI30K, f"train.{lang}"), encoding="utf-8") as f:
+        lines = [line.strip() for _, line in zip(range(start + n), f)]
+    return lines[start:]
+
+
+def write(path, lines):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(x + "\n" for x in lines))
+
+
+def tags_file(path, sents, talk=20):
+    out = []
+    for i in range(0, len(sents), talk):
+        out += [f"<url>http://www.ted.com/talks/{i}</url>", "<keywords>talks, science</keywords>",
+                f"<talkid>{i}</talkid>", f"<title>Talk number {i}</title>", f"<description>About {i}</description>"]
+        out += sents[i:i + talk]
+    write(path, out)
+
+
+def seg_file(path, sents):
+    write(path, ['<?xml version="1.0" encoding="UTF-8"?>', "<mteval>", '<srcset setid="t" srclang="any">',
+                 '<doc docid="1" genre="news">'] + [f'<seg id="{i}"> {s} </seg>' for i, s in enumerate(sents, 1)]
+          + ["</doc>", "</srcset>", "</mteval>"])
+
+
+IWSLT14_SETS = ["IWSLT14.TED.dev2010", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011", "IWSLT14.TED.tst2012",
+                "IWSLT14.TEDX.dev2012"]
+
+
+def fake_iwslt14(root, n=230, ntest=8):
+    d = os.path.join(root, "de-en")
+    for lang in ("de", "en"):
+        tags_file(os.path.join(d, f"train.tags.de-en.{lang}"), sentences(lang, n))
+        for k, name in enumerate(IWSLT14_SETS):
+            seg_file(os.path.join(d, f"{name}.de-en.{lang}.xml"), sentences(lang, ntest, 1000 + k * ntest))
+    return root
+
+
+def fake_wmt(root, nc="news-commentary-v12", dev="newstest2013", test="newstest2014", n=120, sgm_dev=False):
+    for lang in ("de", "en"):
+        write(os.path.join(root, "training", f"europarl-v7.de-en.{lang}"), sentences(lang, n))
+        write(os.path.join(root, f"{nc}.de-en.{lang}"), sentences(lang, n, n))
+        side = "ref" if (lang == "de") == (test == "newstest2014") else "src"
+        if sgm_dev:
+            seg_file(os.path.join(root, "dev", f"{dev}-deen-{side}.{lang}.sgm"), sentences(lang, 10, 2000))
+        else:
+            write(os.path.join(root, "dev", f"{dev}.{lang}"), sentences(lang, 10, 2000))
+        seg_file(os.path.join(root, "test", f"{test}-deen-{side}.{lang}.sgm"), sentences(lang, 12, 2100))
+    return root
+
+
+def fake_iwslt17(root, src="fr", n=200, ntest=9):
+    d = os.path.join(root, f"{src}-en")
+    for lang in (src, "en"):
+        tags_file(os.path.join(d, f"train.tags.{src}-en.{lang}"), sentences(lang, n))
+        for k, name in enumerate(["IWSLT17.TED.tst2014", "IWSLT17.TED.tst2015"]):
+            seg_file(os.path.join(d, f"{name}.{src}-en.{lang}.xml"), sentences(lang, ntest, 1000 + k * ntest))
+    return root
+
+
+def lines_of(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+needs_multi30k = pytest.mark.skipif(not os.path.isdir(MULTI30K), reason=f"{MULTI30K} not found")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# corpus_tools: the rules the scripts rely on
+# ---------------------------------------------------------------------------------------------------------------
+def test_corpus_tools_rules(tmp_path):
+    # Moses clean-corpus-n: both sides within [min, max] tokens and neither more than ratio x the other
+    assert corpus_tools.keep_pair("a b c".split(), "x y".split(), 1, 175, 1.5)
+    assert not corpus_tools.keep_pair("a b c d".split(), "x y".split(), 1, 175, 1.5)   # 4 > 1.5 * 2
+    assert not corpus_tools.keep_pair([], ["x"], 1, 175, 1.5)
+    assert not corpus_tools.keep_pair(["a"] * 176, ["x"] * 176, 1, 175, 1.5)
+    # IWSLT tag files: metadata dropped, title/description text kept (fairseq's rule)
+    kept = corpus_tools.strip_tags(["<url>u</url>", "<talkid>1</talkid>", "<keywords>k</keywords>",
+                                    "<title>T</title>", "<description>D</description>", "text"], "2014")
+    assert kept == ["T", "D", "text"]
+    assert corpus_tools.strip_tags(["<speaker>S</speaker>", "x"], "2017") == ["x"]
+    assert corpus_tools.segments(['<seg id="3"> it’s here </seg>', "<doc>", '<seg id=4>b</seg>']) == \
+        ["it's here", "b"]
+    # every-N split and tokenisation equal to the sacremoses command line (escaped) with lowercasing
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"l{i}\n" for i in range(1, 48)), encoding="utf-8")
+    corpus_tools.main(["every", "23", str(src), str(tmp_path / "v"), str(tmp_path / "t")])
+    assert lines_of(tmp_path / "v") == ["l23", "l46"] and len(lines_of(tmp_path / "t")) == 45
+    assert corpus_tools.tokenize(["It's a <b> Test!"], "en", lower=True) == ["it &apos;s a &lt; b &gt; test !"]
+    # line splitting only on \n: a U+2028 inside a sentence does not add a line
+    (tmp_path / "u.txt").write_text("a\u2028b\nc\n", encoding="utf-8")
+    assert corpus_tools.read_lines("x", str(tmp_path / "u.txt")) == ["a\u2028b", "c"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# preparation scripts
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def multi30k_slice(tmp_path_factory):
+    """prepare-multi30k.sh on the first 300 lines of every split (500 BPE merges)."""
+    if not os.path.isdir(MULTI30K):
+        pytest.skip(f"{MULTI30K} not found")
+    raw = tmp_path_factory.mktemp("m30raw")
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            with open(os.path.join(MULTI30K, f"{split}.{lang}"), encoding="utf-8") as f:
+                write(str(raw / f"{split}.{lang}"), [line.rstrip("\n") for _, line in zip(range(300), f)])
+    out = str(tmp_path_factory.mktemp("m30") / "multi30k")
+    proc = bash("prepare-multi30k.sh", "--src", "de", "--tgt", "en", "--bpe-merges", "500", "--out", out,
+                env={"MULTI30K_DIR": str(raw)})
+    return {"raw": str(raw), "out": out, "bin": os.path.join(out, "data-bin", "de-en"), "log": proc.stdout}
+
+
+@needs_multi30k
+def test_prepare_multi30k_outputs_and_skip(multi30k_slice):
+    out, dest = multi30k_slice["out"], multi30k_slice["bin"]
+    assert f"raw data: local copy {multi30k_slice['raw']}" in multi30k_slice["log"]
+    for name in ("dict.de.txt", "dict.en.txt", "train.de-en.de.bin", "test.de-en.en.idx", "bpecodes", ".done"):
+        assert os.path.isfile(os.path.join(dest, name)), name
+    assert open(os.path.join(dest, ".done")).read() == \
+        f"origin: local copy ({multi30k_slice['raw']})\nlowercase: 1\nbpe_merges: 500\n"
+    # the tokenised text is exactly what the lead's original pipeline wrote (sacremoses CLI, then lowercasing)
+    cli = run(["bash", "-c", f"{tool('sacremoses')} -l en -j 1 tokenize -x < {out}/raw/val.en"]).stdout
+    assert lines_of(os.path.join(out, "tok", "val.en")) == [x.lower() for x in cli.split("\n")[:-1]]
+    # a finished output is never rebuilt without --force
+    before = os.path.getmtime(os.path.join(dest, ".done"))
+    again = bash("prepare-multi30k.sh", "--src", "de", "--tgt", "en", "--out", out)
+    assert again.stdout.strip() == f"prepare-multi30k.sh: {dest} is already prepared; nothing to do (pass --force " \
+        "to rebuild it)"
+    assert os.path.getmtime(os.path.join(dest, ".done")) == before
+
+
+def test_prepare_iwslt14_split_and_force(tmp_path):
+    raw = fake_iwslt14(str(tmp_path / "orig"))
+    out = str(tmp_path / "iwslt14")
+    proc = bash("prepare-iwslt14.sh", "--bpe-merges", "300", "--out", out, env={"IWSLT14_DIR": raw})
+    dest = os.path.join(out, "data-bin", "de-en")
+    assert "WARNING" in proc.stdout and "160239" in proc.stdout  # the fake corpus is far from the official size
+    # training text: 230 sentences + 12 talks x (title, description); cleaning keeps pairs with ratio <= 1.5
+    kept = [corpus_tools.keep_pair(a.split(), b.split(), 1, 175, 1.5) for a, b in
+            zip(lines_of(os.path.join(out, "tok", "train.all.de")), lines_of(os.path.join(out, "tok", "train.all.en")))]
+    assert len(kept) == 230 + 2 * 12
+    n_valid = sum(kept) // 23
+    assert len(lines_of(os.path.join(out, "tok", "valid.en"))) == n_valid
+    assert len(lines_of(os.path.join(out, "tok", "train.en"))) == sum(kept) - n_valid
+    assert not any("<url>" in x or "talkid" in x for x in lines_of(os.path.join(out, "tok", "train.all.en")))
+    # test = the five test sets in fairseq's order, raw text kept for sacreBLEU
+    expected = [s for k in range(5) for s in sentences("en", 8, 1000 + k * 8)]
+    assert lines_of(os.path.join(out, "raw", "test.en")) == expected
+    assert lines_of(os.path.join(out, "tok", "test.en"))[0] == corpus_tools.tokenize([expected[0]], "en", True)[0]
+    # raw valid/train are the untokenised text of exactly the kept pairs
+    assert len(lines_of(os.path.join(out, "raw", "valid.de"))) == n_valid
+    assert os.path.isfile(os.path.join(dest, ".done")) and os.path.isfile(os.path.join(dest, "dict.de.txt"))
+    # never overwritten without --force; --force rebuilds
+    stamp = os.path.getmtime(os.path.join(dest, ".done"))
+    again = bash("prepare-iwslt14.sh", "--out", out, env={"IWSLT14_DIR": raw})
+    assert "already prepared" in again.stdout and "--force" in again.stdout
+    assert os.path.getmtime(os.path.join(dest, ".done")) == stamp
+    forced = bash("prepare-iwslt14.sh", "--bpe-merges", "200", "--out", out, "--force", "--joined-dictionary",
+                  env={"IWSLT14_DIR": raw})
+    assert "done:" in forced.stdout
+    assert "bpe_merges: 200" in open(os.path.join(dest, ".done")).read()
+    assert open(os.path.join(dest, "dict.de.txt")).read() == open(os.path.join(dest, "dict.en.txt")).read()
+
+
+def test_prepare_wmt14_sgm_test_joined_dictionary(tmp_path):
+    raw = fake_wmt(str(tmp_path / "orig"))
+    os.remove(os.path.join(raw, "news-commentary-v12.de-en.de"))  # a missing corpus is skipped with a warning
+    out = str(tmp_path / "wmt14")
+    proc = bash("prepare-wmt14en2de.sh", "--local", raw, "--out", out)
+    assert "news-commentary-v12.de-en.{en,de} not found" in proc.stdout
+    assert "allows only" in proc.stdout  # a 120-line corpus cannot give 32000 merges: warned, codes cleaned
+    dest = os.path.join(out, "data-bin", "en-de")
+    # test = the <seg> text of newstest2014 (src side for English, ref side for German)
+    assert lines_of(os.path.join(out, "raw", "test.de")) == sentences("de", 12, 2100)
+    assert lines_of(os.path.join(out, "raw", "valid.en")) == sentences("en", 10, 2000)
+    assert len(lines_of(os.path.join(out, "bpe", "train.all.en"))) == 120   # europarl only
+    assert open(os.path.join(dest, "dict.en.txt")).read() == open(os.path.join(dest, "dict.de.txt")).read()
+    assert "joined_dictionary: 1" in open(os.path.join(dest, ".done")).read()
+
+
+def test_prepare_wmt16_word_level_target(tmp_path):
+    raw = fake_wmt(str(tmp_path / "orig"), nc="news-commentary-v11", dev="newstest2015", test="newstest2016",
+                   sgm_dev=True)
+    out = str(tmp_path / "wmt16")
+    bash("prepare-wmt16-word.sh", "--local", raw, "--out", out, "--src-bpe-merges", "400", "--tgt-vocab", "200")
+    dest = os.path.join(out, "data-bin", "de-en")
+    src = open(os.path.join(out, "bpe", "train.de"), encoding="utf-8").read()
+    tgt = open(os.path.join(out, "bpe", "train.en"), encoding="utf-8").read()
+    assert "@@" in src and "@@" not in tgt                 # BPE on the source side only
+    assert tgt == open(os.path.join(out, "tok", "train.en"), encoding="utf-8").read()
+    words = [line.split()[0] for line in open(os.path.join(dest, "dict.en.txt"), encoding="utf-8")]
+    real = [w for w in words if not w.startswith("madeupword")]
+    assert len(real) == 200 - 4                             # --nwordstgt counts the 4 special symbols
+    assert lines_of(os.path.join(out, "raw", "valid.de")) == sentences("de", 10, 2000)  # from the sgm
+    assert os.path.isfile(os.path.join(dest, "bpecodes.de"))
+
+
+def test_prepare_iwslt17_per_language_bpe(tmp_path):
+    raw = fake_iwslt17(str(tmp_path / "orig"))
+    out = str(tmp_path / "iwslt17")
+    bash("prepare-iwslt17.sh", "--src", "fr", "--bpe-merges", "300", "--out", out, env={"IWSLT17_DIR": raw})
+    dest = os.path.join(out, "data-bin", "fr-en")
+    assert os.path.isfile(os.path.join(dest, "bpecodes.fr")) and os.path.isfile(os.path.join(dest, "bpecodes.en"))
+    assert open(os.path.join(dest, "bpecodes.fr")).read() != open(os.path.join(dest, "bpecodes.en")).read()
+    assert lines_of(os.path.join(out, "fr-en", "raw", "valid.en")) == sentences("en", 9, 1000)   # tst2014
+    assert lines_of(os.path.join(out, "fr-en", "raw", "test.fr")) == sentences("fr", 9, 1009)    # tst2015
+
+
+def test_prepare_errors_are_one_line(tmp_path):
+    def fails(script, *args, env=None, code=1):
+        proc = bash(script, *args, env=env, check=False)
+        assert proc.returncode == code, proc.stdout + proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in proc.stderr
+        return last
+
+    out = str(tmp_path / "out")
+    assert fails("prepare-iwslt14.sh", "--bogus", code=2) == "prepare-iwslt14.sh: unknown option '--bogus' (see --help)"
+    assert "needs a value" in fails("prepare-wmt14en2de.sh", "--local", code=2)
+    assert "--src is required" in fails("prepare-iwslt17.sh", code=2)
+    assert "positive integer" in fails("prepare-iwslt14.sh", "--bpe-merges", "lots", code=2)
+    # missing files
+    assert "no train.tags.de-en.de" in fails("prepare-iwslt14.sh", "--out", out, env={"IWSLT14_DIR": str(tmp_path)})
+    assert "no training corpus" in fails("prepare-wmt14en2de.sh", "--local", str(tmp_path), "--out", out)
+    # misaligned test set: the check names both files and the two line counts
+    raw = fake_iwslt14(str(tmp_path / "bad"), n=40, ntest=3)
+    xml = os.path.join(raw, "de-en", "IWSLT14.TED.tst2011.de-en.en.xml")
+    text = open(xml, encoding="utf-8").read().replace("</doc>", '<seg id="99"> extra </seg>\n</doc>')
+    open(xml, "w", encoding="utf-8").write(text)
+    msg = fails("prepare-iwslt14.sh", "--out", out, env={"IWSLT14_DIR": raw})
+    assert "IWSLT14.TED.tst2011.de has 3 lines but" in msg and "has 4" in msg
+    # bad UTF-8: file and line named
+    tags = os.path.join(raw, "de-en", "train.tags.de-en.de")
+    with open(tags, "ab") as f:
+        f.write(b"caf\xe9 latin-1\n")
+    msg = fails("prepare-iwslt14.sh", "--out", out, env={"IWSLT14_DIR": raw})
+    assert msg.startswith("prepare-iwslt14.sh: ") and "train.tags.de-en.de:" in msg and "not valid UTF-8" in msg
+    assert not os.path.exists(os.path.join(out, "data-bin", "de-en", ".done"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# train.sh, evaluate.sh, hydra configs
+# ---------------------------------------------------------------------------------------------------------------
+METHODS = ["softmax", "tied", "joint", "fixed", "continuous", "shared-private"]
+DATASETS = ["multi30k", "iwslt14", "wmt14", "wmt16-word"]
+
+
+def print_args(method, dataset, env=None):
+    return bash("train.sh", "--print-args", method, dataset, env=env).stdout.rstrip("\n").split("\n")
+
+
+def test_train_sh_settings_and_errors():
+    a = print_args("joint", "wmt14")
+    assert a[a.index("--arch") + 1] == "outlayers_transformer_wmt_en_de_joint"
+    assert a[a.index("--joint-dim") + 1] == "2048" and a[a.index("--criterion") + 1] == "sampled_softmax"
+    assert a[a.index("--sample-ratio") + 1] == "0.25" and a[a.index("--update-freq") + 1] == "6"
+    c = print_args("continuous", "wmt16-word", env={"VECTORS": "/v.vec"})
+    assert c[c.index("--arch") + 1] == "outlayers_lstm_vmf_continuous" and c[c.index("--lr") + 1] == "0.0005"
+    assert c[c.index("--target-vectors") + 1] == "/v.vec" and c[c.index("--criterion") + 1] == "vmf_nll"
+    assert print_args("softmax", "wmt16-word")[print_args("softmax", "wmt16-word").index("--lr") + 1] == "0.0002"
+    s = print_args("shared-private", "iwslt14")
+    assert s[s.index("--embeddings") + 1] == "shared-private" and s[s.index("--output-layer") + 1] == "tied"
+    assert s[s.index("--shared-private-lambdas") + 1] == "0.9,0.7,0.5"
+    # extra options come last, so they win in fairseq's parser
+    assert print_args("tied", "multi30k")[-2:] == ["--log-interval", "100"]
+    assert bash("train.sh", "--print-args", "tied", "multi30k", "--lr", "1").stdout.split("\n")[-3:-1] == ["--lr", "1"]
+    bad = bash("train.sh", "magic", "multi30k", check=False)
+    assert bad.returncode == 2 and "unknown METHOD 'magic'" in bad.stderr
+    missing = bash("train.sh", "tied", "iwslt14", env={"DATA_BIN": "/nonexistent"}, check=False)
+    assert missing.returncode == 1 and "prepare the data first" in missing.stderr
+    dry = bash("train.sh", "--dry-run", "continuous", "multi30k", env={"DATA_BIN": "/d/data-bin/de-en"}).stdout
+    assert "train_target_vectors.py --input /d/bpe/train.en --output /d/vectors.en.300d.vec" in dry
+    assert "+ fairseq-train /d/data-bin/de-en --user-dir" in dry and not os.path.exists("/d")
+
+
+def test_yaml_configs_match_train_sh(tmp_path):
+    """Every configs/DATASET/METHOD.yaml sets exactly the options train.sh passes, with the values fairseq's own
+    parser gives them; a changed value is reported."""
+    proc = run([sys.executable, os.path.join(SCRIPTS, "lib", "args2yaml.py"), "check-all"], check=False)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.count(": OK") == len(METHODS) * len(DATASETS)
+    bad = tmp_path / "joint.yaml"
+    text = open(os.path.join(REPO, "configs", "iwslt14", "joint.yaml")).read()
+    bad.write_text(text.replace("joint_dim: 512", "joint_dim: 1024").replace("  max_tokens: 4096\n", ""))
+    proc = run([sys.executable, os.path.join(SCRIPTS, "lib", "args2yaml.py"), "check", "joint", "iwslt14", str(bad)],
+               check=False)
+    assert proc.returncode == 1
+    assert "model.joint_dim: " in proc.stdout and "1024" in proc.stdout
+    assert "dataset.max_tokens: set by train.sh (4096)" in proc.stdout
+
+
+@needs_multi30k
+def test_train_and_evaluate_end_to_end(multi30k_slice, tmp_path):
+    """train.sh softmax multi30k (tiny model, 4 updates) -> evaluate.sh: sacreBLEU with signature against the raw
+    reference, tokenised BLEU, rare-word F1; results are never overwritten without --force."""
+    save = str(tmp_path / "ckpt")
+    env = {"DATA_BIN": multi30k_slice["bin"], "SAVE_DIR": save}
+    proc = bash("train.sh", "softmax", "multi30k", *TINY, "--max-update", "4", "--warmup-updates", "2", env=env)
+    assert "+ fairseq-train " + multi30k_slice["bin"] in proc.stdout
+    assert "num_updates=4" in proc.stdout + proc.stderr or "num_updates 4" in proc.stdout + proc.stderr
+    ckpt = os.path.join(save, "checkpoint_last.pt")
+    ref = os.path.join(multi30k_slice["out"], "raw", "test_2016_flickr.en")
+    ev = bash("evaluate.sh", ckpt, multi30k_slice["bin"], "--beam", "2", "--lowercase", "--raw-ref", ref, "--cpu",
+              "--rare-f1", os.path.join(multi30k_slice["out"], "tok", "train.en"),
+              "--gen-args", "--max-len-a 1 --max-len-b 5")
+    out = os.path.join(save, "eval-checkpoint_last-test-beam2-lenpen1.0")
+    scores = json.load(open(os.path.join(out, "scores.json")))
+    assert scores["sentences"] == 300            # 300 is not a multiple of 8: no sentence may be dropped
+    assert "case:lc" in scores["sacrebleu_signature"] and "tok:13a" in scores["sacrebleu_signature"]
+    assert "tok:none" in scores["tokenized_bleu_signature"]
+    assert set(scores["rare_word_f1"]) >= {"unseen", "1", "1000+"}
+    assert "sacreBLEU" in ev.stdout and len(lines_of(os.path.join(out, "hyp.detok"))) == 300
+    # the tokenised reference is the raw reference tokenised exactly as the preparation did (no <<unk>>)
+    assert lines_of(os.path.join(out, "ref.tok")) == \
+        lines_of(os.path.join(multi30k_slice["out"], "tok", "test_2016_flickr.en"))
+    tok = sacrebleu.metrics.BLEU(tokenize="none").corpus_score(lines_of(os.path.join(out, "hyp.tok")),
+                                                               [lines_of(os.path.join(out, "ref.tok"))])
+    assert scores["tokenized_bleu"] == round(tok.score, 2)
+    hyp = lines_of(os.path.join(out, "hyp.detok"))
+    refs = [x.lower() for x in lines_of(ref)]
+    assert scores["sacrebleu"] == round(sacrebleu.corpus_bleu(hyp, [refs]).score, 2)
+    again = bash("evaluate.sh", ckpt, multi30k_slice["bin"], "--beam", "2", check=False)
+    assert again.returncode == 1 and "already exists; pass --force" in again.stderr
+    short = tmp_path / "ten.en"
+    write(str(short), lines_of(ref)[:10])
+    mismatch = bash("evaluate.sh", ckpt, multi30k_slice["bin"], "--beam", "1", "--raw-ref", str(short), "--out",
+                    str(tmp_path / "e2"), "--cpu", "--gen-args", "--max-len-a 0 --max-len-b 2", check=False)
+    assert mismatch.returncode == 1 and "give the reference of the same split" in mismatch.stderr
+
+
+@needs_multi30k
+def test_train_sh_makes_pairing_and_vectors(multi30k_slice, tmp_path):
+    """shared-private and continuous: train.sh creates the pairing file / target vectors when missing, then
+    trains; the files are reused (not rebuilt) on the next run."""
+    work = tmp_path / "work"
+    shutil.copytree(multi30k_slice["out"], work)
+    data = str(work / "data-bin" / "de-en")
+    env = {"DATA_BIN": data, "SAVE_DIR": str(tmp_path / "sp")}
+    proc = bash("train.sh", "shared-private", "multi30k", *TINY, "--max-update", "2", env=env)
+    pairing = work / "pairing.de-en.txt"
+    assert "pairing file" in proc.stdout and pairing.is_file()
+    assert os.path.isfile(str(tmp_path / "sp" / "checkpoint_last.pt"))
+    stamp = os.path.getmtime(pairing)
+    env = {"DATA_BIN": data, "SAVE_DIR": str(tmp_path / "vmf"), "VECTOR_DIM": "16"}
+    proc = bash("train.sh", "continuous", "multi30k", *TINY, "--max-update", "2", env=env)
+    vec = work / "vectors.en.16d.vec"
+    assert vec.is_file() and open(vec).readline().split()[1] == "16"
+    state = torch.load(str(tmp_path / "vmf" / "checkpoint_last.pt"), map_location="cpu", weights_only=False)
+    assert state["cfg"]["model"].continuous_dim == 16 and state["cfg"]["criterion"]["_name"] == "vmf_nll"
+    assert os.path.getmtime(pairing) == stamp
+
+
+@needs_multi30k
+def test_hydra_yaml_gives_the_same_run_as_train_sh(multi30k_slice, tmp_path):
+    """fairseq-hydra-train with configs/multi30k/joint.yaml and `train.sh joint multi30k` with the same tiny
+    overrides build the same model and train it to the same weights (same seed, 2 updates)."""
+    small = {"encoder_layers": 1, "decoder_layers": 1, "encoder_embed_dim": 32, "decoder_embed_dim": 32,
+             "encoder_ffn_embed_dim": 64, "decoder_ffn_embed_dim": 64, "encoder_attention_heads": 2,
+             "decoder_attention_heads": 2}
+    flags = [x for k, v in small.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    common = ["--max-update", "2", "--cpu", "--num-workers", "0", "--no-epoch-checkpoints", "--max-tokens", "1500"]
+    a = str(tmp_path / "sh")
+    bash("train.sh", "joint", "multi30k", *flags, *common, env={"DATA_BIN": multi30k_slice["bin"], "SAVE_DIR": a})
+    b = str(tmp_path / "hydra")
+    run([tool("fairseq-hydra-train"), "--config-dir", os.path.join(REPO, "configs", "multi30k"),
+         "--config-name", "joint", f"common.user_dir={os.path.join(REPO, 'fairseq_outlayers')}",
+         f"task.data={multi30k_slice['bin']}", "common.cpu=true", "optimization.max_update=2",
+         "dataset.num_workers=0", "dataset.max_tokens=1500", "checkpoint.no_epoch_checkpoints=true",
+         f"checkpoint.save_dir={b}", f"hydra.run.dir={tmp_path}/hydra_out"]
+        + [f"+model.{k}={v}" for k, v in small.items()])
+    sa = torch.load(os.path.join(a, "checkpoint_last.pt"), map_location="cpu", weights_only=False)
+    sb = torch.load(os.path.join(b, "checkpoint_last.pt"), map_location="cpu", weights_only=False)
+    for group in ("criterion", "optimizer", "lr_scheduler"):
+        assert dict(sa["cfg"][group]) == dict(sb["cfg"][group]), group
+    assert list(sa["cfg"]["optimization"]["lr"]) == list(sb["cfg"]["optimization"]["lr"])
+    ma, mb = (vars(m) if hasattr(m, "__dict__") else dict(m) for m in (sa["cfg"]["model"], sb["cfg"]["model"]))
+    for key in ("output_layer", "joint_dim", "joint_activation", "joint_structure", "dropout", "encoder_layers",
+                "decoder_embed_dim", "encoder_ffn_embed_dim", "share_all_embeddings"):
+        assert ma[key] == mb[key], key
+    assert sa["model"].keys() == sb["model"].keys()
+    for k in sa["model"]:
+        assert torch.equal(sa["model"][k], sb["model"][k]), k
