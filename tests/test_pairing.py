@@ -237,6 +237,7 @@ def test_console_tool(tmp_path, capsys):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "lexical meaning (lm)" in proc.stdout and "words/s" in proc.stderr
+    assert "embedding parameters at d=512, decoder WT" in proc.stdout
     before = open(out, encoding="utf-8").read()
     from fairseq_outlayers.pairing.__main__ import main  # the same entry point, in-process (fast)
 
