@@ -32,9 +32,9 @@ def test_parameter_count_matches_closed_form(structure):
     emb, layer = _layer(structure)
     closed = {  # written out by hand: projection weights + projection biases + per-word bias
         "full": D * DJ + DJ * DH + V + 2 * DJ,
-        "output": D * DH + V + DH,   # sigma(E W + b) h: W is d x d_h
-        "context": D * DH + V + D,   # E sigma(W h + b): W is d x d_h
-        "bilinear": D * DH + V,      # E W h
+        "output": D * DH + V,    # sigma(E W) h: W is d x d_h, no bias (paper eq. 7a)
+        "context": D * DH + V,   # E sigma(W h): W is d x d_h, no bias (eq. 7b)
+        "bilinear": D * DH + V,  # E W h (eq. 6)
     }[structure]
     counts = layer.parameter_counts()
     assert counts["owned"] == counts["trained"] == closed
@@ -64,13 +64,13 @@ def test_shapes_and_value_against_float64_formula(structure):
         U, bu, W, bv = layer.out_proj.weight, layer.out_proj.bias, layer.ctx_proj.weight, layer.ctx_proj.bias
         expected = torch.tanh(E @ U.T + bu) @ torch.tanh(h @ W.T + bv).unsqueeze(-1)
     elif structure == "output":
-        U, bu = layer.out_proj.weight, layer.out_proj.bias
-        assert U.shape == (DH, D)
-        expected = torch.tanh(E @ U.T + bu) @ h.unsqueeze(-1)
+        U = layer.out_proj.weight
+        assert U.shape == (DH, D) and layer.out_proj.bias is None
+        expected = torch.tanh(E @ U.T) @ h.unsqueeze(-1)
     elif structure == "context":
-        W, bv = layer.ctx_proj.weight, layer.ctx_proj.bias
-        assert W.shape == (D, DH)
-        expected = E @ torch.tanh(h @ W.T + bv).unsqueeze(-1)
+        W = layer.ctx_proj.weight
+        assert W.shape == (D, DH) and layer.ctx_proj.bias is None
+        expected = E @ torch.tanh(h @ W.T).unsqueeze(-1)
     else:
         W = layer.ctx_proj.weight
         assert W.shape == (D, DH) and layer.ctx_proj.bias is None

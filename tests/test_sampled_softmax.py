@@ -211,7 +211,7 @@ def test_lstm_joint_ablation_with_sampling_then_generate(tiny_bin, tmp_path):
     with open(os.path.join(tiny_bin, "dict.en.txt")) as f:
         v = 4 + sum(1 for _ in f)
     owned = int(re.search(r"^\s*output\s+([\d,]+)", out, re.M).group(1).replace(",", ""))
-    assert owned == 32 * 32 + 32 + v  # eq. 7b: W (d x d_h), b_v, per-word bias
+    assert owned == 32 * 32 + v  # eq. 7b: W (d x d_h), per-word bias
     valid = out.split("valid on 'valid' subset")[1].splitlines()[0]
     assert f"vocab {v} " in valid  # validation used the full softmax
     _, hyps = generate(tiny_bin, os.path.join(save, "checkpoint_last.pt"))

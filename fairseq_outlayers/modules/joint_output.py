@@ -20,6 +20,10 @@ The paper's ablations (Table 3) are the same layer with one side switched off:
 * ``context``  -- eq. 7b, E sigma(W h): only the context side is projected (into the embedding's d space);
 * ``bilinear`` -- eq. 6, E W h: one linear map, no activation and no bias (the classic joint-embedding form).
 
+As in the paper's equations (and its Table 3, where the three ablations have the same size), the ablations'
+single projection W (d x d_h) has no bias; all forms keep the per-word bias b. Projections are initialised with
+Xavier-uniform weights (suited to tanh) and zero biases.
+
 In the three ablations the size of the shared space is fixed by the side that is not projected, so ``joint_dim``
 applies to ``full`` only.
 
@@ -101,14 +105,14 @@ class JointOutputLayer(TiedReference, FactorisedSoftmaxOutput):
             self.joint_dim = joint_dim
             self.out_proj = nn.Linear(embed_dim, joint_dim)  # U, b_u
             self.ctx_proj = nn.Linear(input_dim, joint_dim)  # V, b_v
-        elif structure == "output":
+        elif structure == "output":  # sigma(E W) h: W maps the embeddings into the decoder's space, no bias
             self.joint_dim = input_dim
-            self.out_proj = nn.Linear(embed_dim, input_dim)
+            self.out_proj = nn.Linear(embed_dim, input_dim, bias=False)
             self.ctx_proj = None
-        elif structure == "context":
+        elif structure == "context":  # E sigma(W h): W maps the decoder state into the embedding space, no bias
             self.joint_dim = embed_dim
             self.out_proj = None
-            self.ctx_proj = nn.Linear(input_dim, embed_dim)
+            self.ctx_proj = nn.Linear(input_dim, embed_dim, bias=False)
         else:  # bilinear: E W h, one linear map without bias or activation
             self.joint_dim = embed_dim
             self.out_proj = None
@@ -145,7 +149,7 @@ class JointOutputLayer(TiedReference, FactorisedSoftmaxOutput):
     def _weights_key(self) -> Tuple:
         tensors = [self.tied_embedding.weight]
         if self.out_proj is not None:
-            tensors += [self.out_proj.weight, self.out_proj.bias]
+            tensors += [t for t in (self.out_proj.weight, self.out_proj.bias) if t is not None]
         return tuple((t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for t in tensors)
 
     def output_matrix(self) -> torch.Tensor:
@@ -188,7 +192,7 @@ class JointOutputLayer(TiedReference, FactorisedSoftmaxOutput):
         """Eq. 16 and its ablation analogues: projection weights, projection biases and per-word bias."""
         d, d_h, d_j, v = self.embed_dim, self.input_dim, self.joint_dim, self.dictionary_size
         weights = {"full": d * d_j + d_j * d_h, "output": d * d_h, "context": d * d_h, "bilinear": d * d_h}
-        biases = {"full": 2 * d_j, "output": d_h, "context": d, "bilinear": 0}
+        biases = {"full": 2 * d_j, "output": 0, "context": 0, "bilinear": 0}
         word = v if self.bias is not None else 0
         return {"projections": weights[self.structure], "projection_biases": biases[self.structure],
                 "word_bias": word,
