@@ -144,6 +144,19 @@ def test_degenerate_form_equals_tied_exactly(structure):
         assert torch.equal(a, t), (a - t).abs().max()
 
 
+def test_output_matrix_once_per_forward_in_training():
+    """g_out(E) is one |V| x d_j projection per forward pass (per batch), not one per target token."""
+    emb, layer = _layer("full")
+    layer.train()
+    seen = []
+    layer.out_proj.register_forward_hook(lambda module, inputs, output: seen.append(tuple(inputs[0].shape)))
+    layer(torch.randn(4, 9, DH)).sum().backward()  # 36 target positions
+    assert seen == [(V, D)]
+    seen.clear()
+    layer.sampled_logits(torch.randn(4, 9, DH), torch.tensor([2, 3, 7]))  # sampling projects only V' rows
+    assert seen == [(3, D)]
+
+
 # -- the g_out(E) cache --------------------------------------------------------------------------------------------
 def test_output_matrix_cache_hit_and_invalidation():
     emb, layer = _layer("full")

@@ -181,11 +181,15 @@ def test_bad_ratio_and_non_softmax_layer(tiny_bin, tmp_path):
     class Model(nn.Module):
         pass
 
+    from argparse import Namespace
+
     model = Model()
     model.decoder = nn.Module()
     model.decoder.output_projection = NotSoftmax()
-    with pytest.raises(OutlayersConfigError, match="needs a softmax-type output layer"):
+    model.outlayers_args = Namespace(output_layer="continuous")
+    with pytest.raises(OutlayersConfigError, match="needs a softmax-type output layer .* is 'continuous'"):
         SampledSoftmaxCriterion.output_layer_of(model)
+    del model.outlayers_args
     model.decoder.output_projection = nn.Linear(3, 4)  # a stock fairseq projection is not accepted either
     with pytest.raises(OutlayersConfigError, match="needs a softmax-type output layer"):
         SampledSoftmaxCriterion.output_layer_of(model)
