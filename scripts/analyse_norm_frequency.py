@@ -82,10 +82,12 @@ def save_scatter(path, counts, norms, rho, title):
         return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (makes matplotlib.ticker available)
 
     fig, ax = plt.subplots(figsize=(5, 4))
     ax.scatter(counts, norms, s=4, alpha=0.5)
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # decade labels only
     ax.set_xlabel("training count of the word")
     ax.set_ylabel("L2 norm of its output vector")
     ax.set_title(f"{title}\nSpearman rho = {rho:.3f}", fontsize=9)
