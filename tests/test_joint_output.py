@@ -324,3 +324,13 @@ def test_bad_joint_dim_is_one_line_error(tiny_bin, tmp_path):
     assert "Traceback" not in proc.stderr
     with pytest.raises(ValueError):
         JointOutputLayer(nn.Embedding(5, 4), 4, joint_dim=-3)
+    from argparse import Namespace
+
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.models.joint_output import build_joint
+
+    for bad, message in ((dict(joint_dim=-1), "--joint-dim must be a positive integer, got -1"),
+                         (dict(joint_dropout=1.0), "--joint-dropout must be in [0, 1), got 1.0"),
+                         (dict(joint_activation="gelu"), "--joint-activation 'gelu' is unknown")):
+        with pytest.raises(OutlayersConfigError, match=re.escape(message)):
+            build_joint(Namespace(**bad), None, nn.Embedding(5, 4), 4)
