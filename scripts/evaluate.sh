@@ -8,8 +8,9 @@
 #
 #   --beam/--lenpen  beam size and length penalty (papers: 5/1.0; Liu et al. 2019 on WMT en-de: 4/0.6;
 #                    Kumar & Tsvetkov 2019: 1, greedy nearest-neighbour decoding)
-#   --replace-unk    replace each generated <unk> by the source token it attends to most (fairseq-generate
-#                    --replace-unk with --print-alignment)
+#   --replace-unk    replace each generated <unk> by the source word it is aligned to (fairseq-generate
+#                    --print-alignment hard: the attention maximum; the whole source word when the aligned
+#                    token is a BPE piece). fairseq-generate's own --replace-unk only works on raw-text datasets.
 #   --raw-ref FILE   untokenised reference (e.g. work/multi30k/raw/test_2016_flickr.en) for sacreBLEU; without it
 #                    the detokenised references of DATA_BIN are used (then the score is not a standard sacreBLEU)
 #   --tok-ref FILE   tokenised reference for the tokenised BLEU (e.g. work/multi30k/tok/test_2016_flickr.en);
@@ -71,112 +72,13 @@ fi
 mkdir -p "$OUT"
 
 GEN=(fairseq-generate "$DATA_BIN" --user-dir "$ROOT/fairseq_outlayers" --path "$CKPT" --gen-subset "$SUBSET"
-     --beam "$BEAM" --lenpen "$LENPEN" --batch-size "$BATCH" --required-batch-size-multiple 1 --remove-bpe
+     --beam "$BEAM" --lenpen "$LENPEN" --batch-size "$BATCH" --required-batch-size-multiple 1
      --num-workers 0 ${CPU[@]+"${CPU[@]}"})
+# with --replace-unk the BPE is removed below, after the replacement (the alignment indexes BPE tokens)
+if [ "$REPLACE_UNK" = 1 ]; then GEN+=(--print-alignment hard); else GEN+=(--remove-bpe); fi
 if [ -n "$GEN_ARGS" ]; then read -r -a MORE <<< "$GEN_ARGS"; GEN+=("${MORE[@]}"); fi
-[ "$REPLACE_UNK" = 1 ] && GEN+=(--replace-unk --print-alignment)
 echo "+ ${GEN[*]} > $OUT/generate.out"
 "${GEN[@]}" > "$OUT/generate.out" 2> "$OUT/generate.err" || { tail -20 "$OUT/generate.err" >&2; die "fairseq-generate failed (log: $OUT/generate.err)"; }
 
-python - "$OUT" "$TGT" "$LOWER" "$RAW_REF" "$RARE" "$CKPT" "$BEAM" "$LENPEN" "$TOK_REF" <<'PY'
-import json, os, sys
-from collections import Counter
-
-import sacrebleu
-from sacremoses import MosesDetokenizer, MosesTokenizer
-
-out, tgt, lower, raw_ref, rare, ckpt, beam, lenpen, tok_ref = sys.argv[1:]
-lower = lower == "1"
-hyps, refs = {}, {}
-for line in open(os.path.join(out, "generate.out"), encoding="utf-8"):
-    if line.startswith("H-"):
-        idx, _score, text = line.rstrip("\n").split("\t", 2)
-        hyps[int(idx[2:])] = text
-    elif line.startswith("T-"):
-        idx, text = line.rstrip("\n").split("\t", 1)
-        refs[int(idx[2:])] = text
-if not hyps:
-    sys.exit(f"evaluate.sh: no hypotheses in {out}/generate.out; see {out}/generate.err")
-ids = sorted(hyps)
-hyp_tok = [hyps[i] for i in ids]
-ref_tok = [refs.get(i, "") for i in ids]
-tok_origin = "fairseq's target side, BPE removed"
-detok = MosesDetokenizer(lang=tgt)
-hyp_detok = [detok.detokenize(h.split()) for h in hyp_tok]
-
-
-def read_ref(path, option):
-    lines = [x.rstrip("\n") for x in open(path, encoding="utf-8")]
-    if len(lines) != len(hyp_tok):
-        sys.exit(f"evaluate.sh: {len(hyp_tok)} translations but {len(lines)} lines in {option} {path}; "
-                 "give the reference of the same split (--subset)")
-    return lines
-
-
-if raw_ref:
-    ref_detok = read_ref(raw_ref, "--raw-ref")
-    ref_origin = raw_ref
-    moses = MosesTokenizer(lang=tgt)  # as scripts/lib/corpus_tools.py tokenize: escaped, optionally lowercased
-    ref_tok = [moses.tokenize(r, return_str=True, escape=True) for r in ref_detok]
-    ref_tok = [r.lower() for r in ref_tok] if lower else ref_tok
-    tok_origin = f"{raw_ref} tokenised with sacremoses{' and lowercased' if lower else ''}"
-else:
-    ref_detok = [detok.detokenize(r.split()) for r in ref_tok]
-    ref_origin = "detokenised references of the binarised data (no --raw-ref: not a standard sacreBLEU score)"
-if tok_ref:
-    ref_tok = read_ref(tok_ref, "--tok-ref")
-    tok_origin = tok_ref
-for name, lines in (("hyp.tok", hyp_tok), ("ref.tok", ref_tok), ("hyp.detok", hyp_detok)):
-    with open(os.path.join(out, name), "w", encoding="utf-8") as f:
-        f.write("".join(x + "\n" for x in lines))
-sbleu = sacrebleu.metrics.BLEU(lowercase=lower)
-s = sbleu.corpus_score(hyp_detok, [ref_detok])
-tbleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lower)
-t = tbleu.corpus_score(hyp_tok, [ref_tok])
-scores = {"checkpoint": ckpt, "sentences": len(ids), "beam": int(beam), "lenpen": float(lenpen),
-          "sacrebleu": round(s.score, 2), "sacrebleu_signature": str(sbleu.get_signature()),
-          "sacrebleu_reference": ref_origin, "tokenized_bleu": round(t.score, 2),
-          "tokenized_bleu_signature": str(tbleu.get_signature()),
-          "tokenized_bleu_reference": tok_origin}
-lines = [f"sacreBLEU {s.score:.2f}  ({s.format(score_only=False)})",
-         f"  signature: {scores['sacrebleu_signature']}",
-         f"  reference: {ref_origin}",
-         f"tokenised BLEU {t.score:.2f}  (multi-bleu style: tokenised, BPE removed; {scores['tokenized_bleu_signature']})",
-         f"  reference: {tok_origin}"]
-
-if rare:
-    freq = Counter(w for line in open(rare, encoding="utf-8") for w in line.split())
-    bins = [(1, 1), (2, 2), (3, 3), (4, 4), (5, 9), (10, 99), (100, 999), (1000, None)]
-
-    def bucket(w):
-        c = freq.get(w, 0)
-        if c == 0:
-            return "unseen"
-        for lo, hi in bins:
-            if c >= lo and (hi is None or c <= hi):
-                return f"{lo}" if lo == hi else (f"{lo}+" if hi is None else f"{lo}-{hi}")
-
-    match, in_hyp, in_ref = Counter(), Counter(), Counter()
-    for h, r in zip(hyp_tok, ref_tok):
-        ch, cr = Counter(h.split()), Counter(r.split())
-        for w, n in cr.items():
-            in_ref[bucket(w)] += n
-            match[bucket(w)] += min(n, ch.get(w, 0))
-        for w, n in ch.items():
-            in_hyp[bucket(w)] += n
-    f1 = {}
-    lines.append("word F1 by training frequency of the word (compare-mt style: per-sentence matched counts)")
-    for name in ["unseen"] + [f"{lo}" if lo == hi else (f"{lo}+" if hi is None else f"{lo}-{hi}") for lo, hi in bins]:
-        p = match[name] / in_hyp[name] if in_hyp[name] else 0.0
-        rc = match[name] / in_ref[name] if in_ref[name] else 0.0
-        f = 2 * p * rc / (p + rc) if p + rc else 0.0
-        f1[name] = {"f1": round(100 * f, 2), "ref_words": in_ref[name], "hyp_words": in_hyp[name]}
-        lines.append(f"  freq {name:>8}: F1 {100 * f:6.2f}  (reference words {in_ref[name]}, hypothesis words {in_hyp[name]})")
-    scores["rare_word_f1"] = f1
-
-with open(os.path.join(out, "bleu.txt"), "w", encoding="utf-8") as f:
-    f.write("\n".join(lines) + "\n")
-json.dump(scores, open(os.path.join(out, "scores.json"), "w"), indent=2)
-print("\n".join(lines))
-print(f"written: {out}/{{hyp.tok,ref.tok,hyp.detok,bleu.txt,scores.json}}")
-PY
+python "$ROOT/scripts/lib/score_translations.py" --out "$OUT" --tgt "$TGT" --lowercase "$LOWER" --raw-ref "$RAW_REF" \
+  --rare-f1 "$RARE" --checkpoint "$CKPT" --beam "$BEAM" --lenpen "$LENPEN" --tok-ref "$TOK_REF" --replace-unk "$REPLACE_UNK"

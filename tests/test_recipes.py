@@ -19,6 +19,7 @@ SCRIPTS = os.path.join(REPO, "scripts")
 MULTI30K = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
 sys.path.insert(0, os.path.join(SCRIPTS, "lib"))
 import corpus_tools  # noqa: E402
+import score_translations  # noqa: E402
 
 TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
@@ -128,6 +129,24 @@ def test_corpus_tools_rules(tmp_path):
     # line splitting only on \n: a U+2028 inside a sentence does not add a line
     (tmp_path / "u.txt").write_text("a\u2028b\nc\n", encoding="utf-8")
     assert corpus_tools.read_lines("x", str(tmp_path / "u.txt")) == ["a\u2028b", "c"]
+
+
+def test_scoring_helpers():
+    # <unk> gets the whole source word its position is aligned to, BPE pieces joined
+    src = "ein bo@@ st@@ on ter@@ ri@@ er läuft"
+    assert score_translations.source_words(src.split())[1:4] == ["boston"] * 3
+    assert score_translations.replace_unknown("a <unk> <unk> runs <unk>", src, "0-0 2-1 5-2 7-3") == \
+        "a boston terrier runs <unk>"                      # position 4 has no alignment: left as it is
+    assert score_translations.remove_bpe("bo@@ st@@ on ter@@") == "boston ter"  # as fairseq: trailing marker dropped
+    # word F1 per training-frequency bin, counts clipped per sentence
+    f1 = score_translations.word_f1_by_frequency(["a a b c", "d"], ["a b b d", "e"],
+                                                 {"a": 1, "b": 1, "c": 7, "d": 7, "e": 1000})
+    # bin '1' (a, b): hyp has a,a,b (3), ref has a,b,b (3), matches min(2,1)+min(1,2) = 2 -> P = R = 2/3
+    assert f1["1"] == {"f1": round(100 * 2 / 3, 2), "ref_words": 3, "hyp_words": 3}
+    # bin '5-9' (c, d): hyp c, d (2), ref d (1) in sentence 1, d matched 0 times there; sentence 2: hyp d, ref e
+    assert f1["5-9"] == {"f1": 0.0, "ref_words": 1, "hyp_words": 2}
+    assert f1["1000+"] == {"f1": 0.0, "ref_words": 1, "hyp_words": 0}
+    assert score_translations.frequency_bucket(0) == "unseen" and score_translations.frequency_bucket(10) == "10-99"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -360,6 +379,18 @@ def test_train_and_evaluate_end_to_end(multi30k_slice, tmp_path):
     assert scores["sacrebleu"] == round(sacrebleu.corpus_bleu(hyp, [refs]).score, 2)
     again = bash("evaluate.sh", ckpt, multi30k_slice["bin"], "--beam", "2", check=False)
     assert again.returncode == 1 and "already exists; pass --force" in again.stderr
+    # --replace-unk: force <unk> everywhere (unknown-word penalty -100), each is then replaced by an aligned word
+    unk = bash("evaluate.sh", ckpt, multi30k_slice["bin"], "--beam", "1", "--cpu", "--replace-unk", "--out",
+               str(tmp_path / "unk"), "--gen-args", "--max-len-a 0 --max-len-b 3 --unkpen -100")
+    hyps = lines_of(str(tmp_path / "unk" / "hyp.tok"))
+    hyp_words = " ".join(hyps).split()
+    assert "<unk>" not in hyp_words and len(hyp_words) >= 300
+    srcs = {int(x.split("\t")[0][2:]): x.split("\t")[1] for x in lines_of(str(tmp_path / "unk" / "generate.out"))
+            if x.startswith("S-")}
+    for k, h in enumerate(hyps):  # every word is a whole word of its own source sentence
+        assert set(h.split()) <= set(score_translations.source_words(srcs[k].split())), k
+    assert json.load(open(tmp_path / "unk" / "scores.json"))["unk_replaced"] == len(hyp_words)
+    assert "<unk> replaced by the aligned source word" in unk.stdout
     short = tmp_path / "ten.en"
     write(str(short), lines_of(ref)[:10])
     mismatch = bash("evaluate.sh", ckpt, multi30k_slice["bin"], "--beam", "1", "--raw-ref", str(short), "--out",
@@ -419,3 +450,31 @@ def test_hydra_yaml_gives_the_same_run_as_train_sh(multi30k_slice, tmp_path):
     assert sa["model"].keys() == sb["model"].keys()
     for k in sa["model"]:
         assert torch.equal(sa["model"][k], sb["model"][k]), k
+
+
+TINY_LSTM = ["--encoder-embed-dim", "32", "--encoder-hidden-size", "16", "--decoder-embed-dim", "32",
+             "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32", "--cpu", "--num-workers", "0",
+             "--no-epoch-checkpoints", "--no-progress-bar", "--batch-size", "32"]
+
+
+@pytest.mark.slow
+@needs_multi30k
+@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("method", METHODS)
+def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, dataset):
+    """Every METHOD x DATASET recipe of train.sh builds its model (presets, method options, criterion), trains
+    2 updates on the Multi30k slice (tiny sizes) and evaluate.sh translates with the checkpoint."""
+    work = tmp_path / "work"
+    shutil.copytree(multi30k_slice["out"], work)
+    data = str(work / "data-bin" / "de-en")
+    save = str(tmp_path / "ckpt")
+    tiny = TINY_LSTM if dataset == "wmt16-word" else TINY + ["--update-freq", "1"]
+    env = {"DATA_BIN": data, "SAVE_DIR": save, "VECTOR_DIM": "16"}
+    bash("train.sh", method, dataset, *tiny, "--max-update", "2", "--max-epoch", "0", env=env)
+    ckpt = os.path.join(save, "checkpoint_last.pt")
+    src, tgt = ("en", "de") if dataset == "wmt14" else ("de", "en")
+    ref = os.path.join(multi30k_slice["out"], "raw", f"test_2016_flickr.{tgt}")
+    bash("evaluate.sh", ckpt, data, "--beam", "2", "--tgt", tgt, "--lowercase", "--raw-ref", ref, "--cpu",
+         "--gen-args", "--max-len-a 0 --max-len-b 4")
+    out = os.path.join(save, "eval-checkpoint_last-test-beam2-lenpen1.0")
+    assert json.load(open(os.path.join(out, "scores.json")))["sentences"] == 300

@@ -1,0 +1,192 @@
+"""Score the output of fairseq-generate for scripts/evaluate.sh (which documents the options).
+
+Reads OUT/generate.out, writes OUT/{hyp.tok,ref.tok,hyp.detok,bleu.txt,scores.json}: sacreBLEU with its
+signature on detokenised text, tokenised (multi-bleu style) BLEU, optionally the copy of aligned source words
+for <unk> (--replace-unk 1) and word F1 by training frequency (--rare-f1 TRAIN_TEXT).
+"""
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+
+
+def remove_bpe(text):
+    """fairseq's --remove-bpe for subword-nmt/fastBPE (the '@@ ' continuation marker)."""
+    return (text + " ").replace("@@ ", "").rstrip()
+
+
+def source_words(tokens):
+    """For each BPE token of the source, the whole word it belongs to (pieces joined, markers removed)."""
+    words, piece_start = [None] * len(tokens), 0
+    for k, t in enumerate(tokens):
+        if not t.endswith("@@"):
+            word = "".join(x[:-2] if x.endswith("@@") else x for x in tokens[piece_start:k + 1])
+            for j in range(piece_start, k + 1):
+                words[j] = word
+            piece_start = k + 1
+    for j in range(piece_start, len(tokens)):  # a dangling piece at the end
+        words[j] = tokens[j][:-2] if tokens[j].endswith("@@") else tokens[j]
+    return words
+
+
+def replace_unknown(hyp, src, align, unk="<unk>"):
+    """Replace each <unk> of the BPE-level hypothesis by the source word its position is aligned to
+    (Luong et al. 2015's copy rule, with fairseq's hard attention alignment 'i-j' = source i, target j)."""
+    h, words = hyp.split(), source_words(src.split())
+    link = {}
+    for pair in align.split():
+        i, j = (int(x) for x in pair.split("-"))
+        link.setdefault(j, i)
+    for j, tok in enumerate(h):
+        if tok == unk and j in link and link[j] < len(words):
+            h[j] = words[link[j]]
+    return " ".join(h)
+
+
+FREQUENCY_BINS = [(1, 1), (2, 2), (3, 3), (4, 4), (5, 9), (10, 99), (100, 999), (1000, None)]
+
+
+def frequency_bucket(count):
+    """Name of the training-frequency bin of a word seen ``count`` times ('unseen', '1', ..., '5-9', '1000+')."""
+    if count == 0:
+        return "unseen"
+    for lo, hi in FREQUENCY_BINS:
+        if count >= lo and (hi is None or count <= hi):
+            return f"{lo}" if lo == hi else (f"{lo}+" if hi is None else f"{lo}-{hi}")
+
+
+def word_f1_by_frequency(hyps, refs, freq):
+    """Word F1 per training-frequency bin (the rare-word analysis of Kumar & Tsvetkov 2019, Figure 2, computed
+    as compare-mt does): in each sentence a word matches min(count in hypothesis, count in reference) times;
+    precision = matches / hypothesis words of the bin, recall = matches / reference words of the bin.
+    Returns {bin: {"f1": percent, "ref_words": n, "hyp_words": n}} in bin order."""
+    match, in_hyp, in_ref = Counter(), Counter(), Counter()
+    for h, r in zip(hyps, refs):
+        ch, cr = Counter(h.split()), Counter(r.split())
+        for w, n in cr.items():
+            b = frequency_bucket(freq.get(w, 0))
+            in_ref[b] += n
+            match[b] += min(n, ch.get(w, 0))
+        for w, n in ch.items():
+            in_hyp[frequency_bucket(freq.get(w, 0))] += n
+    out = {}
+    for name in ["unseen"] + [frequency_bucket(lo) for lo, _ in FREQUENCY_BINS]:
+        precision = match[name] / in_hyp[name] if in_hyp[name] else 0.0
+        recall = match[name] / in_ref[name] if in_ref[name] else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        out[name] = {"f1": round(100 * f1, 2), "ref_words": in_ref[name], "hyp_words": in_hyp[name]}
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--tgt", default="en")
+    p.add_argument("--lowercase", default="0")
+    p.add_argument("--raw-ref", default="")
+    p.add_argument("--rare-f1", default="")
+    p.add_argument("--checkpoint", default="")
+    p.add_argument("--beam", default="5")
+    p.add_argument("--lenpen", default="1.0")
+    p.add_argument("--tok-ref", default="")
+    p.add_argument("--replace-unk", default="0")
+    a = p.parse_args(argv)
+    import sacrebleu
+    from sacremoses import MosesDetokenizer, MosesTokenizer
+
+    out, tgt, raw_ref, rare, ckpt, beam, lenpen, tok_ref = (a.out, a.tgt, a.raw_ref, a.rare_f1, a.checkpoint,
+                                                            a.beam, a.lenpen, a.tok_ref)
+    lower, replace_unk = a.lowercase == "1", a.replace_unk == "1"
+    hyps, refs, srcs, aligns = {}, {}, {}, {}
+    for line in open(os.path.join(out, "generate.out"), encoding="utf-8"):
+        if line.startswith("H-"):
+            idx, _score, text = (line.rstrip("\n").split("\t", 2) + [""])[:3]
+            hyps[int(idx[2:])] = text
+        elif line.startswith("T-"):
+            idx, text = (line.rstrip("\n").split("\t", 1) + [""])[:2]
+            refs[int(idx[2:])] = text
+        elif line.startswith("S-"):
+            idx, text = (line.rstrip("\n").split("\t", 1) + [""])[:2]
+            srcs[int(idx[2:])] = text
+        elif line.startswith("A-"):
+            idx, text = (line.rstrip("\n").split("\t", 1) + [""])[:2]
+            aligns[int(idx[2:])] = text
+    replaced = 0
+    if replace_unk:
+        for i in hyps:
+            new = replace_unknown(hyps[i], srcs.get(i, ""), aligns.get(i, ""))
+            replaced += hyps[i].split().count("<unk>") - new.split().count("<unk>")
+            hyps[i] = remove_bpe(new)
+        refs = {i: remove_bpe(r) for i, r in refs.items()}
+    if not hyps:
+        sys.exit(f"evaluate.sh: no hypotheses in {out}/generate.out; see {out}/generate.err")
+    ids = sorted(hyps)
+    hyp_tok = [hyps[i] for i in ids]
+    ref_tok = [refs.get(i, "") for i in ids]
+    tok_origin = "fairseq's target side, BPE removed"
+    detok = MosesDetokenizer(lang=tgt)
+    hyp_detok = [detok.detokenize(h.split()) for h in hyp_tok]
+
+    def read_ref(path, option):
+        lines = [x.rstrip("\n") for x in open(path, encoding="utf-8")]
+        if len(lines) != len(hyp_tok):
+            sys.exit(f"evaluate.sh: {len(hyp_tok)} translations but {len(lines)} lines in {option} {path}; "
+                     "give the reference of the same split (--subset)")
+        return lines
+
+    if raw_ref:
+        ref_detok = read_ref(raw_ref, "--raw-ref")
+        ref_origin = raw_ref
+        moses = MosesTokenizer(lang=tgt)  # as scripts/lib/corpus_tools.py tokenize: escaped, optionally lowercased
+        ref_tok = [moses.tokenize(r, return_str=True, escape=True) for r in ref_detok]
+        ref_tok = [r.lower() for r in ref_tok] if lower else ref_tok
+        tok_origin = f"{raw_ref} tokenised with sacremoses{' and lowercased' if lower else ''}"
+    else:
+        ref_detok = [detok.detokenize(r.split()) for r in ref_tok]
+        ref_origin = "detokenised references of the binarised data (no --raw-ref: not a standard sacreBLEU score)"
+    if tok_ref:
+        ref_tok = read_ref(tok_ref, "--tok-ref")
+        tok_origin = tok_ref
+    for name, lines in (("hyp.tok", hyp_tok), ("ref.tok", ref_tok), ("hyp.detok", hyp_detok)):
+        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
+            f.write("".join(x + "\n" for x in lines))
+    sbleu = sacrebleu.metrics.BLEU(lowercase=lower)
+    s = sbleu.corpus_score(hyp_detok, [ref_detok])
+    tbleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lower)
+    t = tbleu.corpus_score(hyp_tok, [ref_tok])
+    scores = {"checkpoint": ckpt, "sentences": len(ids), "beam": int(beam), "lenpen": float(lenpen),
+              "sacrebleu": round(s.score, 2), "sacrebleu_signature": str(sbleu.get_signature()),
+              "sacrebleu_reference": ref_origin, "tokenized_bleu": round(t.score, 2),
+              "tokenized_bleu_signature": str(tbleu.get_signature()),
+              "tokenized_bleu_reference": tok_origin}
+    if replace_unk:
+        scores["unk_replaced"] = replaced
+    lines = [f"sacreBLEU {s.score:.2f}  ({s.format(score_only=False)})",
+             f"  signature: {scores['sacrebleu_signature']}",
+             f"  reference: {ref_origin}",
+             f"tokenised BLEU {t.score:.2f}  (multi-bleu style: tokenised, BPE removed; "
+             f"{scores['tokenized_bleu_signature']})",
+             f"  reference: {tok_origin}"]
+    if replace_unk:
+        lines.append(f"--replace-unk: {replaced} <unk> replaced by the aligned source word")
+
+    if rare:
+        with open(rare, encoding="utf-8") as f:
+            freq = Counter(w for line in f for w in line.split())
+        f1 = word_f1_by_frequency(hyp_tok, ref_tok, freq)
+        lines.append("word F1 by training frequency of the word (compare-mt style: per-sentence matched counts)")
+        for name, v in f1.items():
+            lines.append(f"  freq {name:>8}: F1 {v['f1']:6.2f}  (reference words {v['ref_words']}, "
+                         f"hypothesis words {v['hyp_words']})")
+        scores["rare_word_f1"] = f1
+
+    with open(os.path.join(out, "bleu.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    json.dump(scores, open(os.path.join(out, "scores.json"), "w"), indent=2)
+    print("\n".join(lines))
+    print(f"written: {out}/{{hyp.tok,ref.tok,hyp.detok,bleu.txt,scores.json}}")
+
+
+if __name__ == "__main__":
+    main()
