@@ -1,11 +1,13 @@
 """``outlayers_transformer``: fairseq's Transformer with pluggable embeddings and output layer.
 
-fairseq builds the encoder and decoder as usual; the core then installs the embeddings chosen by
-``--embeddings`` (when not the standard ones fairseq already built) and the decoder's output layer chosen by
-``--output-layer``, which the decoder calls through its ``output_projection`` attribute.
+fairseq builds the encoder and decoder as usual, through three class methods this model overrides: the input
+embeddings come from ``--embeddings`` (fairseq's own for ``standard``), and the decoder is built with the output
+layer chosen by ``--output-layer`` as its ``output_projection`` (so no default projection is ever allocated).
 """
+import contextvars
+
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerModel
+from fairseq.models.transformer import TransformerDecoderBase, TransformerModel
 from fairseq.models.transformer.transformer_legacy import (
     base_architecture,
     transformer_iwslt_de_en,
@@ -26,6 +28,11 @@ from .core import (
 )
 
 
+# (args, task, prebuilt embeddings still to hand out) while OutlayersTransformerModel.build_model runs: fairseq's
+# build_model passes only its TransformerConfig to build_embedding/build_decoder, which lacks the seams' options
+_BUILDING = contextvars.ContextVar("outlayers_transformer_build", default=None)
+
+
 @register_model("outlayers_transformer")
 class OutlayersTransformerModel(OutputLayerModelMixin, TransformerModel):
     @classmethod
@@ -44,24 +51,38 @@ class OutlayersTransformerModel(OutputLayerModelMixin, TransformerModel):
             )
         share_all = shares_all_embeddings(args)
         args.share_all_embeddings = share_all
-        # the output layer does the tying; fairseq's own tied projection would only be thrown away
-        args.share_decoder_input_output_embed = False
-        model = super().build_model(args, task)
-        if emb_spec.name != "standard":  # fairseq already built the standard ones
+        args.share_decoder_input_output_embed = False  # the output layer does the tying
+        prebuilt = None
+        if emb_spec.name != "standard":  # standard: fairseq's own build_embedding (supports --*-embed-path)
             encoder_embed, decoder_embed = build_core_embeddings(
                 args, task, args.encoder_embed_dim, args.decoder_embed_dim, share_all, make_embedding=None
             )
-            model.encoder.embed_tokens = encoder_embed
-            model.decoder.embed_tokens = decoder_embed
-        decoder = model.decoder
-        decoder.output_projection = build_core_output_layer(
-            args, task, decoder.embed_tokens, decoder.output_embed_dim
-        )
-        # fairseq's checkpoint upgrade would otherwise re-insert a tied 'output_projection.weight' key
-        decoder.share_input_output_embed = False
+            prebuilt = [encoder_embed] if share_all else [encoder_embed, decoder_embed]
+        token = _BUILDING.set((args, task, prebuilt))
+        try:
+            model = super().build_model(args, task)
+        finally:
+            _BUILDING.reset(token)
         model.outlayers_args = args
         model.log_parameter_report()
         return model
+
+    @classmethod
+    def build_embedding(cls, cfg, dictionary, embed_dim, path=None):
+        _args, _task, prebuilt = _BUILDING.get()
+        if prebuilt is None:
+            return super().build_embedding(cfg, dictionary, embed_dim, path)
+        return prebuilt.pop(0)  # fairseq asks for the encoder's first, then the decoder's
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        args, task, _ = _BUILDING.get()
+        output_layer = build_core_output_layer(args, task, embed_tokens, cfg.decoder.output_dim)
+        decoder = TransformerDecoderBase(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention,
+                                         output_projection=output_layer)
+        # fairseq's checkpoint upgrade would otherwise re-insert a tied 'output_projection.weight' key
+        decoder.share_input_output_embed = False
+        return decoder
 
 
 def _preset(name, fairseq_arch):
