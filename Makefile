@@ -4,7 +4,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
-DEMO_UPDATES ?= 1000
+DEMO_UPDATES ?= 600
 DEMO_OUT ?= work/demo
 
 .PHONY: install demo test test-slow clean-demo
@@ -13,10 +13,7 @@ install:
 	VENV=$(VENV) PYTHON=$(PYTHON) bash scripts/install.sh
 
 demo: install
-	VENV_BIN=$(VENV)/bin bash scripts/prepare-multi30k.sh --src de --tgt en
-	$(PY) -m fairseq_outlayers.cli.compare --data-bin work/multi30k/data-bin/de-en --raw-dir work/multi30k/raw \
-	  --lowercase --rows 'configs/demo/*.args' --max-update $(DEMO_UPDATES) --out $(DEMO_OUT) \
-	  --title "make demo: Multi30k de-en, one row per output layer"
+	VENV_BIN=$(VENV)/bin DEMO_OUT=$(DEMO_OUT) bash scripts/demo.sh $(DEMO_UPDATES)
 
 test: install
 	$(PY) -m pytest -q tests

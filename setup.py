@@ -42,6 +42,8 @@ setup(
             "outlayers-interactive = fairseq_outlayers.cli.wrappers:interactive",
             "outlayers-validate = fairseq_outlayers.cli.wrappers:validate",
             "outlayers-params = fairseq_outlayers.cli.params:main",
+            "outlayers-pairing = fairseq_outlayers.pairing.__main__:main",
+            "outlayers-vectors = fairseq_outlayers.vectors:main",
         ],
     },
     classifiers=[

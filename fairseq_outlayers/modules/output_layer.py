@@ -67,12 +67,14 @@ class FactorisedSoftmaxOutput(OutputLayer):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         weight, bias = self.target_weights(None)
-        return F.linear(self.context(features), weight, bias)
+        # the decoder's features are a transposed (T x B -> B x T) view; F.linear is ~2x slower on it than on a
+        # contiguous copy (measured on CPU, docs/benchmarks/shared-private.md)
+        return F.linear(self.context(features).contiguous(), weight, bias)
 
     def sampled_logits(self, features: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Logits restricted to the words ``ids`` (1-D LongTensor): (..., len(ids)). Only those rows are computed."""
         weight, bias = self.target_weights(ids)
-        return F.linear(self.context(features), weight, bias)
+        return F.linear(self.context(features).contiguous(), weight, bias)
 
 
 class TiedReference:
