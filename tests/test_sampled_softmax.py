@@ -61,6 +61,10 @@ def test_sampled_loss_against_float64_reference():
     ref = -(full[keep, targets[keep]] - torch.logsumexp(full[keep][:, ids], dim=-1)).sum()
     assert loss.dtype == torch.float32  # computed like fairseq, in float32 at least
     assert math.isclose(float(nll), float(ref), rel_tol=1e-6)
+    per_position, _ = sampled_softmax_loss(full[:, ids], remapped, 0.0, ignore_index=int((ids == 1).nonzero()),
+                                           reduce=False)
+    assert per_position.numel() == 6 and float(per_position[3]) == 0.0  # position 3 is padding
+    assert math.isclose(float(per_position.sum()), float(loss), rel_tol=1e-6)
     # label smoothing spreads eps over the |V'| sampled classes (fairseq's formula, eps_i = eps / (|V'| - 1))
     eps, n = 0.1, ids.numel()
     lp = F.log_softmax(full[keep][:, ids], dim=-1)

@@ -83,12 +83,13 @@ def sample_vocabulary(targets: torch.Tensor, vocab_size: int, ratio: float, pad:
 
 
 def sampled_softmax_loss(logits: torch.Tensor, targets: torch.Tensor, epsilon: float = 0.0,
-                         ignore_index: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                         ignore_index: Optional[int] = None, reduce: bool = True
+                         ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Summed (label-smoothed) cross-entropy of ``targets`` under a softmax over the last dimension of ``logits``
     (the sampled vocabulary); returns ``(loss, nll_loss)`` like fairseq's ``label_smoothed_nll_loss``, whose
-    smoothing mass is spread over the classes present (here: V')."""
+    smoothing mass is spread over the classes present (here: V'). ``reduce=False`` gives per-position values."""
     lprobs = F.log_softmax(logits.float(), dim=-1).view(-1, logits.size(-1))
-    return label_smoothed_nll_loss(lprobs, targets.reshape(-1), epsilon, ignore_index=ignore_index, reduce=True)
+    return label_smoothed_nll_loss(lprobs, targets.reshape(-1), epsilon, ignore_index=ignore_index, reduce=reduce)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -170,13 +171,13 @@ class SampledSoftmaxCriterion(FairseqCriterion):
                                               generator=self._generator(target.device))
             logits = layer.sampled_logits(features, ids)
             pad_index = int(torch.searchsorted(ids, torch.tensor(pad, device=ids.device)))
-            loss, nll_loss = sampled_softmax_loss(logits, remapped, self.eps, ignore_index=pad_index)
+            loss, nll_loss = sampled_softmax_loss(logits, remapped, self.eps, ignore_index=pad_index, reduce=reduce)
             vocab = ids.numel()
         else:
             net_output = model(**sample["net_input"])
             lprobs = model.get_normalized_probs(net_output, log_probs=True)
             loss, nll_loss = label_smoothed_nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), self.eps,
-                                                     ignore_index=pad, reduce=True)
+                                                     ignore_index=pad, reduce=reduce)
             vocab = lprobs.size(-1)
         ntokens = sample["ntokens"]
         sample_size = sample["target"].size(0) if self.sentence_avg else ntokens
