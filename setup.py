@@ -33,7 +33,8 @@ setup(
     extras_require={
         "align": ["systran-align"],  # fast_align for the shared-private pairing and --replace-unk lexicons
         "vectors": ["gensim>=4.3"],  # training / reading word2vec and fastText target vectors
-        "test": ["pytest>=7", "mpmath", "systran-align", "gensim>=4.3"],
+        "plot": ["matplotlib"],  # scatter plots of the analysis scripts
+        "test": ["pytest>=7", "mpmath", "systran-align", "gensim>=4.3", "matplotlib"],
     },
     entry_points={
         "console_scripts": [

@@ -58,10 +58,10 @@ if [ ! -x "$VENV/bin/fast" ]; then
 fi
 
 # The package itself (editable) with its runtime deps (sacrebleu, scipy, sacremoses) and extras: systran-align
-# (fast_align), gensim (target vectors), pytest and mpmath (tests). The torch pin keeps pip from replacing it.
+# (fast_align), gensim (target vectors), matplotlib (plots), pytest and mpmath (tests). The torch pin keeps pip from replacing it.
 if ! "$PY" -c "import fairseq_outlayers" 2>/dev/null || [ "$ROOT/setup.py" -nt "$VENV/.outlayers-installed" ]; then
   step "installing fairseq_outlayers (editable) with test extras"
-  "${PIP[@]}" -e "$ROOT[test,align,vectors]" torch==2.13.0
+  "${PIP[@]}" -e "$ROOT[test,align,vectors,plot]" torch==2.13.0
   touch "$VENV/.outlayers-installed"
 fi
 

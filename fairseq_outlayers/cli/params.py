@@ -21,7 +21,11 @@ def main(argv=None):
     if args.data is not None and not os.path.isdir(args.data):
         parser.error(f"--data '{args.data}' is not a directory; pass the data-bin directory used for training")
 
+    import logging
+
     import fairseq_outlayers  # noqa: F401  (registers the models before the checkpoint is rebuilt)
+
+    logging.getLogger("fairseq_outlayers.models.core").setLevel(logging.WARNING)  # the report is printed below
     from fairseq import checkpoint_utils
 
     from fairseq_outlayers.params import format_parameter_report, parameter_report
