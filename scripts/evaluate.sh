@@ -3,7 +3,7 @@
 # text, and tokenised BLEU (multi-bleu.perl style) for comparison with the papers.
 #
 #   bash scripts/evaluate.sh CHECKPOINT DATA_BIN [--beam 5] [--lenpen 1.0] [--replace-unk] [--raw-ref FILE]
-#                            [--tgt en] [--lowercase] [--subset test] [--batch-size 128] [--rare-f1 TRAIN_TEXT]
+#                            [--src de] [--tgt en] [--lowercase] [--subset test] [--batch-size 128] [--rare-f1 TRAIN_TEXT]
 #                            [--tok-ref FILE] [--out DIR] [--force] [--cpu] [--gen-args "more fairseq-generate options"]
 #
 #   --beam/--lenpen  beam size and length penalty (papers: 5/1.0; Liu et al. 2019 on WMT en-de: 4/0.6;
@@ -16,6 +16,9 @@
 #   --tok-ref FILE   tokenised reference for the tokenised BLEU (e.g. work/multi30k/tok/test_2016_flickr.en);
 #                    default: --raw-ref tokenised as the preparation scripts do (sacremoses, escaped, lowercased
 #                    with --lowercase), else fairseq's target side (where unknown words read <<unk>>)
+#   --src            source language: passed with --tgt to fairseq-generate as --source-lang/--target-lang
+#                    (needed when DATA_BIN holds the other direction, e.g. de-en data for an en-de model;
+#                    default: fairseq infers the pair from DATA_BIN)
 #   --tgt            target language for the Moses detokeniser (default: en)
 #   --lowercase      the data was lowercased: sacreBLEU runs case-insensitive (-lc, shown in the signature)
 #   --rare-f1 FILE   also report word F1 by training frequency (1, 2, 3, 4, 5-9, 10-99, 100-999, 1000+) of the
@@ -39,12 +42,12 @@ usage() { echo "$PROG: $*" >&2; echo "usage: bash scripts/evaluate.sh CHECKPOINT
 arg() { [ $# -ge 2 ] && [ -n "$2" ] || usage "option '$1' needs a value"; printf '%s' "$2"; }
 
 BEAM=5; LENPEN=1.0; REPLACE_UNK=0; RAW_REF=; TGT=en; LOWER=0; SUBSET=test; BATCH=128; OUT=; FORCE=0; CPU=()
-RARE=; POS=(); GEN_ARGS=; TOK_REF=
+RARE=; POS=(); GEN_ARGS=; TOK_REF=; SRC=
 while [ $# -gt 0 ]; do
   case "$1" in
     --beam) BEAM=$(arg "$@"); shift 2;; --lenpen) LENPEN=$(arg "$@"); shift 2;;
     --replace-unk) REPLACE_UNK=1; shift;; --raw-ref) RAW_REF=$(arg "$@"); shift 2;;
-    --tgt) TGT=$(arg "$@"); shift 2;; --lowercase) LOWER=1; shift;; --subset) SUBSET=$(arg "$@"); shift 2;;
+    --tgt) TGT=$(arg "$@"); shift 2;; --src) SRC=$(arg "$@"); shift 2;; --lowercase) LOWER=1; shift;; --subset) SUBSET=$(arg "$@"); shift 2;;
     --batch-size) BATCH=$(arg "$@"); shift 2;; --out) OUT=$(arg "$@"); shift 2;; --force) FORCE=1; shift;;
     --rare-f1) RARE=$(arg "$@"); shift 2;; --cpu) CPU=(--cpu); shift;;
     --gen-args) GEN_ARGS=$(arg "$@"); shift 2;; --tok-ref) TOK_REF=$(arg "$@"); shift 2;;
@@ -76,6 +79,7 @@ GEN=(fairseq-generate "$DATA_BIN" --user-dir "$ROOT/fairseq_outlayers" --path "$
      --num-workers 0 ${CPU[@]+"${CPU[@]}"})
 # with --replace-unk the BPE is removed below, after the replacement (the alignment indexes BPE tokens)
 if [ "$REPLACE_UNK" = 1 ]; then GEN+=(--print-alignment hard); else GEN+=(--remove-bpe); fi
+[ -z "$SRC" ] || GEN+=(--source-lang "$SRC" --target-lang "$TGT")
 if [ -n "$GEN_ARGS" ]; then read -r -a MORE <<< "$GEN_ARGS"; GEN+=("${MORE[@]}"); fi
 echo "+ ${GEN[*]} > $OUT/generate.out"
 "${GEN[@]}" > "$OUT/generate.out" 2> "$OUT/generate.err" || { tail -20 "$OUT/generate.err" >&2; die "fairseq-generate failed (log: $OUT/generate.err)"; }

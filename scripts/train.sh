@@ -77,25 +77,25 @@ case "$DATASET" in
     TRAIN=(--optimizer adam --adam-betas "(0.9,0.98)" --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 300
            --clip-norm 0.0 --weight-decay 0.0001 --dropout 0.3 --max-tokens 4096 --max-update 3000)
     CRIT=(--criterion label_smoothed_cross_entropy --label-smoothing 0.1)
-    EVAL="--beam 5 --lenpen 1.0 --lowercase --raw-ref $PREP/raw/test_2016_flickr.$TGT";;
+    EVAL="--beam 5 --lenpen 1.0 --src $SRC --tgt $TGT --lowercase --raw-ref $PREP/raw/test_2016_flickr.$TGT";;
   iwslt14)
     SRC=de; TGT=en; PREP=$ROOT/work/iwslt14; ARCH=outlayers_transformer_iwslt_de_en
     TRAIN=(--optimizer adam --adam-betas "(0.9,0.98)" --lr 0.0005 --lr-scheduler inverse_sqrt --warmup-updates 4000
            --clip-norm 0.0 --weight-decay 0.0001 --dropout 0.3 --max-tokens 4096 --max-update 50000)
     CRIT=(--criterion label_smoothed_cross_entropy --label-smoothing 0.1)
-    EVAL="--beam 5 --lenpen 1.0 --lowercase --raw-ref $PREP/raw/test.$TGT";;
+    EVAL="--beam 5 --lenpen 1.0 --src $SRC --tgt $TGT --lowercase --raw-ref $PREP/raw/test.$TGT";;
   wmt14)
     SRC=en; TGT=de; PREP=$ROOT/work/wmt14_en_de; ARCH=outlayers_transformer_wmt_en_de
     TRAIN=(--optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-08 --lr 0.0007 --lr-scheduler inverse_sqrt
            --warmup-updates 4000 --warmup-init-lr 1e-07 --clip-norm 0.0 --weight-decay 0.0 --dropout 0.1
            --max-tokens 4096 --update-freq 6 --max-update 100000)
     CRIT=(--criterion label_smoothed_cross_entropy --label-smoothing 0.1)
-    EVAL="--beam 4 --lenpen 0.6 --tgt $TGT --raw-ref $PREP/raw/test.$TGT";;
+    EVAL="--beam 4 --lenpen 0.6 --src $SRC --tgt $TGT --raw-ref $PREP/raw/test.$TGT";;
   wmt16-word)
     SRC=de; TGT=en; PREP=$ROOT/work/wmt16_de_en_word; ARCH=outlayers_lstm_vmf
     TRAIN=(--optimizer adam --lr 0.0002 --lr-scheduler fixed --clip-norm 5.0 --batch-size 64 --max-epoch 15)
     CRIT=(--criterion cross_entropy)
-    EVAL="--beam 1 --lenpen 1.0 --raw-ref $PREP/raw/test.$TGT";;
+    EVAL="--beam 1 --lenpen 1.0 --src $SRC --tgt $TGT --raw-ref $PREP/raw/test.$TGT";;
   *) usage "unknown DATASET '$DATASET'; choose multi30k, iwslt14, wmt14 or wmt16-word";;
 esac
 DATA_BIN=${DATA_BIN:-$PREP/data-bin/$SRC-$TGT}
@@ -133,7 +133,9 @@ case "$METHOD" in
     a=$(preset continuous); if [ -n "$a" ]; then METHOD_ARGS=(--arch "$a"); else METHOD_ARGS=(--arch "$ARCH" --output-layer continuous); fi
     METHOD_ARGS+=(--target-vectors "$VECTORS" --tie-input-to-target-vectors)
     CRIT=(--criterion vmf_nll --vmf-variant reg1 --vmf-lambda1 0.2)
-    [ "$DATASET" = wmt16-word ] && TRAIN=("${TRAIN[@]/#0.0002/0.0005}")  # the paper: 5e-4 for continuous models
+    if [ "$DATASET" = wmt16-word ]; then  # the paper: lr 5e-4 for continuous models (2e-4 for softmax models)
+      TRAIN=(--optimizer adam --lr 0.0005 --lr-scheduler fixed --clip-norm 5.0 --batch-size 64 --max-epoch 15)
+    fi
     EVAL=${EVAL/--beam 5/--beam 1}
     PREP_STEP=vectors;;
   shared-private)
