@@ -296,6 +296,22 @@ def test_prepare_errors_are_one_line(tmp_path):
     assert not os.path.exists(os.path.join(out, "data-bin", "de-en", ".done"))
 
 
+@pytest.mark.parametrize("script,args,variable", [
+    ("prepare-iwslt14.sh", [], "IWSLT14_DIR"), ("prepare-wmt14en2de.sh", [], "WMT14_DIR"),
+    ("prepare-wmt16-word.sh", [], "WMT16_DIR"), ("prepare-iwslt17.sh", ["--src", "ja"], "IWSLT17_DIR")])
+def test_prepare_without_local_copy_tries_the_download(tmp_path, script, args, variable):
+    """No local copy: the official download is tried (through a proxy that refuses every connection, so the test
+    never downloads anything) and its failure is one line that says how to give a local copy."""
+    dead = "http://127.0.0.1:9"
+    env = {variable: "", "http_proxy": dead, "https_proxy": dead, "HTTP_PROXY": dead, "HTTPS_PROXY": dead,
+           "no_proxy": "", "NO_PROXY": ""}
+    proc = bash(script, *args, "--out", str(tmp_path / "out"), env=env, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "downloading http" in proc.stdout
+    assert "failed (offline?)" in proc.stderr and "--local DIR" in proc.stderr
+    assert not any(".done" in files for _, _, files in os.walk(tmp_path))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # train.sh, evaluate.sh, hydra configs
 # ---------------------------------------------------------------------------------------------------------------
