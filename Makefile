@@ -4,7 +4,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
-DEMO_UPDATES ?= 600
+DEMO_UPDATES ?= 200
 DEMO_OUT ?= work/demo
 
 .PHONY: install demo test test-slow clean-demo

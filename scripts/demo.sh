@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job (`make demo`): Multi30k de-en -> every output layer at the same budget -> comparison table.
 #
-#   bash scripts/demo.sh [UPDATES]      (default: $DEMO_UPDATES or 600)
+#   bash scripts/demo.sh [UPDATES]      (default: $DEMO_UPDATES or 200)
 #
 # 1. scripts/prepare-multi30k.sh: sacremoses tokenisation, joint fastBPE, fairseq-preprocess (skipped when done);
 # 2. target word vectors for the continuous-output row (scripts/train_target_vectors.py, skipped when present);
@@ -14,7 +14,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 VENV_BIN=${VENV_BIN:-$ROOT/.venv/bin}
 PY=$VENV_BIN/python
-UPDATES=${1:-${DEMO_UPDATES:-600}}
+UPDATES=${1:-${DEMO_UPDATES:-200}}
 OUT=${DEMO_OUT:-work/demo}
 DATA=work/multi30k/data-bin/de-en
 log() { echo "[demo $(date +%H:%M:%S)] $*"; }

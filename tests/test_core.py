@@ -115,3 +115,15 @@ def test_bad_options_fail_early(tiny_bin):
         build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "tied", "--decoder-output-dim", "16"])
     with pytest.raises(SystemExit):  # argparse: invalid choice
         build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "nonsense"])
+
+
+def test_lstm_decoder_deeper_than_encoder(tiny_bin):
+    """The vMF paper's shape (1-layer encoder, 2-layer decoder): extra decoder layers start from the last
+    encoder layer's final state."""
+    task, model = build_model(tiny_bin, TINY_LSTM, ["--encoder-layers", "1", "--decoder-layers", "2",
+                                                    "--encoder-hidden-size", "16", "--decoder-hidden-size", "32"])
+    src, lengths, prev = _sample(task)
+    _outs, hiddens, cells, _mask = model.encoder(src, lengths)
+    assert hiddens.shape[0] == 2 and torch.equal(hiddens[1], hiddens[0]) and torch.equal(cells[1], cells[0])
+    lprobs = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
+    assert lprobs.shape == (3, 4, len(task.target_dictionary))

@@ -477,14 +477,9 @@ TINY_LSTM = ["--encoder-embed-dim", "32", "--encoder-hidden-size", "16", "--deco
 @needs_multi30k
 @pytest.mark.parametrize("dataset", DATASETS)
 @pytest.mark.parametrize("method", METHODS)
-def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, dataset, request):
+def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, dataset):
     """Every METHOD x DATASET recipe of train.sh builds its model (presets, method options, criterion), trains
     2 updates on the Multi30k slice (tiny sizes) and evaluate.sh translates with the checkpoint."""
-    if dataset == "wmt16-word":  # runs, and reports XPASS once the model is fixed
-        request.node.add_marker(pytest.mark.xfail(raises=AssertionError, reason=(
-            "outlayers_lstm_vmf (1-layer encoder, 2-layer decoder, the vMF paper's Table 7) fails in fairseq's "
-            "LSTMDecoder, which takes one initial state per decoder layer from the encoder (IndexError: index 1 "
-            "is out of bounds); needs a fix in fairseq_outlayers/models/lstm.py")))
     work = tmp_path / "work"
     shutil.copytree(multi30k_slice["out"], work)
     data = str(work / "data-bin" / "de-en")

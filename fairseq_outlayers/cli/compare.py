@@ -23,11 +23,11 @@ import sys
 import time
 
 DEMO_BASE_ARGS = [
-    "--arch", "outlayers_transformer_small",
-    "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "0.002", "--lr-scheduler", "inverse_sqrt",
-    "--warmup-updates", "300", "--clip-norm", "0.0", "--weight-decay", "0.0001",
+    "--arch", "outlayers_transformer_tiny",
+    "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "0.003", "--lr-scheduler", "inverse_sqrt",
+    "--warmup-updates", "150", "--clip-norm", "0.0",
     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-    "--max-tokens", "4096", "--dropout", "0.3",
+    "--max-tokens", "4096", "--dropout", "0.1",
 ]
 #: base options that belong to the base criterion (each takes one value)
 CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
@@ -118,6 +118,7 @@ def training_speed(log_path):
 def translate(data_bin, checkpoint, out_path, beam, lenpen, batch_size):
     cmd = [_bin("fairseq-generate"), data_bin, "--user-dir", _user_dir(), "--path", checkpoint,
            "--gen-subset", "test", "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
+           "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
            "--remove-bpe", "--num-workers", "0"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

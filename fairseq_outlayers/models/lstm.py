@@ -6,6 +6,7 @@ embedding size. The decoder's output layer is the one chosen with ``--output-lay
 """
 from fairseq import utils
 from fairseq.models import register_model, register_model_architecture
+import torch
 from fairseq.models.lstm import Embedding, LSTMDecoder, LSTMEncoder, LSTMModel
 from fairseq.models.lstm import base_architecture as fairseq_lstm_base
 
@@ -21,6 +22,24 @@ from .core import (
     core_defaults,
     shares_all_embeddings,
 )
+
+
+class OutlayersLSTMEncoder(LSTMEncoder):
+    """fairseq's LSTM encoder whose final states cover every decoder layer: when the decoder is deeper (the
+    vMF paper's 1-layer encoder, 2-layer decoder), the extra decoder layers start from the last encoder layer's
+    final state (fairseq's decoder would otherwise index past the encoder's layers)."""
+
+    def __init__(self, *args, decoder_layers: int = 1, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.decoder_layers = decoder_layers
+
+    def forward(self, src_tokens, src_lengths, enforce_sorted: bool = True):
+        outs, hiddens, cells, mask = super().forward(src_tokens, src_lengths, enforce_sorted)
+        extra = self.decoder_layers - hiddens.size(0)
+        if extra > 0:
+            hiddens = torch.cat([hiddens, hiddens[-1:].expand(extra, -1, -1)], dim=0)
+            cells = torch.cat([cells, cells[-1:].expand(extra, -1, -1)], dim=0)
+        return outs, hiddens, cells, mask
 
 
 class OutlayersLSTMDecoder(LSTMDecoder):
@@ -76,11 +95,12 @@ class OutlayersLSTMModel(OutputLayerModelMixin, LSTMModel):
             if freeze:
                 embed.weight.requires_grad = False
 
-        encoder = LSTMEncoder(
+        encoder = OutlayersLSTMEncoder(
             dictionary=src_dict, embed_dim=args.encoder_embed_dim, hidden_size=args.encoder_hidden_size,
             num_layers=args.encoder_layers, dropout_in=args.encoder_dropout_in,
             dropout_out=args.encoder_dropout_out, bidirectional=args.encoder_bidirectional,
             pretrained_embed=encoder_embed, max_source_positions=args.max_source_positions,
+            decoder_layers=args.decoder_layers,
         )
         output_layer = build_core_output_layer(args, task, decoder_embed, args.decoder_out_embed_dim)
         decoder = OutlayersLSTMDecoder(

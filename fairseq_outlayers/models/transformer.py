@@ -115,3 +115,16 @@ def outlayers_transformer_small(args):
     args.decoder_layers = getattr(args, "decoder_layers", 3)
     args.dropout = getattr(args, "dropout", 0.3)
     outlayers_transformer(args)
+
+
+@register_model_architecture("outlayers_transformer", "outlayers_transformer_tiny")
+def outlayers_transformer_tiny(args):
+    """2+2 layers, d = 128, 4 heads, FFN 512: the `make demo` model, sized to train every output layer on
+    Multi30k within minutes on two CPU cores."""
+    for side in ("encoder", "decoder"):
+        setattr(args, f"{side}_embed_dim", getattr(args, f"{side}_embed_dim", 128))
+        setattr(args, f"{side}_ffn_embed_dim", getattr(args, f"{side}_ffn_embed_dim", 512))
+        setattr(args, f"{side}_attention_heads", getattr(args, f"{side}_attention_heads", 4))
+        setattr(args, f"{side}_layers", getattr(args, f"{side}_layers", 2))
+    args.dropout = getattr(args, "dropout", 0.1)
+    outlayers_transformer(args)
