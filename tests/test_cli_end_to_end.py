@@ -74,12 +74,12 @@ def test_data_parallel_two_processes_match_single_process(tiny_bin, tmp_path):
 
 
 def test_hydra_train_with_the_shipped_config(tiny_bin, tmp_path):
-    """fairseq-hydra-train with configs/multi30k_de_en/transformer_small.yaml and plugin options as overrides."""
+    """fairseq-hydra-train with configs/multi30k/softmax.yaml and plugin options as overrides."""
     from harness import REPO
 
     save = str(tmp_path / "hydra")
-    proc = run([tool("fairseq-hydra-train"), "--config-dir", os.path.join(REPO, "configs", "multi30k_de_en"),
-                "--config-name", "transformer_small", f"common.user_dir={USER_DIR}", f"task.data={tiny_bin}",
+    proc = run([tool("fairseq-hydra-train"), "--config-dir", os.path.join(REPO, "configs", "multi30k"),
+                "--config-name", "softmax", f"common.user_dir={USER_DIR}", f"task.data={tiny_bin}",
                 "common.cpu=true", "model.output_layer=tied", "+model.encoder_layers=1", "+model.decoder_layers=1",
                 "+model.encoder_embed_dim=32", "+model.decoder_embed_dim=32", "+model.encoder_ffn_embed_dim=64",
                 "+model.decoder_ffn_embed_dim=64", "optimization.max_update=3", "dataset.max_tokens=600",

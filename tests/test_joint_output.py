@@ -313,8 +313,10 @@ def test_presets_and_options(tiny_bin):
     assert args.decoder_layers == 2 and args.decoder_embed_dim == 512
     args = parse(["--arch", "outlayers_transformer_iwslt_de_en_joint", "--joint-dim", "2048"])
     assert args.output_layer == "joint" and args.joint_dim == 2048 and args.decoder_ffn_embed_dim == 1024
-    args = parse(["--arch", "outlayers_transformer_small_joint", "--output-layer", "tied"])
-    assert args.output_layer == "tied" and args.decoder_embed_dim == 256
+    from fairseq_outlayers.errors import OutlayersConfigError
+
+    with pytest.raises(OutlayersConfigError, match="is a preset of --output-layer joint"):
+        parse(["--arch", "outlayers_transformer_small_joint", "--output-layer", "tied"])
 
 
 def test_bad_joint_dim_is_one_line_error(tiny_bin, tmp_path):

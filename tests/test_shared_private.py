@@ -276,8 +276,8 @@ def test_hydra_train_then_generate(tiny_bin, tiny_pairing, tmp_path):
     from harness import USER_DIR, run, tool
 
     save = str(tmp_path / "hydra")
-    run([tool("fairseq-hydra-train"), "--config-dir", os.path.join(REPO, "configs", "multi30k_de_en"),
-         "--config-name", "transformer_small", f"common.user_dir={USER_DIR}", f"task.data={tiny_bin}",
+    run([tool("fairseq-hydra-train"), "--config-dir", os.path.join(REPO, "configs", "multi30k"),
+         "--config-name", "softmax", f"common.user_dir={USER_DIR}", f"task.data={tiny_bin}",
          "common.cpu=true", "model.output_layer=tied", "+model.embeddings=shared-private",
          f"+model.pairing={tiny_pairing}", "+model.shared_private_lambdas='0.9,0.7,0.5'", "+model.encoder_layers=1",
          "+model.decoder_layers=1", "+model.encoder_embed_dim=32", "+model.decoder_embed_dim=32",

@@ -10,13 +10,13 @@ import contextlib
 import logging
 
 import torch
-from fairseq.models import register_model_architecture
 from fairseq.models.transformer import Embedding as TransformerEmbedding
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput, TargetVectorEmbedding
 
 from .lstm import outlayers_lstm_vmf
+from .core import register_method_preset
 from .registry import register_embeddings, register_output_layer
 from .transformer import outlayers_transformer_small
 
@@ -130,15 +130,11 @@ def build_target_vector_embeddings(args, task, encoder_dim, decoder_dim, share_a
     return encoder_embed, decoder_embed
 
 
-@register_model_architecture("outlayers_lstm", "outlayers_lstm_vmf_continuous")
-def outlayers_lstm_vmf_continuous(args):
-    """The paper's LSTM (Table 7) with the continuous output layer; add --target-vectors FILE."""
-    args.output_layer = getattr(args, "output_layer", None) or "continuous"
-    outlayers_lstm_vmf(args)
-
-
-@register_model_architecture("outlayers_transformer", "outlayers_transformer_small_continuous")
-def outlayers_transformer_small_continuous(args):
-    """The small Transformer (3+3 layers, d = 256) with the continuous output layer; add --target-vectors FILE."""
-    args.output_layer = getattr(args, "output_layer", None) or "continuous"
-    outlayers_transformer_small(args)
+outlayers_lstm_vmf_continuous = register_method_preset(
+    "outlayers_lstm", "outlayers_lstm_vmf_continuous", outlayers_lstm_vmf,
+    "The paper's LSTM (Table 7) with the continuous output layer; add --target-vectors FILE.",
+    output_layer="continuous")
+outlayers_transformer_small_continuous = register_method_preset(
+    "outlayers_transformer", "outlayers_transformer_small_continuous", outlayers_transformer_small,
+    "The small Transformer (3+3 layers, d = 256) with the continuous output layer; add --target-vectors FILE.",
+    output_layer="continuous")

@@ -119,3 +119,29 @@ class OutputLayerModelMixin:
         from fairseq_outlayers.params import format_parameter_report, parameter_report
 
         logger.info("parameters:\n" + format_parameter_report(parameter_report(self)))
+
+
+def register_method_preset(model_name, arch_name, base, doc, defaults=None, **choices):
+    """Register ``arch_name``: the architecture ``base`` (a name or function) with seam options fixed to
+    ``choices`` (e.g. ``output_layer="joint"``), so a recipe is one ``--arch`` away. An explicit option that
+    contradicts ``choices`` is an error, not silently overridden; ``defaults`` only fill options left unset."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
+
+    @register_model_architecture(model_name, arch_name)
+    def arch(args):
+        for key, value in choices.items():
+            given = getattr(args, key, None)
+            if given not in (None, value):
+                flag = "--" + key.replace("_", "-")
+                raise OutlayersConfigError(
+                    f"--arch {arch_name} is a preset of {flag} {value} but {flag} {given} was given; drop {flag} "
+                    "or use the architecture without the method suffix"
+                )
+            setattr(args, key, value)
+        for key, value in (defaults or {}).items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, value)
+        (ARCH_CONFIG_REGISTRY[base] if isinstance(base, str) else base)(args)
+
+    arch.__doc__ = doc
+    return arch

@@ -7,13 +7,12 @@ fixed layer on the existing Transformer and LSTM presets.
 import logging
 import math
 
-from fairseq.models import register_model_architecture
-
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.fixed_random import INITS, FixedRandomOutput, is_power_of_two
 
-# importing the models registers them, which register_model_architecture below needs
+# importing the models registers them, which the presets below need
 from .lstm import outlayers_lstm, outlayers_lstm_luong_2x2
+from .core import register_method_preset
 from .registry import register_output_layer
 from .transformer import outlayers_transformer, outlayers_transformer_small
 
@@ -109,33 +108,19 @@ def build_fixed(args, task, decoder_embed_tokens, input_dim):
     return layer
 
 
-def _select_fixed(args, arch_name):
-    layer = getattr(args, "output_layer", None)
-    if layer not in (None, "fixed"):
-        raise OutlayersConfigError(f"--arch {arch_name} is a preset of --output-layer fixed but --output-layer "
-                                   f"{layer} was given; drop --output-layer or use the preset without '_fixed'")
-    args.output_layer = "fixed"
-
-
-def _fixed_preset(model_name, arch_name, base, doc):
-    @register_model_architecture(model_name, arch_name)
-    def arch(args):
-        _select_fixed(args, arch_name)
-        base(args)
-
-    arch.__doc__ = doc
-    return arch
-
-
-outlayers_transformer_fixed = _fixed_preset(
+outlayers_transformer_fixed = register_method_preset(
     "outlayers_transformer", "outlayers_transformer_fixed", outlayers_transformer,
-    "fairseq's base Transformer with the fixed random classifier.")
-outlayers_transformer_small_fixed = _fixed_preset(
+    "fairseq's base Transformer with the fixed random classifier.",
+    output_layer="fixed")
+outlayers_transformer_small_fixed = register_method_preset(
     "outlayers_transformer", "outlayers_transformer_small_fixed", outlayers_transformer_small,
-    "The small (3+3 layers, d = 256) Transformer of the Multi30k demo with the fixed random classifier.")
-outlayers_lstm_fixed = _fixed_preset(
+    "The small (3+3 layers, d = 256) Transformer of the Multi30k demo with the fixed random classifier.",
+    output_layer="fixed")
+outlayers_lstm_fixed = register_method_preset(
     "outlayers_lstm", "outlayers_lstm_fixed", outlayers_lstm,
-    "Attentional LSTM (the paper's model family for Multi30k and IWSLT) with the fixed random classifier.")
-outlayers_lstm_luong_2x2_fixed = _fixed_preset(
+    "Attentional LSTM (the paper's model family for Multi30k and IWSLT) with the fixed random classifier.",
+    output_layer="fixed")
+outlayers_lstm_luong_2x2_fixed = register_method_preset(
     "outlayers_lstm", "outlayers_lstm_luong_2x2_fixed", outlayers_lstm_luong_2x2,
-    "2x2-layer Luong LSTM with 512-d states and the fixed random classifier (paper section 3.3: d = 512).")
+    "2x2-layer Luong LSTM with 512-d states and the fixed random classifier (paper section 3.3: d = 512).",
+    output_layer="fixed")

@@ -3,12 +3,12 @@
 The layer itself is ``fairseq_outlayers.modules.joint_output.JointOutputLayer``; this file only wires the
 command-line options to it and checks them.
 """
-from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
 
 from . import lstm, transformer  # noqa: F401  (the models the presets below extend must be registered first)
+from .core import register_method_preset
 from .registry import register_output_layer
 
 DEFAULTS = {"joint_dim": 512, "joint_activation": "tanh", "joint_structure": "full", "joint_dropout": 0.0}
@@ -57,33 +57,23 @@ def build_joint(args, task, decoder_embed_tokens, input_dim):
                             dropout=args.joint_dropout, word_bias=True)
 
 
-def _joint_preset(model_name: str, name: str, base: str, doc: str):
-    """Register ``name``: the ``base`` architecture with ``--output-layer joint`` (options still overridable)."""
-    base_fn = ARCH_CONFIG_REGISTRY[base]
-
-    @register_model_architecture(model_name, name)
-    def arch(args):
-        if getattr(args, "output_layer", None) is None:
-            args.output_layer = "joint"
-        base_fn(args)
-        set_joint_defaults(args)
-
-    arch.__doc__ = doc
-    return arch
-
-
-outlayers_transformer_joint = _joint_preset(
+outlayers_transformer_joint = register_method_preset(
     "outlayers_transformer", "outlayers_transformer_joint", "outlayers_transformer",
-    "Transformer base (fairseq's defaults) with the joint output layer, d_j = 512.")
-outlayers_transformer_small_joint = _joint_preset(
+    "Transformer base (fairseq's defaults) with the joint output layer, d_j = 512.",
+    output_layer="joint")
+outlayers_transformer_small_joint = register_method_preset(
     "outlayers_transformer", "outlayers_transformer_small_joint", "outlayers_transformer_small",
-    "3+3-layer d = 256 Transformer (the demo's size) with the joint output layer, d_j = 512.")
-outlayers_transformer_iwslt_de_en_joint = _joint_preset(
+    "3+3-layer d = 256 Transformer (the demo's size) with the joint output layer, d_j = 512.",
+    output_layer="joint")
+outlayers_transformer_iwslt_de_en_joint = register_method_preset(
     "outlayers_transformer", "outlayers_transformer_iwslt_de_en_joint", "outlayers_transformer_iwslt_de_en",
-    "fairseq's IWSLT'14 de-en Transformer with the joint output layer, d_j = 512.")
-outlayers_transformer_wmt_en_de_joint = _joint_preset(
+    "fairseq's IWSLT'14 de-en Transformer with the joint output layer, d_j = 512.",
+    output_layer="joint")
+outlayers_transformer_wmt_en_de_joint = register_method_preset(
     "outlayers_transformer", "outlayers_transformer_wmt_en_de_joint", "outlayers_transformer_wmt_en_de",
-    "fairseq's WMT en-de Transformer base with the joint output layer, d_j = 512.")
-outlayers_lstm_luong_2x2_joint = _joint_preset(
+    "fairseq's WMT en-de Transformer base with the joint output layer, d_j = 512.",
+    output_layer="joint")
+outlayers_lstm_luong_2x2_joint = register_method_preset(
     "outlayers_lstm", "outlayers_lstm_luong_2x2_joint", "outlayers_lstm_luong_2x2",
-    "The paper's NMT-joint model: 2+2-layer LSTM, 512-d embeddings and states, joint layer with d_j = 512.")
+    "The paper's NMT-joint model: 2+2-layer LSTM, 512-d embeddings and states, joint layer with d_j = 512.",
+    output_layer="joint")

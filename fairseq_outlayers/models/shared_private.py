@@ -9,13 +9,12 @@ the decoder input embedding works); an untied softmax or three-way tying is refu
 import logging
 from contextlib import ExitStack
 
-from fairseq.models import register_model_architecture
-
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
 from fairseq_outlayers.pairing.corpus import dictionary_hash, special_indices
 from fairseq_outlayers.pairing.pairs import index_maps, lambdas_from_string, read_pairing
 
+from .core import register_method_preset
 from .registry import get_output_layer_spec, register_embeddings
 
 logger = logging.getLogger(__name__)
@@ -116,24 +115,16 @@ def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_e
     return SharedPrivateEmbedding(core, "src", src_dict.pad()), SharedPrivateEmbedding(core, "tgt", tgt_dict.pad())
 
 
-def _shared_private_defaults(args):
-    args.embeddings = getattr(args, "embeddings", None) or "shared-private"
-    args.output_layer = getattr(args, "output_layer", None) or "tied"
-
-
 # presets: the models/__init__ loader imports this file before transformer.py, so import it here first
 from . import transformer as _transformer  # noqa: E402
 
-
-@register_model_architecture("outlayers_transformer", "outlayers_transformer_shared_private")
-def outlayers_transformer_shared_private(args):
-    """Transformer base with shared-private embeddings and decoder weight tying (Liu et al. 2019, Sec. 3.1)."""
-    _shared_private_defaults(args)
-    _transformer.outlayers_transformer(args)
-
-
-@register_model_architecture("outlayers_transformer", "outlayers_transformer_small_shared_private")
-def outlayers_transformer_small_shared_private(args):
-    """The small (3+3 layers, d = 256) Transformer with shared-private embeddings and decoder weight tying."""
-    _shared_private_defaults(args)
-    _transformer.outlayers_transformer_small(args)
+# shared-private embeddings are fixed by the preset; the output layer defaults to decoder tying (the paper's
+# setting) and may be any layer that ties to the decoder embedding (e.g. joint)
+outlayers_transformer_shared_private = register_method_preset(
+    "outlayers_transformer", "outlayers_transformer_shared_private", _transformer.outlayers_transformer,
+    "Transformer base with shared-private embeddings and decoder weight tying (Liu et al. 2019, Sec. 3.1).",
+    defaults={"output_layer": "tied"}, embeddings="shared-private")
+outlayers_transformer_small_shared_private = register_method_preset(
+    "outlayers_transformer", "outlayers_transformer_small_shared_private", _transformer.outlayers_transformer_small,
+    "The small (3+3 layers, d = 256) Transformer with shared-private embeddings and decoder weight tying.",
+    defaults={"output_layer": "tied"}, embeddings="shared-private")
