@@ -38,38 +38,23 @@ pc_skip_if_done "$DEST"
 mkdir -p "$OUT/orig" "$OUT/raw" "$OUT/tok" "$OUT/bpe"
 
 # ---- 1. raw data ---------------------------------------------------------------------------------------------
-CORPORA="europarl-v7.de-en commoncrawl.de-en news-commentary-v12.de-en"
-declare -A EXPECTED=([europarl-v7.de-en]=1920209 [commoncrawl.de-en]=2399123 [news-commentary-v12.de-en]=270769)
+CORPORA=(europarl-v7.de-en=1920209 commoncrawl.de-en=2399123 news-commentary-v12.de-en=270769)  # corpus=expected lines
 if [ -n "$LOCAL" ]; then
   [ -d "$LOCAL" ] || die "WMT14_DIR/--local '$LOCAL' is not a directory"
   ORIG=$LOCAL; ORIGIN="local copy ($LOCAL)"
 else
   ORIG=$OUT/orig; ORIGIN="download (statmt.org)"
-  for URL in http://statmt.org/wmt13/training-parallel-europarl-v7.tgz \
-             http://statmt.org/wmt13/training-parallel-commoncrawl.tgz \
-             http://data.statmt.org/wmt17/translation-task/training-parallel-nc-v12.tgz \
-             http://data.statmt.org/wmt17/translation-task/dev.tgz \
-             http://statmt.org/wmt14/test-full.tgz; do
-    f=$ORIG/$(basename "$URL")
-    if [ ! -f "$f.extracted" ]; then
-      log "downloading $URL"
-      pc_download "$URL" "$f" || die "no WMT14_DIR/--local given and downloading $URL failed (offline?); download the WMT'14 en-de files elsewhere and pass --local DIR"
-      pc_extract "$f" "$ORIG" && touch "$f.extracted" && rm -f "$f"
-    fi
-  done
+  pc_fetch_archives "$ORIG" "no WMT14_DIR/--local given; download the WMT'14 en-de files elsewhere and pass --local DIR" \
+    http://statmt.org/wmt13/training-parallel-europarl-v7.tgz \
+    http://statmt.org/wmt13/training-parallel-commoncrawl.tgz \
+    http://data.statmt.org/wmt17/translation-task/training-parallel-nc-v12.tgz \
+    http://data.statmt.org/wmt17/translation-task/dev.tgz \
+    http://statmt.org/wmt14/test-full.tgz
 fi
 log "raw data: $ORIGIN"
 
 # training corpora: concatenate the ones present
-: > "$OUT/orig/train.$SRC"; : > "$OUT/orig/train.$TGT"; found=0
-for c in $CORPORA; do
-  a=$(pc_find "$ORIG" "$c.$SRC"); b=$(pc_find "$ORIG" "$c.$TGT")
-  if [ -z "$a" ] || [ -z "$b" ]; then warn "$c.{$SRC,$TGT} not found under $ORIG: training without it"; continue; fi
-  python "$ROOT/fairseq_outlayers/cli/check_parallel.py" "$(dirname "$a")" --src "$SRC" --tgt "$TGT" --splits "$c"
-  pc_expect_lines "$a" "${EXPECTED[$c]}"
-  cat "$a" >> "$OUT/orig/train.$SRC"; cat "$b" >> "$OUT/orig/train.$TGT"; found=$((found + 1))
-done
-[ "$found" -gt 0 ] || die "no training corpus ($CORPORA) found under $ORIG; point WMT14_DIR/--local at the extracted WMT'14 archives"
+pc_concat_corpora "$ORIG" "$OUT/orig/train" "$SRC" "$TGT" "point WMT14_DIR/--local at the extracted WMT'14 archives" "${CORPORA[@]}"
 
 # valid: newstest2013 (plain text); test: newstest2014 (sgm: English is the src side, German the ref side)
 for l in $SRC $TGT; do

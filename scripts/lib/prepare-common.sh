@@ -162,3 +162,37 @@ pc_binarise() {
 
 # pc_corpus_tool ARGS...: the Python text helpers (tag stripping, SGML/XML extraction, cleaning, splitting).
 pc_corpus_tool() { python "$PC_LIB/corpus_tools.py" --prog "$PC_SCRIPT" "$@"; }
+
+# pc_fetch_archives ORIG HINT URL...: download each archive and extract it into ORIG, once (a marker file per
+# archive); on failure stop with "downloading URL failed (offline?); HINT"
+pc_fetch_archives() {
+  local orig=$1 hint=$2 url f
+  shift 2
+  mkdir -p "$orig"
+  for url in "$@"; do
+    f=$orig/$(basename "$url")
+    if [ ! -f "$f.extracted" ]; then
+      log "downloading $url"
+      pc_download "$url" "$f" || die "downloading $url failed (offline?); $hint"
+      pc_extract "$f" "$orig" && touch "$f.extracted" && rm -f "$f"
+    fi
+  done
+}
+
+# pc_concat_corpora ORIG PREFIX SRC TGT HINT CORPUS=LINES...: concatenate the parallel training corpora found
+# under ORIG into PREFIX.SRC / PREFIX.TGT (each checked, its line count compared with LINES); a missing corpus
+# is a warning, none at all an error ending with HINT
+pc_concat_corpora() {
+  local orig=$1 prefix=$2 src=$3 tgt=$4 hint=$5 item c a b found=0
+  shift 5
+  : > "$prefix.$src"; : > "$prefix.$tgt"
+  for item in "$@"; do
+    c=${item%%=*}
+    a=$(pc_find "$orig" "$c.$src"); b=$(pc_find "$orig" "$c.$tgt")
+    if [ -z "$a" ] || [ -z "$b" ]; then warn "$c.{$src,$tgt} not found under $orig: training without it"; continue; fi
+    python "$ROOT/fairseq_outlayers/cli/check_parallel.py" "$(dirname "$a")" --src "$src" --tgt "$tgt" --splits "$c"
+    pc_expect_lines "$a" "${item#*=}"
+    cat "$a" >> "$prefix.$src"; cat "$b" >> "$prefix.$tgt"; found=$((found + 1))
+  done
+  [ "$found" -gt 0 ] || die "no training corpus found under $orig; $hint"
+}
