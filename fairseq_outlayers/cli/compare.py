@@ -178,6 +178,36 @@ def format_table(rows):
     return "\n".join(lines)
 
 
+def write_plot(results, path):
+    """BLEU (mean over seeds, bars for the spread) against trained parameters, one labelled point per row.
+    Returns False (and writes nothing) when matplotlib is not installed."""
+    try:
+        import logging
+
+        logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's root logger would print font scans
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        bleus = r["bleu"]
+        mean = sum(bleus) / len(bleus)
+        half = (max(bleus) - min(bleus)) / 2
+        x = r["params"]["trained"] / 1e6
+        ax.errorbar([x], [mean], yerr=[half] if half else None, fmt="o", capsize=3)
+        ax.annotate(r["name"], (x, mean), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("trained parameters (millions)")
+    ax.set_ylabel("BLEU")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--data-bin", required=True, help="binarised data (fairseq-preprocess output)")
@@ -261,6 +291,8 @@ def main(argv=None):
           f"BLEU: sacreBLEU on detokenised output against `{ref_path}`"
           f"{' (lowercased)' if args.lowercase else ''}; signature `{results[0].get('signature', '')}`.", "",
           "Rows:", ""] + [f"- **{r['name']}**: `{r['args']}`" for r in results]
+    if write_plot(results, os.path.join(args.out, "results.png")):
+        md += ["", "![BLEU against trained parameters](results.png)"]
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     json.dump(results, open(os.path.join(args.out, "results.json"), "w"), indent=2)

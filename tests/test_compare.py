@@ -1,0 +1,34 @@
+"""The comparison runner behind `make demo`: option merging, speed parsing, the table and the plot."""
+import os
+
+from fairseq_outlayers.cli.compare import (DEMO_BASE_ARGS, format_table, merge_args, read_row, training_speed,
+                                           write_plot)
+
+
+def test_row_with_its_own_criterion_drops_the_base_criterion():
+    merged = merge_args(DEMO_BASE_ARGS, ["--output-layer", "continuous", "--criterion", "vmf_nll"])
+    assert merged.count("--criterion") == 1 and merged[-1] == "vmf_nll"
+    assert "--label-smoothing" not in merged and "0.1" not in merged[merged.index("--max-tokens"):][:2]
+    assert merge_args(DEMO_BASE_ARGS, ["--output-layer", "tied"]) == DEMO_BASE_ARGS + ["--output-layer", "tied"]
+
+
+def test_training_speed_is_tokens_over_time(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "x | INFO | train_inner | epoch 001:  50 / 9 loss=9, wps=0, ups=0, wpb=1000, bsz=8, num_updates=50, lr=1\n"
+        "x | INFO | train_inner | epoch 001: 100 / 9 loss=8, wps=2000, ups=2, wpb=1000, bsz=8, num_updates=100, lr=1\n"
+        "x | INFO | train_inner | epoch 002:  50 / 9 loss=7, wps=4000, ups=4, wpb=2000, bsz=8, num_updates=150, lr=1\n")
+    # the first interval (wps=0) is skipped: 50k tokens in 25 s + 100k tokens in 25 s
+    assert training_speed(str(log)) == 150000 / 50
+
+
+def test_row_file_and_table(tmp_path):
+    row = tmp_path / "30-joint.args"
+    row.write_text("--output-layer joint  # the paper's layer\n--joint-dim 512\n")
+    assert read_row(str(row)) == ("joint", ["--output-layer", "joint", "--joint-dim", "512"])
+    params = {"total": 10, "trained": 8, "embedding": 4, "output": 2}
+    table = format_table([{"name": "joint", "bleu": [30.0, 31.0], "speed": [100.0, 300.0], "time": [5, 7],
+                           "params": params}])
+    assert "| joint | 2 | 30.50 ± 0.50 | 10 | 8 | 4 | 2 | 200 | 6 |" in table
+    assert write_plot([{"name": "joint", "bleu": [30.0], "params": params}], str(tmp_path / "p.png"))
+    assert os.path.getsize(tmp_path / "p.png") > 1000
