@@ -71,7 +71,9 @@ def neighbour_table(model, dictionary, words: List[str], k: int) -> List[dict]:
                 "of the model's (BPE) target vocabulary, e.g. one listed in dict.<tgt>.txt"
             )
         ids.append(i)
-    exclude = list(range(dictionary.nspecial))
+    # specials and the never-seen filler words fairseq pads dictionaries with (madeupwordNNNN) are not neighbours
+    exclude = list(range(dictionary.nspecial)) + [i for i, w in enumerate(dictionary.symbols)
+                                                  if w.startswith("madeupword")]
     inp, out = representations(model)
     rows = []
     for name, matrix in (("input", inp), ("output", out)):
