@@ -105,10 +105,5 @@ for s in train valid test; do for l in $SRC $TGT; do
 done; done
 
 # ---- 4. binarise ----------------------------------------------------------------------------------------------
-log "fairseq-preprocess -> $DEST"
-JOIN=(); [ "$JOINED" = 1 ] && JOIN=(--joined-dictionary)
-pc_binarise "$DEST" "$OUT/preprocess.$SRC-$TGT.log" --source-lang $SRC --target-lang $TGT \
-  --trainpref "$OUT/bpe/train" --validpref "$OUT/bpe/valid" --testpref "$OUT/bpe/test" --workers 2 ${JOIN[@]+"${JOIN[@]}"}
-cp "$OUT/bpe/codes" "$DEST/bpecodes"
-pc_mark_done "$DEST" "origin: $ORIGIN" "lowercase: $LOWER" "bpe_merges: $MERGES" "joined_dictionary: $JOINED"
-log "done: $DEST (source: $ORIGIN)"
+pc_binarise_joint_bpe "$DEST" "$JOINED" "origin: $ORIGIN" "lowercase: $LOWER" "bpe_merges: $MERGES" \
+  "joined_dictionary: $JOINED"

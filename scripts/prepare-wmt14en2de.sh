@@ -95,10 +95,5 @@ pc_corpus_tool clean "$OUT/bpe/train.all.$SRC" "$OUT/bpe/train.all.$TGT" "$OUT/b
   --min-len 1 --max-len 250 --ratio 1.5
 
 # ---- 4. binarise ----------------------------------------------------------------------------------------------
-log "fairseq-preprocess -> $DEST"
-JOIN=(); [ "$JOINED" = 1 ] && JOIN=(--joined-dictionary)
-pc_binarise "$DEST" "$OUT/preprocess.$SRC-$TGT.log" --source-lang $SRC --target-lang $TGT \
-  --trainpref "$OUT/bpe/train" --validpref "$OUT/bpe/valid" --testpref "$OUT/bpe/test" --workers 2 ${JOIN[@]+"${JOIN[@]}"}
-cp "$OUT/bpe/codes" "$DEST/bpecodes"
-pc_mark_done "$DEST" "origin: $ORIGIN" "lowercase: $LOWER" "bpe_merges: $MERGES" "joined_dictionary: $JOINED"
-log "done: $DEST (source: $ORIGIN)"
+pc_binarise_joint_bpe "$DEST" "$JOINED" "origin: $ORIGIN" "lowercase: $LOWER" "bpe_merges: $MERGES" \
+  "joined_dictionary: $JOINED"

@@ -196,3 +196,18 @@ pc_concat_corpora() {
   done
   [ "$found" -gt 0 ] || die "no training corpus found under $orig; $hint"
 }
+
+# pc_binarise_joint_bpe DEST JOINED DONE_LINE...: fairseq-preprocess $OUT/bpe/{train,valid,test}.{$SRC,$TGT}
+# (with --joined-dictionary when JOINED is 1), keep the BPE codes next to the data, mark DEST done
+pc_binarise_joint_bpe() {
+  local dest=$1 joined=$2 join=()
+  shift 2
+  [ "$joined" = 1 ] && join=(--joined-dictionary)
+  log "fairseq-preprocess -> $dest"
+  pc_binarise "$dest" "$OUT/preprocess.$SRC-$TGT.log" --source-lang "$SRC" --target-lang "$TGT" \
+    --trainpref "$OUT/bpe/train" --validpref "$OUT/bpe/valid" --testpref "$OUT/bpe/test" --workers 2 \
+    ${join[@]+"${join[@]}"}
+  cp "$OUT/bpe/codes" "$dest/bpecodes"
+  pc_mark_done "$dest" "$@"
+  log "done: $dest (source: $ORIGIN)"
+}
