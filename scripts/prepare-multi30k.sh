@@ -3,6 +3,12 @@
 #
 #   bash scripts/prepare-multi30k.sh [--src de] [--tgt en] [--bpe-merges 8000] [--out work/multi30k]
 #                                    [--no-lowercase] [--force]
+#                                    [--word-target [--tgt-min-count 2]]
+#
+# --word-target: the continuous-output setup of Kumar & Tsvetkov (2019): BPE (learned on the source side only) on
+# the source, WORDS on the target side; target words seen fewer than --tgt-min-count times in training become
+# <unk>. Output goes to OUT/data-bin/SRC-TGT-word (train target vectors on OUT/tok/train.TGT), next to the BPE
+# data, which it neither needs nor touches.
 #
 # Raw data, first found wins:
 #   1. MULTI30K_DIR=/path/to/raw (train.de, val.de, test_2016_flickr.de, ... as in the official repository);
@@ -14,12 +20,13 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib/prepare-common.sh"
 pc_setup prepare-multi30k
-SRC=de; TGT=en; MERGES=8000; OUT=$ROOT/work/multi30k; LOWER=1; FORCE=0
+SRC=de; TGT=en; MERGES=8000; OUT=$ROOT/work/multi30k; LOWER=1; FORCE=0; WORD=0; TGT_MIN=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --src) SRC=$(pc_arg "$@"); shift 2;; --tgt) TGT=$(pc_arg "$@"); shift 2;;
     --bpe-merges) MERGES=$(pc_arg "$@"); shift 2;;
     --out) OUT=$(pc_arg "$@"); shift 2;; --no-lowercase) LOWER=0; shift;; --force) FORCE=1; shift;;
+    --word-target) WORD=1; shift;; --tgt-min-count) TGT_MIN=$(pc_arg "$@"); shift 2;;
     -h|--help) pc_help "$0"; exit 0;;
     *) pc_unknown "$1";;
   esac
@@ -28,11 +35,11 @@ for l in "$SRC" "$TGT"; do
   case "$l" in de|en|fr|cs) ;; *) usage_error "language '$l' is not in Multi30k (de, en, fr, cs)";; esac
 done
 [ "$SRC" != "$TGT" ] || usage_error "--src and --tgt must differ"
-pc_int --bpe-merges "$MERGES"
+pc_int --bpe-merges "$MERGES"; pc_int --tgt-min-count "$TGT_MIN"
 pc_require_tools fast fairseq-preprocess sacremoses python
-DEST=$OUT/data-bin/$SRC-$TGT
+if [ "$WORD" = 1 ]; then DEST=$OUT/data-bin/$SRC-$TGT-word; BPE=$OUT/bpe-word; else DEST=$OUT/data-bin/$SRC-$TGT; BPE=$OUT/bpe; fi
 pc_skip_if_done "$DEST"
-mkdir -p "$OUT/raw" "$OUT/tok" "$OUT/bpe"
+mkdir -p "$OUT/raw" "$OUT/tok" "$BPE"
 
 # ---- 1. raw data ---------------------------------------------------------------------------------------------
 SPLITS="train val test_2016_flickr"
@@ -68,17 +75,34 @@ for s in $SPLITS; do for l in "$SRC" "$TGT"; do
   pc_tokenise "$l" "$LOWER" "$OUT/raw/$s.$l" "$OUT/tok/$s.$l"
 done; done
 
-# ---- 3. joint BPE (fastBPE) ---------------------------------------------------------------------------------
-log "learn $MERGES joint BPE merges"
-pc_learn_bpe "$MERGES" "$OUT/bpe/codes" "$OUT/tok/train.$SRC" "$OUT/tok/train.$TGT"
-for s in $SPLITS; do for l in "$SRC" "$TGT"; do
-  pc_apply_bpe "$OUT/bpe/codes" "$OUT/tok/$s.$l" "$OUT/bpe/$s.$l"
-done; done
+# ---- 3. BPE: joint, or (--word-target) on the source side only with the target left as words ------------------
+if [ "$WORD" = 1 ]; then
+  log "learn $MERGES source-side BPE merges (target stays word-level)"
+  pc_learn_bpe "$MERGES" "$BPE/codes.$SRC" "$OUT/tok/train.$SRC"
+  for s in $SPLITS; do
+    pc_apply_bpe "$BPE/codes.$SRC" "$OUT/tok/$s.$SRC" "$BPE/$s.$SRC"
+    cp "$OUT/tok/$s.$TGT" "$BPE/$s.$TGT"
+  done
+  CODES=$BPE/codes.$SRC; TGT_OPTS=(--thresholdtgt "$TGT_MIN")
+else
+  log "learn $MERGES joint BPE merges"
+  pc_learn_bpe "$MERGES" "$BPE/codes" "$OUT/tok/train.$SRC" "$OUT/tok/train.$TGT"
+  for s in $SPLITS; do for l in "$SRC" "$TGT"; do
+    pc_apply_bpe "$BPE/codes" "$OUT/tok/$s.$l" "$BPE/$s.$l"
+  done; done
+  CODES=$BPE/codes; TGT_OPTS=()
+fi
 
 # ---- 4. binarise ----------------------------------------------------------------------------------------------
 log "fairseq-preprocess -> $DEST"
-pc_binarise "$DEST" "$OUT/preprocess.$SRC-$TGT.log" --source-lang "$SRC" --target-lang "$TGT" \
-  --trainpref "$OUT/bpe/train" --validpref "$OUT/bpe/val" --testpref "$OUT/bpe/test_2016_flickr" --workers 2
-cp "$OUT/bpe/codes" "$DEST/bpecodes"
-pc_mark_done "$DEST" "origin: $ORIGIN" "lowercase: $LOWER" "bpe_merges: $MERGES"
+pc_binarise "$DEST" "$OUT/preprocess.$(basename "$DEST").log" --source-lang "$SRC" --target-lang "$TGT" \
+  --trainpref "$BPE/train" --validpref "$BPE/val" --testpref "$BPE/test_2016_flickr" --workers 2 \
+  ${TGT_OPTS[@]+"${TGT_OPTS[@]}"}
+if [ "$WORD" = 1 ]; then
+  cp "$CODES" "$DEST/bpecodes.$SRC"
+  pc_mark_done "$DEST" "origin: $ORIGIN" "lowercase: $LOWER" "src_bpe_merges: $MERGES" "tgt_min_count: $TGT_MIN"
+else
+  cp "$CODES" "$DEST/bpecodes"
+  pc_mark_done "$DEST" "origin: $ORIGIN" "lowercase: $LOWER" "bpe_merges: $MERGES"
+fi
 log "done: $DEST (source: $ORIGIN)"

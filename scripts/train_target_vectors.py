@@ -10,7 +10,9 @@ tokenisation -- and writes the word2vec/fastText text format (``.vec``) that ``-
         [--algorithm fasttext|word2vec] [--dim 300] [--dict data-bin/dict.en.txt]
 
 With ``--algorithm fasttext --dict DICT`` every word of the fairseq dictionary gets a vector (words rarer than
-``--min-count`` from their character n-grams), so coverage is complete. Needs ``pip install gensim``.
+``--min-count`` from their character n-grams), so coverage is complete. Every sentence ends with fairseq's
+``</s>`` while training (``--no-eos`` to leave it out), so the end of a sentence has a vector learned from its
+contexts, like any word, rather than an arbitrary direction the decoder has to learn to hit. Needs ``pip install gensim``.
 """
 import argparse
 import logging
@@ -20,15 +22,20 @@ import sys
 import time
 
 
-def read_sentences(paths):
-    class Corpus:  # re-iterable, streamed from disk: gensim makes several passes
+EOS = "</s>"  # fairseq's end-of-sentence symbol
+
+
+def read_sentences(paths, eos=EOS):
+    """A re-iterable corpus streamed from disk (gensim makes several passes); with ``eos`` every sentence ends
+    with that symbol, so the end of a sentence gets a vector learned from the words that precede it."""
+    class Corpus:
         def __iter__(self):
             for path in paths:
                 with open(path, encoding="utf-8") as f:
                     for line in f:
                         words = line.split()
                         if words:
-                            yield words
+                            yield words + [eos] if eos else words
 
     return Corpus()
 
@@ -61,6 +68,9 @@ def main(argv=None):
     p.add_argument("--max-n", type=int, default=6, help="fastText: longest character n-gram")
     p.add_argument("--dict", help="fairseq target dictionary: also write a vector for every word in it "
                    "(fastText builds unseen words from n-grams; word2vec can only report them)")
+    p.add_argument("--no-eos", action="store_true",
+                   help=f"do not append {EOS} to every sentence (then {EOS} gets no trained vector and the model "
+                   "uses a fixed random unit vector for it)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
@@ -75,7 +85,7 @@ def main(argv=None):
     if os.path.exists(args.output) and not args.force:
         sys.exit(f"error: --output {args.output} exists; pass --force to overwrite it")
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(message)s", level=logging.INFO)
-    corpus = read_sentences(args.input)
+    corpus = read_sentences(args.input, eos=None if args.no_eos else EOS)
     common = dict(vector_size=args.dim, window=args.window, min_count=args.min_count, workers=args.workers,
                   sg=0 if args.cbow else 1, negative=args.negative, epochs=args.epochs, seed=args.seed)
     start = time.time()

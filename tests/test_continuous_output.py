@@ -71,6 +71,30 @@ def test_vectors_aligned_to_dictionary(tmp_path):
     assert any("normalised mean of the 2 file vectors" in line for line in t.report.lines())
 
 
+def test_centred_vectors_match_a_float64_hand_computation(tmp_path):
+    """--target-vectors-center: unit vectors minus the mean of the dictionary words' unit vectors, renormalised;
+    <unk> (mean of the outside words) and </s> are shifted by the same mean."""
+    rng = np.random.default_rng(3)
+    d = small_dictionary(["the", "cat", "sat", "mat"])
+    common = rng.standard_normal(6) * 4  # a shared direction, as in vectors trained on a small corpus
+    entries = [(w, common + rng.standard_normal(6)) for w in ["the", "cat", "sat", "</s>", "dog", "tree"]]
+    t = load_target_table(d, str(write_vec(tmp_path / "v.vec", entries)), min_coverage=0.5, center=True)
+    unit = {w: np.round(v, 6) / np.linalg.norm(np.round(v, 6)) for w, v in entries}
+    mu = np.mean([unit[w] for w in ("the", "cat", "sat")], axis=0)  # covered dictionary words only
+    def expect(v):
+        return (v - mu) / np.linalg.norm(v - mu)
+    for w in ("the", "cat", "sat", "</s>"):
+        assert np.allclose(t.table[d.index(w)].numpy(), expect(unit[w]), atol=1e-6)
+    assert np.allclose(t.table[d.unk()].numpy(), expect((unit["dog"] + unit["tree"]) / 2), atol=1e-6)
+    # the centred dictionary vectors have mean zero before renormalising: here they are far less alike
+    raw = load_target_table(d, str(tmp_path / "v.vec"), min_coverage=0.5)
+    rows = [d.index(w) for w in ("the", "cat", "sat")]
+    mean_cos = lambda table: float((table[rows] @ table[rows].T).sum() - 3) / 6  # noqa: E731
+    assert mean_cos(raw.table) > 0.8 and mean_cos(t.table) < 0.0
+    assert torch.equal(t.table[d.bos()], raw.table[d.bos()])  # fixed special vectors are not shifted
+    assert any(line.startswith("centring: subtracted the mean of the 3 dictionary words") for line in t.report.lines())
+
+
 @pytest.mark.parametrize("content,message", [
     ("3 4\nthe 1 2 3 4\ncat 1 2 3\nsat 1 2 3 4\n",
      r"v\.vec line 3: word 'cat' has 3 values but the file's vectors have 4"),

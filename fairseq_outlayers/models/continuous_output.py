@@ -40,6 +40,10 @@ def add_continuous_args(parser):
     parser.add_argument("--tie-input-to-target-vectors", action="store_true",
                         help="decoder input embeddings = the frozen target table + a learned linear map to the "
                         "model size (paper, section 4.4); same as --embeddings target-vectors (default: off)")
+    parser.add_argument("--target-vectors-center", action="store_true",
+                        help="centre the unit target vectors (subtract their mean over the dictionary, "
+                        "renormalise) before use: removes the common direction of vectors trained on small "
+                        "corpora, near which rare words crowd (default: off, as in the paper)")
     parser.add_argument("--target-vectors-min-coverage", type=float, metavar="F",
                         help="fail when fewer than this fraction of target dictionary words have a vector "
                         "(default: 0.5)")
@@ -53,6 +57,7 @@ def continuous_defaults(args):
     args.continuous_dim = getattr(args, "continuous_dim", None)
     args.continuous_layernorm = getattr(args, "continuous_layernorm", False) or False
     args.tie_input_to_target_vectors = getattr(args, "tie_input_to_target_vectors", False) or False
+    args.target_vectors_center = getattr(args, "target_vectors_center", False) or False
     if getattr(args, "target_vectors_min_coverage", None) is None:
         args.target_vectors_min_coverage = 0.5
     args.continuous_score_scale = getattr(args, "continuous_score_scale", None)
@@ -90,7 +95,7 @@ def target_table(args, task):
         raise OutlayersConfigError(f"--target-vectors-min-coverage must be in [0, 1], got "
                                    f"{args.target_vectors_min_coverage}")
     table = load_target_table(dictionary, args.target_vectors, args.target_vectors_min_coverage,
-                              args.continuous_dim)
+                              args.continuous_dim, center=args.target_vectors_center)
     for line in table.report.lines():
         logger.info(line)
     _set(args, "continuous_dim", table.report.dim)
