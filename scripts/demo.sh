@@ -2,30 +2,51 @@
 # The main job (`make demo`): Multi30k de-en -> every output layer at the same budget -> comparison table.
 #
 #   bash scripts/demo.sh [UPDATES]      (default: $DEMO_UPDATES or 200)
+#   bash scripts/demo.sh --updates 800 --seeds "1 2" --rows "configs/demo/*.args configs/continuous/*.args" \
+#                        --out work/results --title "..."      (the results table of docs/results.md: `make results`)
 #
-# 1. scripts/prepare-multi30k.sh: sacremoses tokenisation, joint fastBPE, fairseq-preprocess (skipped when done);
-# 2. target word vectors for the continuous-output row (scripts/train_target_vectors.py, skipped when present);
+# 1. scripts/prepare-multi30k.sh: sacremoses tokenisation, joint fastBPE, fairseq-preprocess; and the same with
+#    --word-target (source BPE, word-level English) for the continuous-output rows (each skipped when done);
+# 2. 300-d target word vectors on the word-level English training text (scripts/train_target_vectors.py,
+#    fastText, skipped when present);
 # 3. the shared-private word pairing (python -m fairseq_outlayers.pairing, skipped when present);
-# 4. python -m fairseq_outlayers.cli.compare: one fairseq-train + fairseq-generate + sacreBLEU per row file in
-#    configs/demo/*.args; prints the table and writes work/demo/results.md. Finished rows are reused, so an
-#    interrupted demo resumes; delete work/demo (or set DEMO_OUT) to start over.
+# 4. python -m fairseq_outlayers.cli.compare: one fairseq-train + fairseq-generate + sacreBLEU per row file
+#    (default configs/demo/*.args) and seed; prints the table and writes OUT/results.md (default work/demo).
+#    Finished rows are reused, so an interrupted run resumes; delete OUT (or choose another --out) to start over.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 VENV_BIN=${VENV_BIN:-$ROOT/.venv/bin}
 PY=$VENV_BIN/python
-UPDATES=${1:-${DEMO_UPDATES:-200}}
+UPDATES=${DEMO_UPDATES:-200}
 OUT=${DEMO_OUT:-work/demo}
+SEEDS=1
+ROWS="configs/demo/*.args"
+TITLE="make demo: Multi30k de-en, one row per output layer"
+die() { echo "demo.sh: error: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --updates|--seeds|--rows|--out|--title) [ $# -ge 2 ] || die "$1 needs a value"
+      case "$1" in --updates) UPDATES=$2;; --seeds) SEEDS=$2;; --rows) ROWS=$2;; --out) OUT=$2;; --title) TITLE=$2;; esac
+      shift 2;;
+    -h|--help) awk 'NR == 1 { next } /^#/ { print; next } { exit }' "$0"; exit 0;;
+    [0-9]*) UPDATES=$1; shift;;
+    *) die "unknown option '$1' (see --help)";;
+  esac
+done
+case "$UPDATES" in ''|*[!0-9]*|0) die "the number of updates must be a positive integer, got '$UPDATES'";; esac
 DATA=work/multi30k/data-bin/de-en
+WORD=work/multi30k/data-bin/de-en-word
 log() { echo "[demo $(date +%H:%M:%S)] $*"; }
 
 VENV_BIN=$VENV_BIN bash scripts/prepare-multi30k.sh --src de --tgt en
+VENV_BIN=$VENV_BIN bash scripts/prepare-multi30k.sh --src de --tgt en --word-target
 LOWER=$(sed -n 's/^lowercase: //p' "$DATA/.done")
 
-if [ ! -s work/multi30k/vectors.bpe.en.vec ]; then
-  log "training 300-d target word vectors on the English side (continuous-output row)"
-  "$PY" scripts/train_target_vectors.py --input work/multi30k/bpe/train.en \
-    --output work/multi30k/vectors.bpe.en.vec --dim 300 --dict "$DATA/dict.en.txt"
+if [ ! -s work/multi30k/vectors.word.en.300d.vec ]; then
+  log "training 300-d target word vectors on the word-level English side (continuous-output rows)"
+  "$PY" scripts/train_target_vectors.py --input work/multi30k/tok/train.en \
+    --output work/multi30k/vectors.word.en.300d.vec --dim 300 --dict "$WORD/dict.en.txt"
 fi
 if [ ! -s "$DATA/pairs.de-en.txt" ]; then
   log "pairing source and target words with fast_align (shared-private row)"
@@ -33,7 +54,8 @@ if [ ! -s "$DATA/pairs.de-en.txt" ]; then
     --src-dict "$DATA/dict.de.txt" --tgt-dict "$DATA/dict.en.txt" -o "$DATA/pairs.de-en.txt"
 fi
 
-log "training one model per output layer, $UPDATES updates each"
+log "training one model per output layer and seed ($SEEDS), $UPDATES updates each"
+# shellcheck disable=SC2086  # ROWS holds glob patterns and SEEDS a list: both are split (and globbed) on purpose
 "$PY" -m fairseq_outlayers.cli.compare --data-bin "$DATA" --raw-dir work/multi30k/raw \
-  $([ "$LOWER" = 1 ] && echo --lowercase) --rows 'configs/demo/*.args' --max-update "$UPDATES" --out "$OUT" \
-  --title "make demo: Multi30k de-en, one row per output layer"
+  $([ "$LOWER" = 1 ] && echo --lowercase) --rows $ROWS --max-update "$UPDATES" --seeds $SEEDS --out "$OUT" \
+  --title "$TITLE"

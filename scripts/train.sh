@@ -16,7 +16,8 @@
 #   TEXT_DIR    BPE'd training text     [the same preparation's bpe/ folder] (target vectors, word pairing)
 #   SAVE_DIR    checkpoints             [checkpoints/DATASET/METHOD]
 #   VECTORS     continuous: target word vectors  [TEXT_DIR/../vectors.TGT.VECTOR_DIMd.vec, trained when missing
-#               with scripts/train_target_vectors.py (fastText, gensim) on TEXT_DIR/train.TGT]
+#               with scripts/train_target_vectors.py (fastText, gensim) on TEXT_DIR/train.TGT]; continuous on
+#               multi30k uses the word-level preparation: data-bin/SRC-TGT-word, bpe-word/, vectors.word.TGT.VECTOR_DIMd.vec
 #   VECTOR_DIM  continuous: m [300]
 #   PAIRING     shared-private: pairing file [TEXT_DIR/../pairing.SRC-TGT.txt, made when missing with
 #               python -m fairseq_outlayers.pairing (fast_align through systran-align)]
@@ -40,7 +41,8 @@
 #                  negative sampling (--criterion sampled_softmax --sample-ratio 0.25, Pappas et al. 2018 sec. 4)
 #   fixed          --output-layer fixed: uniform [-10, 10] rows, each normalised, frozen (Shalev et al. 2021)
 #   continuous     --output-layer continuous, --criterion vmf_nll (reg1, lambda1 0.2), m = 300 target vectors,
-#                  decoder input tied to them (--tie-input-to-target-vectors; Kumar & Tsvetkov 2019 sec. 4.4)
+#                  decoder input tied to them (--tie-input-to-target-vectors; Kumar & Tsvetkov 2019 sec. 4.4);
+#                  multi30k: word-level targets (prepare-multi30k.sh --word-target), --target-vectors-center
 #   shared-private --embeddings shared-private --output-layer tied, lambda = (0.9, 0.7, 0.5) (Liu et al. 2019)
 #
 # Multi-GPU (one node, N GPUs): fairseq-train uses every visible GPU by itself; keep the tokens per update the
@@ -98,10 +100,16 @@ case "$DATASET" in
     EVAL="--beam 1 --lenpen 1.0 --src $SRC --tgt $TGT --raw-ref $PREP/raw/test.$TGT";;
   *) usage "unknown DATASET '$DATASET'; choose multi30k, iwslt14, wmt14 or wmt16-word";;
 esac
+VECTOR_DIM=${VECTOR_DIM:-300}
+if [ "$METHOD" = continuous ] && [ "$DATASET" = multi30k ]; then
+  # word-level targets (prepare-multi30k.sh --word-target), as the paper; vectors on the word-level English side
+  DATA_BIN=${DATA_BIN:-$PREP/data-bin/$SRC-$TGT-word}
+  TEXT_DIR=${TEXT_DIR:-$(dirname "$(dirname "$DATA_BIN")")/bpe-word}
+  VECTORS=${VECTORS:-$(dirname "$TEXT_DIR")/vectors.word.$TGT.${VECTOR_DIM}d.vec}
+fi
 DATA_BIN=${DATA_BIN:-$PREP/data-bin/$SRC-$TGT}
 TEXT_DIR=${TEXT_DIR:-$(dirname "$(dirname "$DATA_BIN")")/bpe}
 SAVE_DIR=${SAVE_DIR:-$ROOT/checkpoints/$DATASET/$METHOD}
-VECTOR_DIM=${VECTOR_DIM:-300}
 VECTORS=${VECTORS:-$(dirname "$TEXT_DIR")/vectors.$TGT.${VECTOR_DIM}d.vec}
 PAIRING=${PAIRING:-$(dirname "$TEXT_DIR")/pairing.$SRC-$TGT.txt}
 
@@ -133,6 +141,8 @@ case "$METHOD" in
     a=$(preset continuous); if [ -n "$a" ]; then METHOD_ARGS=(--arch "$a"); else METHOD_ARGS=(--arch "$ARCH" --output-layer continuous); fi
     METHOD_ARGS+=(--target-vectors "$VECTORS" --tie-input-to-target-vectors)
     CRIT=(--criterion vmf_nll --vmf-variant reg1 --vmf-lambda1 0.2)
+    # vectors trained on a corpus as small as Multi30k share one dominant direction: centre them (docs/results.md)
+    [ "$DATASET" = multi30k ] && METHOD_ARGS+=(--target-vectors-center)
     if [ "$DATASET" = wmt16-word ]; then  # the paper: lr 5e-4 for continuous models (2e-4 for softmax models)
       TRAIN=(--optimizer adam --lr 0.0005 --lr-scheduler fixed --clip-norm 5.0 --batch-size 64 --max-epoch 15)
     fi

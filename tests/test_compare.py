@@ -1,8 +1,10 @@
 """The comparison runner behind `make demo`: option merging, speed parsing, the table and the plot."""
 import os
 
-from fairseq_outlayers.cli.compare import (DEMO_BASE_ARGS, format_table, merge_args, read_row, training_speed,
-                                           write_plot)
+import pytest
+
+from fairseq_outlayers.cli.compare import (DEMO_BASE_ARGS, format_table, merge_args, read_row, row_data_bin,
+                                           training_speed, write_plot)
 
 
 def test_row_with_its_own_criterion_drops_the_base_criterion():
@@ -32,3 +34,12 @@ def test_row_file_and_table(tmp_path):
     assert "| joint | 2 | 30.50 ± 0.50 | 10 | 8 | 4 | 2 | 200 | 6 |" in table
     assert write_plot([{"name": "joint", "bleu": [30.0], "params": params}], str(tmp_path / "p.png"))
     assert os.path.getsize(tmp_path / "p.png") > 1000
+
+
+def test_a_row_can_name_its_own_data():
+    args = ["--data-bin", "w/word", "--output-layer", "continuous", "--criterion", "vmf_nll"]
+    assert row_data_bin(args, "w/bpe") == ("w/word", ["--output-layer", "continuous", "--criterion", "vmf_nll"])
+    assert row_data_bin(["--data-bin=w/x", "--output-layer", "tied"], "w/bpe") == ("w/x", ["--output-layer", "tied"])
+    assert row_data_bin(["--output-layer", "tied"], "w/bpe") == ("w/bpe", ["--output-layer", "tied"])
+    with pytest.raises(SystemExit, match="needs a path"):
+        row_data_bin(["--output-layer", "tied", "--data-bin"], "w/bpe")

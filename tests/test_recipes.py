@@ -2,6 +2,7 @@
 the --force / never-overwrite rule, one-line errors on bad input, scripts/train.sh and scripts/evaluate.sh end
 to end on a 300-line slice of Multi30k, and the hydra YAMLs against train.sh.
 """
+import collections
 import json
 import os
 import re
@@ -174,7 +175,10 @@ def multi30k_slice(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("m30") / "multi30k")
     proc = bash("prepare-multi30k.sh", "--src", "de", "--tgt", "en", "--bpe-merges", "500", "--out", out,
                 env={"MULTI30K_DIR": str(raw)})
-    return {"raw": str(raw), "out": out, "bin": os.path.join(out, "data-bin", "de-en"), "log": proc.stdout}
+    word = bash("prepare-multi30k.sh", "--src", "de", "--tgt", "en", "--bpe-merges", "500", "--out", out,
+                "--word-target", env={"MULTI30K_DIR": str(raw)})
+    return {"raw": str(raw), "out": out, "bin": os.path.join(out, "data-bin", "de-en"), "log": proc.stdout,
+            "word_bin": os.path.join(out, "data-bin", "de-en-word"), "word_log": word.stdout}
 
 
 @needs_multi30k
@@ -194,6 +198,23 @@ def test_prepare_multi30k_outputs_and_skip(multi30k_slice):
     assert again.stdout.strip() == f"prepare-multi30k.sh: {dest} is already prepared; nothing to do (pass --force " \
         "to rebuild it)"
     assert os.path.getmtime(os.path.join(dest, ".done")) == before
+
+
+@needs_multi30k
+def test_prepare_multi30k_word_target(multi30k_slice):
+    """--word-target: source-side BPE only, whole words on the target side (those seen once become <unk>), next
+    to the BPE data without touching it."""
+    out, dest = multi30k_slice["out"], multi30k_slice["word_bin"]
+    assert open(os.path.join(dest, ".done")).read() == \
+        f"origin: local copy ({multi30k_slice['raw']})\nlowercase: 1\nsrc_bpe_merges: 500\ntgt_min_count: 2\n"
+    assert os.path.isfile(os.path.join(dest, "bpecodes.de")) and not os.path.exists(os.path.join(dest, "bpecodes"))
+    counts = collections.Counter(open(os.path.join(out, "tok", "train.en"), encoding="utf-8").read().split())
+    tgt = [line.split()[0] for line in open(os.path.join(dest, "dict.en.txt"), encoding="utf-8")]
+    real = [w for w in tgt if not w.startswith("madeupword")]
+    assert sorted(real) == sorted(w for w, c in counts.items() if c >= 2)  # no BPE pieces, no hapaxes
+    assert lines_of(os.path.join(out, "bpe-word", "train.en")) == lines_of(os.path.join(out, "tok", "train.en"))
+    assert any("@@" in line for line in lines_of(os.path.join(out, "bpe-word", "train.de")))
+    assert os.path.isfile(os.path.join(multi30k_slice["bin"], ".done"))  # the BPE data is still there
 
 
 def test_prepare_iwslt14_split_and_force(tmp_path):
@@ -351,9 +372,13 @@ def test_train_sh_settings_and_errors():
     assert bad.returncode == 2 and "unknown METHOD 'magic'" in bad.stderr
     missing = bash("train.sh", "tied", "iwslt14", env={"DATA_BIN": "/nonexistent"}, check=False)
     assert missing.returncode == 1 and "prepare the data first" in missing.stderr
-    dry = bash("train.sh", "--dry-run", "continuous", "multi30k", env={"DATA_BIN": "/d/data-bin/de-en"}).stdout
+    dry = bash("train.sh", "--dry-run", "continuous", "multi30k", env={"DATA_BIN": "/d/data-bin/de-en-word"}).stdout
+    assert "train_target_vectors.py --input /d/bpe-word/train.en --output /d/vectors.word.en.300d.vec" in dry
+    assert "+ fairseq-train /d/data-bin/de-en-word --user-dir" in dry and not os.path.exists("/d")
+    assert "--target-vectors-center" in dry
+    dry = bash("train.sh", "--dry-run", "continuous", "iwslt14", env={"DATA_BIN": "/d/data-bin/de-en"}).stdout
     assert "train_target_vectors.py --input /d/bpe/train.en --output /d/vectors.en.300d.vec" in dry
-    assert "+ fairseq-train /d/data-bin/de-en --user-dir" in dry and not os.path.exists("/d")
+    assert "--target-vectors-center" not in dry
 
 
 def test_yaml_configs_match_train_sh(tmp_path):
@@ -436,12 +461,15 @@ def test_train_sh_makes_pairing_and_vectors(multi30k_slice, tmp_path):
     assert "pairing file" in proc.stdout and pairing.is_file()
     assert os.path.isfile(str(tmp_path / "sp" / "checkpoint_last.pt"))
     stamp = os.path.getmtime(pairing)
-    env = {"DATA_BIN": data, "SAVE_DIR": str(tmp_path / "vmf"), "VECTOR_DIM": "16"}
+    # continuous on multi30k: the word-level data (its default when DATA_BIN is unset), vectors on its text
+    env = {"DATA_BIN": str(work / "data-bin" / "de-en-word"), "SAVE_DIR": str(tmp_path / "vmf"), "VECTOR_DIM": "16"}
     proc = bash("train.sh", "continuous", "multi30k", *TINY, "--max-update", "2", env=env)
-    vec = work / "vectors.en.16d.vec"
+    vec = work / "vectors.word.en.16d.vec"
     assert vec.is_file() and open(vec).readline().split()[1] == "16"
+    assert f"--input {work}/bpe-word/train.en" in proc.stdout
     state = torch.load(str(tmp_path / "vmf" / "checkpoint_last.pt"), map_location="cpu", weights_only=False)
     assert state["cfg"]["model"].continuous_dim == 16 and state["cfg"]["criterion"]["_name"] == "vmf_nll"
+    assert state["cfg"]["model"].target_vectors_center is True
     assert os.path.getmtime(pairing) == stamp
 
 
@@ -491,7 +519,7 @@ def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, da
     2 updates on the Multi30k slice (tiny sizes) and evaluate.sh translates with the checkpoint."""
     work = tmp_path / "work"
     shutil.copytree(multi30k_slice["out"], work)
-    data = str(work / "data-bin" / "de-en")
+    data = str(work / "data-bin" / ("de-en-word" if (method, dataset) == ("continuous", "multi30k") else "de-en"))
     save = str(tmp_path / "ckpt")
     tiny = TINY_LSTM if dataset == "wmt16-word" else TINY + ["--update-freq", "1"]
     env = {"DATA_BIN": data, "SAVE_DIR": save, "VECTOR_DIM": "16"}

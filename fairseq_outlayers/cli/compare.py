@@ -9,7 +9,9 @@ command (``--base-args``, default: the demo Transformer). For every row and seed
 sacreBLEU against the raw references. It reports BLEU (with sacreBLEU's signature), total / trained / embedding
 / output-layer parameters, training target tokens/s and wall time, prints the table as it goes and writes it to
 ``OUT/results.md`` (and ``OUT/results.json``). A row already finished (its checkpoint and translation exist) is
-reused, so an interrupted run resumes where it stopped; ``--fresh`` starts over in a new directory only.
+reused, so an interrupted run resumes where it stopped (all rows run with the first seed before any runs with
+the second, so a run cut short still has every row). A row may name its own data with ``--data-bin PATH`` (e.g.
+word-level targets for continuous outputs, next to the BPE baselines); the references are the same raw files.
 """
 import argparse
 import glob
@@ -53,6 +55,22 @@ def read_row(path):
         text = " ".join(line.split("#", 1)[0] for line in f)
     name = re.sub(r"^\d+-", "", os.path.splitext(os.path.basename(path))[0])
     return name, shlex.split(text)
+
+
+def row_data_bin(row_args, default):
+    """A row's own ``--data-bin PATH`` (taken out of its fairseq-train options), else ``default``."""
+    rest, data_bin = [], default
+    args = iter(row_args)
+    for arg in args:
+        if arg == "--data-bin":
+            data_bin = next(args, None)
+            if data_bin is None:
+                raise SystemExit("compare: --data-bin in a row file needs a path")
+        elif arg.startswith("--data-bin="):
+            data_bin = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return data_bin, rest
 
 
 def merge_args(base_args, row_args):
@@ -240,24 +258,36 @@ def main(argv=None):
             parser.error(f"row file '{f}' does not exist")
     os.makedirs(args.out, exist_ok=True)
 
-    results, started = [], time.time()
-    for n, row_file in enumerate(row_files, start=1):
+    rows = []
+    for row_file in row_files:
         name, row_args = read_row(row_file)
-        row = {"name": name, "args": " ".join(row_args), "bleu": [], "speed": [], "time": [], "params": None}
-        for seed in args.seeds:
+        data_bin, train_args = row_data_bin(row_args, args.data_bin)
+        if not os.path.isdir(data_bin):
+            parser.error(f"{row_file}: --data-bin '{data_bin}' is not a directory; prepare that data first")
+        rows.append({"name": name, "args": " ".join(row_args), "data_bin": data_bin, "train_args": train_args,
+                     "bleu": [], "speed": [], "time": [], "params": None})
+    names = [r["name"] for r in rows]
+    if len(set(names)) != len(names):
+        parser.error(f"two row files have the same name (after the NN- prefix): {names}")
+
+    started = time.time()
+    for seed in args.seeds:
+        for n, row in enumerate(rows, start=1):
+            name = row["name"]
             run_dir = os.path.join(args.out, f"{name}.seed{seed}")
             os.makedirs(run_dir, exist_ok=True)
             ckpt = os.path.join(run_dir, "checkpoint_last.pt")
             hyp_path = os.path.join(run_dir, "test.hyp")
             log_path = os.path.join(run_dir, "train.log")
-            log(f"[{n}/{len(row_files)}] {name} (seed {seed})")
+            log(f"[{n}/{len(rows)}] {name} (seed {seed})")
             meta_path = os.path.join(run_dir, "meta.json")
             if os.path.exists(meta_path) and os.path.exists(hyp_path):
                 meta = json.load(open(meta_path))
                 log("  already done; reusing")
             else:
-                seconds = train_row(args.data_bin, run_dir, base_args, row_args, seed, args.max_update, log_path)
-                hyps = translate(args.data_bin, ckpt, hyp_path, args.beam, args.lenpen, args.batch_size)
+                seconds = train_row(row["data_bin"], run_dir, base_args, row["train_args"], seed, args.max_update,
+                                    log_path)
+                hyps = translate(row["data_bin"], ckpt, hyp_path, args.beam, args.lenpen, args.batch_size)
                 bleu, signature = score(hyps, ref_path, args.tgt, args.lowercase)
                 meta = {"bleu": bleu, "signature": signature, "seconds": seconds,
                         "speed": training_speed(log_path), "params": parameter_counts(ckpt)}
@@ -269,8 +299,8 @@ def main(argv=None):
             row["time"].append(meta["seconds"])
             row["params"] = meta["params"]
             row["signature"] = meta["signature"]
-        results.append(row)
-        print(format_table(results), flush=True)
+        print(format_table([r for r in rows if r["bleu"]]), flush=True)
+    results = [{k: v for k, v in r.items() if k != "train_args"} for r in rows]
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
