@@ -2,15 +2,19 @@
 # Translate a test set with a trained checkpoint and score it: sacreBLEU (with its signature) on detokenised
 # text, and tokenised BLEU (multi-bleu.perl style) for comparison with the papers.
 #
-#   bash scripts/evaluate.sh CHECKPOINT DATA_BIN [--beam 5] [--lenpen 1.0] [--replace-unk] [--raw-ref FILE]
+#   bash scripts/evaluate.sh CHECKPOINT DATA_BIN [--beam 5] [--lenpen 1.0] [--replace-unk [LEXICON]] [--raw-ref FILE]
 #                            [--src de] [--tgt en] [--lowercase] [--subset test] [--batch-size 128] [--rare-f1 TRAIN_TEXT]
 #                            [--tok-ref FILE] [--out DIR] [--force] [--cpu] [--gen-args "more fairseq-generate options"]
 #
 #   --beam/--lenpen  beam size and length penalty (papers: 5/1.0; Liu et al. 2019 on WMT en-de: 4/0.6;
 #                    Kumar & Tsvetkov 2019: 1, greedy nearest-neighbour decoding)
-#   --replace-unk    replace each generated <unk> by the source word it is aligned to (fairseq-generate
-#                    --print-alignment hard: the attention maximum; the whole source word when the aligned
-#                    token is a BPE piece). fairseq-generate's own --replace-unk only works on raw-text datasets.
+#   --replace-unk [LEXICON]
+#                    replace each generated <unk> using the source unit it is aligned to (fairseq-generate
+#                    --print-alignment hard: the attention maximum): its translation in LEXICON when given and
+#                    listed there (a 'source_unit target_word' file, e.g. from python -m fairseq_outlayers.pairing
+#                    lexicon), else the source word itself (the whole word when the aligned token is a BPE piece).
+#                    LEXICON is taken when the next argument does not start with '-'. Works on binarised data;
+#                    fairseq-generate's own --replace-unk needs a raw-text data-bin (docs/continuous-outputs.md).
 #   --raw-ref FILE   untokenised reference (e.g. work/multi30k/raw/test_2016_flickr.en) for sacreBLEU; without it
 #                    the detokenised references of DATA_BIN are used (then the score is not a standard sacreBLEU)
 #   --tok-ref FILE   tokenised reference for the tokenised BLEU (e.g. work/multi30k/tok/test_2016_flickr.en);
@@ -42,11 +46,13 @@ usage() { echo "$PROG: $*" >&2; echo "usage: bash scripts/evaluate.sh CHECKPOINT
 arg() { [ $# -ge 2 ] && [ -n "$2" ] || usage "option '$1' needs a value"; printf '%s' "$2"; }
 
 BEAM=5; LENPEN=1.0; REPLACE_UNK=0; RAW_REF=; TGT=en; LOWER=0; SUBSET=test; BATCH=128; OUT=; FORCE=0; CPU=()
-RARE=; POS=(); GEN_ARGS=; TOK_REF=; SRC=
+RARE=; POS=(); GEN_ARGS=; TOK_REF=; SRC=; UNK_LEXICON=
 while [ $# -gt 0 ]; do
   case "$1" in
     --beam) BEAM=$(arg "$@"); shift 2;; --lenpen) LENPEN=$(arg "$@"); shift 2;;
-    --replace-unk) REPLACE_UNK=1; shift;; --raw-ref) RAW_REF=$(arg "$@"); shift 2;;
+    --replace-unk) REPLACE_UNK=1
+      if [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#-}" = "$2" ]; then UNK_LEXICON=$2; shift; fi; shift;;
+    --raw-ref) RAW_REF=$(arg "$@"); shift 2;;
     --tgt) TGT=$(arg "$@"); shift 2;; --src) SRC=$(arg "$@"); shift 2;; --lowercase) LOWER=1; shift;; --subset) SUBSET=$(arg "$@"); shift 2;;
     --batch-size) BATCH=$(arg "$@"); shift 2;; --out) OUT=$(arg "$@"); shift 2;; --force) FORCE=1; shift;;
     --rare-f1) RARE=$(arg "$@"); shift 2;; --cpu) CPU=(--cpu); shift;;
@@ -56,6 +62,7 @@ while [ $# -gt 0 ]; do
     *) POS+=("$1"); shift;;
   esac
 done
+case "$UNK_LEXICON" in *.pt) usage "--replace-unk LEXICON: '$UNK_LEXICON' looks like a checkpoint; put --replace-unk after CHECKPOINT DATA_BIN";; esac
 [ ${#POS[@]} -eq 2 ] || usage "expected CHECKPOINT and DATA_BIN, got ${#POS[@]} positional argument(s)"
 CKPT=${POS[0]}; DATA_BIN=${POS[1]}
 case "$BEAM" in ''|*[!0-9]*|0) usage "--beam must be a positive integer, got '$BEAM'";; esac
@@ -63,6 +70,7 @@ case "$BEAM" in ''|*[!0-9]*|0) usage "--beam must be a positive integer, got '$B
 [ -d "$DATA_BIN" ] || die "DATA_BIN '$DATA_BIN' is not a directory; use the data-bin folder the model was trained on"
 [ -z "$RAW_REF" ] || [ -f "$RAW_REF" ] || die "--raw-ref '$RAW_REF' does not exist"
 [ -z "$TOK_REF" ] || [ -f "$TOK_REF" ] || die "--tok-ref '$TOK_REF' does not exist"
+[ -z "$UNK_LEXICON" ] || [ -f "$UNK_LEXICON" ] || die "--replace-unk lexicon '$UNK_LEXICON' does not exist; build it with python -m fairseq_outlayers.pairing lexicon --src-text TRAIN.SRC --tgt-text TRAIN.TGT --out FILE"
 [ -z "$RARE" ] || [ -f "$RARE" ] || die "--rare-f1 '$RARE' does not exist; give the tokenised training target text"
 VENV_BIN=${VENV_BIN:-$ROOT/.venv/bin}
 [ -d "$VENV_BIN" ] && export PATH="$VENV_BIN:$PATH"
@@ -85,4 +93,5 @@ echo "+ ${GEN[*]} > $OUT/generate.out"
 "${GEN[@]}" > "$OUT/generate.out" 2> "$OUT/generate.err" || { tail -20 "$OUT/generate.err" >&2; die "fairseq-generate failed (log: $OUT/generate.err)"; }
 
 python "$ROOT/scripts/lib/score_translations.py" --out "$OUT" --tgt "$TGT" --lowercase "$LOWER" --raw-ref "$RAW_REF" \
-  --rare-f1 "$RARE" --checkpoint "$CKPT" --beam "$BEAM" --lenpen "$LENPEN" --tok-ref "$TOK_REF" --replace-unk "$REPLACE_UNK"
+  --rare-f1 "$RARE" --checkpoint "$CKPT" --beam "$BEAM" --lenpen "$LENPEN" --tok-ref "$TOK_REF" --replace-unk "$REPLACE_UNK" \
+  --unk-lexicon "$UNK_LEXICON"

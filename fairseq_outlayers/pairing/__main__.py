@@ -2,6 +2,9 @@
 
 Give the training text exactly as the model sees it (tokenised and BPE'd, one sentence per line) and the
 dictionaries fairseq-preprocess wrote; the pairing file goes to -o (never overwritten without --force).
+
+``python -m fairseq_outlayers.pairing lexicon --src-text ... --tgt-text ... --out lexicon.txt`` builds the
+lexical dictionary of ``--replace-unk`` with the same aligners (see ``lexicon.py``).
 """
 import argparse
 import sys
@@ -10,7 +13,9 @@ from fairseq_outlayers.errors import OutlayersConfigError
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m fairseq_outlayers.pairing", description=__doc__.strip().splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m fairseq_outlayers.pairing", description=__doc__.strip().splitlines()[0],
+                                epilog="python -m fairseq_outlayers.pairing lexicon --help: the lexical dictionary "
+                                "for --replace-unk, built with the same aligners")
     p.add_argument("--src-text", help="source side of the training corpus (tokenised, BPE'd); required unless "
                    "--identical")
     p.add_argument("--tgt-text", help="target side, line-aligned with --src-text")
@@ -36,6 +41,11 @@ def build_parser():
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lexicon"]:
+        from .lexicon import main as lexicon_main
+
+        return lexicon_main(argv[1:])
     args = build_parser().parse_args(argv)
     from . import make_pairing, write_pairing
 

@@ -1,8 +1,8 @@
 """Score the output of fairseq-generate for scripts/evaluate.sh (which documents the options).
 
 Reads OUT/generate.out, writes OUT/{hyp.tok,ref.tok,hyp.detok,bleu.txt,scores.json}: sacreBLEU with its
-signature on detokenised text, tokenised (multi-bleu style) BLEU, optionally the copy of aligned source words
-for <unk> (--replace-unk 1) and word F1 by training frequency (--rare-f1 TRAIN_TEXT).
+signature on detokenised text, tokenised (multi-bleu style) BLEU, optionally the replacement of <unk> by the
+lexicon translation (--unk-lexicon FILE) or copy of the aligned source word (--replace-unk 1) and word F1 by training frequency (--rare-f1 TRAIN_TEXT).
 """
 import argparse
 import json
@@ -18,30 +18,24 @@ def remove_bpe(text):
 
 def source_words(tokens):
     """For each BPE token of the source, the whole word it belongs to (pieces joined, markers removed)."""
-    words, piece_start = [None] * len(tokens), 0
-    for k, t in enumerate(tokens):
-        if not t.endswith("@@"):
-            word = "".join(x[:-2] if x.endswith("@@") else x for x in tokens[piece_start:k + 1])
-            for j in range(piece_start, k + 1):
-                words[j] = word
-            piece_start = k + 1
-    for j in range(piece_start, len(tokens)):  # a dangling piece at the end
-        words[j] = tokens[j][:-2] if tokens[j].endswith("@@") else tokens[j]
-    return words
+    from fairseq_outlayers.pairing.lexicon import source_words as words_of
+
+    return words_of(tokens)
 
 
-def replace_unknown(hyp, src, align, unk="<unk>"):
-    """Replace each <unk> of the BPE-level hypothesis by the source word its position is aligned to
-    (Luong et al. 2015's copy rule, with fairseq's hard attention alignment 'i-j' = source i, target j)."""
-    h, words = hyp.split(), source_words(src.split())
-    link = {}
-    for pair in align.split():
-        i, j = (int(x) for x in pair.split("-"))
-        link.setdefault(j, i)
-    for j, tok in enumerate(h):
-        if tok == unk and j in link and link[j] < len(words):
-            h[j] = words[link[j]]
-    return " ".join(h)
+def replace_unknown(hyp, src, align, unk="<unk>", lexicon=None, counts=None):
+    """Replace each <unk> of the BPE-level hypothesis (fairseq's hard attention alignment 'i-j' = source i,
+    target j): by lexicon[aligned source unit] when the lexicon has it, else by the whole source word the
+    aligned unit belongs to (Luong et al. 2015's copy rule). The rule is
+    ``fairseq_outlayers.pairing.lexicon.replace_unknowns``; ``counts`` (a Counter) gets 'lexicon'/'copied'."""
+    from fairseq_outlayers.pairing.lexicon import links_by_target, replace_unknowns
+
+    tokens, from_lexicon, copied = replace_unknowns(hyp.split(), src.split(), links_by_target(align) or {},
+                                                    lexicon, unk)
+    if counts is not None:
+        counts["lexicon"] += from_lexicon
+        counts["copied"] += copied
+    return " ".join(tokens)
 
 
 FREQUENCY_BINS = [(1, 1), (2, 2), (3, 3), (4, 4), (5, 9), (10, 99), (100, 999), (1000, None)]
@@ -91,6 +85,7 @@ def main(argv=None):
     p.add_argument("--lenpen", default="1.0")
     p.add_argument("--tok-ref", default="")
     p.add_argument("--replace-unk", default="0")
+    p.add_argument("--unk-lexicon", default="", help="with --replace-unk 1: source unit -> target word lexicon")
     a = p.parse_args(argv)
     import sacrebleu
     from sacremoses import MosesDetokenizer, MosesTokenizer
@@ -112,10 +107,18 @@ def main(argv=None):
         elif line.startswith("A-"):
             idx, text = (line.rstrip("\n").split("\t", 1) + [""])[:2]
             aligns[int(idx[2:])] = text
-    replaced = 0
+    replaced, unk_counts, lexicon = 0, Counter(), None
     if replace_unk:
+        if a.unk_lexicon:
+            from fairseq_outlayers.errors import OutlayersConfigError
+            from fairseq_outlayers.pairing.lexicon import read_lexicon
+
+            try:
+                lexicon = read_lexicon(a.unk_lexicon)
+            except OutlayersConfigError as e:
+                sys.exit(f"evaluate.sh: {e}")
         for i in hyps:
-            new = replace_unknown(hyps[i], srcs.get(i, ""), aligns.get(i, ""))
+            new = replace_unknown(hyps[i], srcs.get(i, ""), aligns.get(i, ""), lexicon=lexicon, counts=unk_counts)
             replaced += hyps[i].split().count("<unk>") - new.split().count("<unk>")
             hyps[i] = remove_bpe(new)
         refs = {i: remove_bpe(r) for i, r in refs.items()}
@@ -162,14 +165,20 @@ def main(argv=None):
               "tokenized_bleu_reference": tok_origin}
     if replace_unk:
         scores["unk_replaced"] = replaced
+        if lexicon is not None:
+            scores.update(unk_lexicon=a.unk_lexicon, unk_from_lexicon=unk_counts["lexicon"],
+                          unk_copied=unk_counts["copied"])
     lines = [f"sacreBLEU {s.score:.2f}  ({s.format(score_only=False)})",
              f"  signature: {scores['sacrebleu_signature']}",
              f"  reference: {ref_origin}",
              f"tokenised BLEU {t.score:.2f}  (multi-bleu style: tokenised, BPE removed; "
              f"{scores['tokenized_bleu_signature']})",
              f"  reference: {tok_origin}"]
-    if replace_unk:
+    if replace_unk and lexicon is None:
         lines.append(f"--replace-unk: {replaced} <unk> replaced by the aligned source word")
+    elif replace_unk:
+        lines.append(f"--replace-unk: {replaced} <unk> replaced: {unk_counts['lexicon']} from the lexicon "
+                     f"{a.unk_lexicon}, {unk_counts['copied']} copied from the aligned source word")
 
     if rare:
         with open(rare, encoding="utf-8") as f:

@@ -1,0 +1,384 @@
+"""Unknown-word replacement: a lexical dictionary built with fast_align, and fairseq's ``--replace-unk`` fixed.
+
+A model with a closed target vocabulary (the word-level continuous outputs of Kumar & Tsvetkov 2019, or any
+word-level baseline) writes ``<unk>`` for words outside it. The classic remedy (Luong et al. 2015, "Addressing
+the rare word problem in neural machine translation"; Jean et al. 2015) replaces each generated ``<unk>`` by a
+translation of the source unit the decoder attended to most, found in a lexical dictionary learned by a word
+aligner on the training corpus, and copies the source word when the dictionary has no entry.
+
+The lexicon (``python -m fairseq_outlayers.pairing lexicon``) reuses the pairing tool's alignment backends
+(``alignment.py``: fast_align through systran-align, or a Pharaoh file):
+
+* links: fast_align in both directions symmetrised with grow-diag-final (``--direction both``, the default
+  here), or the forward model only, or any Pharaoh file;
+* c(x, y) counts the links between source unit x and target word y over the training corpus, where only
+  target positions holding a *real word* count: not one of fairseq's special symbols, not a BPE piece (a
+  token ending in the continuation marker ``@@``, or the last piece of a split word, i.e. a token after one
+  ending in ``@@``). Source units are kept exactly as the model reads them (BPE pieces if the source is BPE'd),
+  because fairseq's alignment points at those units; special symbols are left out;
+* the entry of x is ``y* = argmax_y c(x, y)`` (ties: the target word more frequent in the corpus, then the
+  alphabetically first), kept when ``c(x, y*) >= min_count``.
+
+The file has one entry per line, ``x TAB y TAB c(x, y) TAB A(y|x)`` with ``A(y|x) = c(x, y) / Σ_y' c(x, y')``
+over real-word targets; fairseq's ``utils.load_align_dict`` reads its first two columns.
+
+Replacement rule (the same for ``fairseq-generate --replace-unk LEXICON`` and ``scripts/evaluate.sh``): the
+``<unk>`` at hypothesis position j aligned (hard attention alignment, ``--print-alignment hard``) to source
+position i becomes ``lexicon[src_i]`` when the lexicon has the unit, else the whole source word containing
+position i (BPE pieces joined and their markers removed; the unit itself for unsegmented text). An ``<unk>``
+without an alignment link is left as it is.
+
+fairseq 0.12's own ``--replace-unk`` does not work (facebookresearch/fairseq#3533): its ``replace_unk`` indexes
+the source with an alignment that has been a list of (source, target) pairs since fairseq 0.10 (TypeError), a
+bare ``--replace-unk`` opens a file named ``'@@ '``, and the replacement runs after ``--remove-bpe`` has changed
+the token positions. ``install_fairseq_replace_unk`` (called when the plugin is imported) replaces
+``fairseq.utils.post_process_prediction`` and ``fairseq.utils.load_align_dict`` by versions that follow the rule
+above and leave every call without ``--replace-unk`` to fairseq's original code.
+"""
+import argparse
+import os
+import sys
+from collections import Counter
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+BPE_MARKER = "@@"
+#: what fairseq's argparse gives for a bare ``--replace-unk`` (its ``argparse_const``): copy, no lexicon
+BARE_REPLACE_UNK = "@@ "
+FAIRSEQ_SPECIALS = frozenset({"<s>", "<pad>", "</s>", "<unk>"})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# building the lexicon
+
+
+def is_special(token: str) -> bool:
+    """fairseq's special symbols and the ``madeupwordNNNN`` fillers of ``--padding-factor``."""
+    return token in FAIRSEQ_SPECIALS or (token.startswith("madeupword") and token[10:].isdigit())
+
+
+def real_word_positions(tokens: Sequence[str], marker: str = BPE_MARKER) -> List[bool]:
+    """For each token: is it a whole word (not special, not a BPE piece of a split word)?"""
+    out, after_piece = [], False
+    for t in tokens:
+        piece = t.endswith(marker)
+        out.append(not piece and not after_piece and not is_special(t))
+        after_piece = piece
+    return out
+
+
+class Lexicon(dict):
+    """{source unit: target word}, with the link counts behind each entry in ``details``:
+    {source unit: (c(x, y*), A(y*|x))}."""
+
+    def __init__(self, entries=(), details=None):
+        super().__init__(entries)
+        self.details: Dict[str, Tuple[int, float]] = dict(details or {})
+
+
+def count_links(linked: Iterable[Tuple[List[str], List[str], List[Tuple[int, int]]]]
+                ) -> Tuple[Counter, Counter, Dict[str, int]]:
+    """c(x, y) over the links whose target is a real word, the corpus frequency of each real target word, and
+    totals (sentences, links, kept links)."""
+    pairs: Counter = Counter()
+    target_freq: Counter = Counter()
+    stats = {"sentences": 0, "links": 0, "kept_links": 0, "words": 0}
+    for src, tgt, links in linked:
+        real = real_word_positions(tgt)
+        target_freq.update(t for t, r in zip(tgt, real) if r)
+        stats["sentences"] += 1
+        stats["links"] += len(links)
+        stats["words"] += len(src) + len(tgt)
+        for i, j in links:
+            if real[j] and not is_special(src[i]):
+                pairs[(src[i], tgt[j])] += 1
+                stats["kept_links"] += 1
+    return pairs, target_freq, stats
+
+
+def lexicon_from_counts(pairs: Counter, target_freq: Counter, min_count: int = 1) -> Lexicon:
+    """The most linked real target word of each source unit (ties: more frequent target, then alphabetical)."""
+    if min_count < 1:
+        raise OutlayersConfigError(f"--min-count must be at least 1, got {min_count}")
+    best: Dict[str, Tuple[int, int, str]] = {}
+    totals: Counter = Counter()
+    for (x, y), c in pairs.items():
+        totals[x] += c
+        key = (-c, -target_freq[y], y)  # the smallest key wins
+        if x not in best or key < best[x]:
+            best[x] = key
+    lex = Lexicon()
+    for x, (neg_c, _, y) in best.items():
+        c = -neg_c
+        if c >= min_count:
+            lex[x] = y
+            lex.details[x] = (c, c / totals[x])
+    return lex
+
+
+def build_lexicon(linked, min_count: int = 1) -> Tuple[Lexicon, Dict[str, int]]:
+    """Lexicon from an iterator of (source tokens, target tokens, links), links = [(i, j), ...]."""
+    pairs, target_freq, stats = count_links(linked)
+    lex = lexicon_from_counts(pairs, target_freq, min_count)
+    stats["entries"] = len(lex)
+    return lex, stats
+
+
+def make_lexicon(src_text: str, tgt_text: str, aligner: str = "systran", alignment: Optional[str] = None,
+                 direction: str = "both", iterations: int = 5, min_count: int = 1, log=None
+                 ) -> Tuple[Lexicon, Dict[str, int]]:
+    """The whole pipeline on a line-aligned training corpus (the text exactly as the model reads it)."""
+    from .alignment import read_pharaoh, systran_links
+    from .corpus import read_parallel
+
+    corpus = lambda: read_parallel(src_text, tgt_text)  # noqa: E731
+    if aligner == "systran":
+        linked = systran_links(corpus, direction=direction, iterations=iterations, log=log)
+    elif aligner == "pharaoh":
+        if not alignment:
+            raise OutlayersConfigError("--aligner pharaoh needs --alignment FILE (Pharaoh 'i-j' links, one line "
+                                       "per sentence pair)")
+        linked = read_pharaoh(alignment, corpus())
+    else:
+        raise OutlayersConfigError(f"--aligner must be 'systran' or 'pharaoh', not '{aligner}'")
+    return build_lexicon(linked, min_count)
+
+
+def write_lexicon(path: str, lexicon: Lexicon, overwrite: bool = False):
+    """``x TAB y TAB c(x, y) TAB A(y|x)`` per line, most linked source units first."""
+    if os.path.exists(path) and not overwrite:
+        raise OutlayersConfigError(f"'{path}' exists; choose another --out path or pass --force to overwrite it")
+    order = sorted(lexicon, key=lambda x: (-lexicon.details.get(x, (0, 0.0))[0], x))
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for x in order:
+            c, p = lexicon.details.get(x, (0, 0.0))
+            f.write(f"{x}\t{lexicon[x]}\t{c}\t{p:.6f}\n")
+    os.replace(tmp, path)
+
+
+def read_lexicon(path: str) -> Dict[str, str]:
+    """{source unit: target word} from a lexicon file (two or more whitespace-separated columns per line, as
+    fairseq's ``load_align_dict`` reads them; blank lines are skipped)."""
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"--replace-unk lexicon '{path}' does not exist; build one with python -m "
+                                   "fairseq_outlayers.pairing lexicon --src-text ... --tgt-text ... --out FILE")
+    out: Dict[str, str] = {}
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                cols = raw.decode("utf-8").split()
+            except UnicodeDecodeError:
+                raise OutlayersConfigError(f"{path}:{lineno}: not valid UTF-8; a lexicon is a UTF-8 text file "
+                                           "with 'source target' per line") from None
+            if not cols:
+                continue
+            if len(cols) < 2:
+                raise OutlayersConfigError(f"{path}:{lineno}: expected 'source_unit target_word' (two columns), "
+                                           f"got '{raw.decode('utf-8').strip()}'")
+            out[cols[0]] = cols[1]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the replacement rule
+
+
+def source_words(tokens: Sequence[str], marker: str = BPE_MARKER) -> List[str]:
+    """For each source token, the whole word it belongs to (BPE pieces joined, markers removed)."""
+    words: List[Optional[str]] = [None] * len(tokens)
+    start = 0
+    for k, t in enumerate(tokens):
+        if not t.endswith(marker):
+            word = "".join(x[:-len(marker)] if x.endswith(marker) else x for x in tokens[start:k + 1])
+            for j in range(start, k + 1):
+                words[j] = word
+            start = k + 1
+    for j in range(start, len(tokens)):  # a dangling piece at the end
+        words[j] = tokens[j][:-len(marker)] if tokens[j].endswith(marker) else tokens[j]
+    return words  # type: ignore[return-value]
+
+
+def links_by_target(alignment) -> Optional[Dict[int, int]]:
+    """{target position: source position} from any alignment fairseq produces: a list of (source, target)
+    pairs or a Pharaoh string 'i-j ...' (the hard alignment since fairseq 0.10), or one source index per target
+    position (a 1-D tensor or list of ints, older fairseq). None when there is no alignment at all (an empty
+    tensor: fairseq-generate ran without --print-alignment). The first link of a target position wins."""
+    if alignment is None:
+        return None
+    if isinstance(alignment, str):
+        alignment = [tuple(int(v) for v in item.split("-")) for item in alignment.split()]
+    elif hasattr(alignment, "tolist"):  # a tensor
+        if alignment.numel() == 0:
+            return None
+        alignment = alignment.tolist()
+    out: Dict[int, int] = {}
+    for j, item in enumerate(alignment):
+        if isinstance(item, (tuple, list)):
+            i, t = int(item[0]), int(item[1])
+            out.setdefault(t, i)
+        else:
+            out.setdefault(j, int(item))
+    return out
+
+
+def replace_unknowns(hyp: Sequence[str], src: Sequence[str], links: Dict[int, int],
+                     lexicon: Optional[Dict[str, str]] = None, unk: str = "<unk>"
+                     ) -> Tuple[List[str], int, int]:
+    """Apply the replacement rule (module docstring) to hypothesis tokens; returns (tokens, number replaced
+    from the lexicon, number copied from the source)."""
+    lexicon = lexicon or {}
+    words = source_words(src)
+    out, from_lexicon, copied = list(hyp), 0, 0
+    for j, tok in enumerate(out):
+        i = links.get(j)
+        if tok != unk or i is None or not 0 <= i < len(src):
+            continue
+        if src[i] in lexicon:
+            out[j] = lexicon[src[i]]
+            from_lexicon += 1
+        else:
+            out[j] = words[i]
+            copied += 1
+    return out, from_lexicon, copied
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fairseq-generate / fairseq-interactive --replace-unk
+
+_ORIGINAL = {}  # fairseq's functions, once install_fairseq_replace_unk has replaced them
+
+
+def _fairseq_original(name: str):
+    from fairseq import utils
+
+    return _ORIGINAL.get(name) or getattr(utils, name)
+
+
+def load_align_dict(replace_unk):
+    """fairseq's ``--replace-unk [LEXICON]``: None without the option, {} (copy only) for a bare
+    ``--replace-unk``, else the lexicon, read with line-numbered errors."""
+    if replace_unk is None:
+        return None
+    if not isinstance(replace_unk, str) or replace_unk in ("", BARE_REPLACE_UNK):
+        return {}
+    return read_lexicon(replace_unk)
+
+
+def post_process_prediction(hypo_tokens, src_str, alignment, align_dict, tgt_dict, remove_bpe=None,
+                            extra_symbols_to_ignore=None):
+    """fairseq's ``utils.post_process_prediction`` with a working unknown-word replacement: the rule of the
+    module docstring on the hypothesis tokens, *before* ``--remove-bpe`` (the alignment indexes tokens).
+    Without ``--replace-unk`` (``align_dict is None``) fairseq's own function runs."""
+    if align_dict is None:
+        return _fairseq_original("post_process_prediction")(hypo_tokens, src_str, alignment, align_dict, tgt_dict,
+                                                           remove_bpe, extra_symbols_to_ignore)
+    from fairseq.data import data_utils
+
+    links = links_by_target(alignment)
+    if links is None:
+        raise OutlayersConfigError("--replace-unk needs the attention alignment: add --print-alignment hard to "
+                                   "the fairseq-generate/fairseq-interactive command")
+    hypo_str = tgt_dict.string(hypo_tokens, None, extra_symbols_to_ignore=extra_symbols_to_ignore)
+    tokens, _, _ = replace_unknowns(hypo_str.split(), src_str.split(), links, align_dict, tgt_dict.unk_string())
+    hypo_str = " ".join(tokens)
+    if remove_bpe is not None:
+        hypo_str = data_utils.post_process(hypo_str, remove_bpe)
+    hypo_tokens = tgt_dict.encode_line(hypo_str, add_if_not_exist=True)
+    return hypo_tokens, hypo_str, alignment
+
+
+def install_fairseq_replace_unk():
+    """Route fairseq's ``--replace-unk`` through this module (idempotent; see the module docstring)."""
+    from fairseq import utils
+
+    if "post_process_prediction" not in _ORIGINAL:
+        _ORIGINAL["post_process_prediction"] = utils.post_process_prediction
+        _ORIGINAL["load_align_dict"] = utils.load_align_dict
+        utils.post_process_prediction = post_process_prediction
+        utils.load_align_dict = load_align_dict
+
+
+# ---------------------------------------------------------------------------------------------------------
+# command line: python -m fairseq_outlayers.pairing lexicon
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m fairseq_outlayers.pairing lexicon",
+        description="Build the lexical dictionary for --replace-unk (fairseq-generate --replace-unk LEXICON, "
+        "scripts/evaluate.sh --replace-unk LEXICON) from the training corpus with fast_align.")
+    p.add_argument("--src-text", required=True, help="source side of the training corpus exactly as the model "
+                   "reads it (tokenised; BPE'd if the model's source is BPE'd)")
+    p.add_argument("--tgt-text", required=True, help="target side, line-aligned with --src-text (tokenised; "
+                   "BPE pieces are never lexicon targets)")
+    p.add_argument("-o", "--out", "--output", dest="out", required=True, help="lexicon file to write")
+    p.add_argument("--aligner", default="systran", choices=["systran", "pharaoh"],
+                   help="systran: fast_align through systran-align (default); pharaoh: read --alignment")
+    p.add_argument("--alignment", help="Pharaoh 'i-j' alignment file of the corpus (with --aligner pharaoh)")
+    p.add_argument("--direction", default="both", choices=["both", "forward"],
+                   help="systran aligner: both directions symmetrised with grow-diag-final (default) or the "
+                   "forward model p(tgt|src) only")
+    p.add_argument("--iterations", type=int, default=5, help="fast_align EM iterations (default: 5)")
+    p.add_argument("--min-count", type=int, default=1,
+                   help="keep an entry only when its source unit and target word are linked at least this "
+                   "often (default: 1)")
+    p.add_argument("--src-dict", help="the model's source dictionary (data-bin/dict.SRC.txt): check that "
+                   "--src-text is in the model's units (most of its tokens must be in the dictionary)")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    return p
+
+
+def check_source_units(src_text: str, src_dict_path: str, min_fraction: float = 0.5) -> float:
+    """Fraction of --src-text tokens in the source dictionary; an error below ``min_fraction`` (the text is not
+    in the units the model reads, e.g. words where the model reads BPE)."""
+    from .corpus import load_dictionary
+
+    if not os.path.isfile(src_text):
+        raise OutlayersConfigError(f"source text '{src_text}' does not exist; pass the path of an existing file")
+    d = load_dictionary(src_dict_path)
+    known = total = 0
+    with open(src_text, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            for t in line.split():
+                total += 1
+                known += d.index(t) != d.unk()
+    frac = known / total if total else 0.0
+    if frac < min_fraction:
+        raise OutlayersConfigError(
+            f"only {100 * frac:.1f}% of the tokens of '{src_text}' are in '{src_dict_path}': the lexicon's source "
+            "units must be the units the model reads; give the training source text as fairseq-preprocess saw it "
+            "(e.g. after BPE)")
+    return frac
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+
+    def log(msg):
+        print(f"lexicon: {msg}", file=sys.stderr)
+
+    try:
+        if args.iterations < 1:
+            raise OutlayersConfigError(f"--iterations must be at least 1, got {args.iterations}")
+        if os.path.exists(args.out) and not args.force:
+            raise OutlayersConfigError(f"'{args.out}' exists; choose another --out path or pass --force to "
+                                       "overwrite it")
+        if args.src_dict:
+            frac = check_source_units(args.src_text, args.src_dict)
+            log(f"{100 * frac:.1f}% of the source tokens are in {args.src_dict}")
+        lex, stats = make_lexicon(args.src_text, args.tgt_text, aligner=args.aligner, alignment=args.alignment,
+                                  direction=args.direction, iterations=args.iterations, min_count=args.min_count,
+                                  log=log)
+        write_lexicon(args.out, lex, overwrite=args.force)
+    except OutlayersConfigError as e:
+        print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out}: {stats['entries']} source units with a translation, from {stats['sentences']} "
+          f"sentence pairs ({stats['kept_links']} of {stats['links']} links end on a real target word)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

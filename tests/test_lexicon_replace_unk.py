@@ -1,0 +1,285 @@
+"""Unknown-word replacement: the fast_align lexicon (``python -m fairseq_outlayers.pairing lexicon``), the
+replacement rule, fairseq-generate ``--replace-unk LEXICON`` and ``scripts/evaluate.sh --replace-unk LEXICON``."""
+import json
+import os
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from fairseq import utils as fairseq_utils
+from fairseq.data import Dictionary
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.pairing import lexicon as L
+from harness import REPO, USER_DIR, make_corpus, run, tool, train
+
+#: the plugin routes fairseq's --replace-unk through lexicon.py when it is imported (fairseq_outlayers/__init__)
+HOOKED = fairseq_utils.post_process_prediction is L.post_process_prediction
+NEEDS_HOOK = pytest.mark.xfail(not HOOKED, strict=True, reason="fairseq_outlayers/__init__.py does not call "
+                               "pairing.lexicon.install_fairseq_replace_unk() yet")
+
+
+def write(path, lines):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def pairing_cli(*args, check=True):
+    return run([sys.executable, "-m", "fairseq_outlayers.pairing", *args], check=check)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the lexicon
+# ------------------------------------------------------------------------------------------------------------
+
+def test_lexicon_exact_entries_from_known_links(tmp_path):
+    # BPE on both sides; links given as a Pharaoh file, so every count is known
+    src = ["das Haus@@ tier ist klein", "das Haus ist gross", "ein Tier", "das <unk> ist"]
+    tgt = ["the pet is small", "the house is big", "an ani@@ mal", "the thing is"]
+    links = ["0-0 1-1 2-1 3-2 4-3", "0-0 1-1 2-2 3-3", "0-0 1-1 1-2", "0-0 1-1 2-2"]
+    s, t, a = write(tmp_path / "s", src), write(tmp_path / "t", tgt), write(tmp_path / "a", links)
+    lex, stats = L.make_lexicon(s, t, aligner="pharaoh", alignment=a)
+    # "Tier" is linked only to the pieces "ani@@" and "mal" (not words); "<unk>" is special: neither is an entry.
+    # "Haus@@" and "tier" -> "pet" once each; "Haus" -> "house"; "das" -> "the" three times; "ist" -> "is" 3x
+    assert dict(lex) == {"das": "the", "Haus@@": "pet", "tier": "pet", "ist": "is", "klein": "small",
+                         "Haus": "house", "gross": "big", "ein": "an"}
+    assert lex.details["das"] == (3, 1.0) and lex.details["tier"] == (1, 1.0)
+    assert stats == {"sentences": 4, "links": 15, "kept_links": 12, "words": 28, "entries": 8}
+    # ties: more links first, then the more frequent target word, then alphabetical order
+    pairs = Counter({("x", "b"): 2, ("x", "a"): 2, ("x", "c"): 1, ("y", "b"): 1, ("y", "a"): 1,
+                     ("z", "q"): 1, ("z", "p"): 1})
+    freq = Counter({"a": 5, "b": 9, "c": 1, "p": 1, "q": 1})
+    lex2 = L.lexicon_from_counts(pairs, freq)
+    assert dict(lex2) == {"x": "b", "y": "b", "z": "p"}
+    assert lex2.details["x"] == (2, 0.4)
+    assert dict(L.lexicon_from_counts(pairs, freq, min_count=2)) == {"x": "b"}
+    with pytest.raises(OutlayersConfigError, match="--min-count must be at least 1"):
+        L.lexicon_from_counts(pairs, freq, min_count=0)
+    # the file: 'x TAB y TAB count TAB A(y|x)', most linked first; fairseq's own reader takes columns 1-2
+    out = tmp_path / "lex.txt"
+    L.write_lexicon(str(out), lex)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert lines[:2] == ["das\tthe\t3\t1.000000", "ist\tis\t3\t1.000000"] and len(lines) == 8
+    original = getattr(L, "_ORIGINAL", {}).get("load_align_dict", fairseq_utils.load_align_dict)
+    assert original(str(out)) == dict(lex) == L.read_lexicon(str(out))
+    with pytest.raises(OutlayersConfigError, match="exists; choose another --out path or pass --force"):
+        L.write_lexicon(str(out), lex)
+    assert L.real_word_positions(["a@@", "b", "c", "<unk>", "madeupword0001", "d@@"]) == \
+        [False, False, True, False, False, False]
+
+
+def test_lexicon_cli_with_fast_align(unk_setup, tmp_path):
+    """fast_align (both directions, grow-diag-final) on the synthetic corpus, whose word translation is known:
+    s0..s3 are kept as they are, s_i -> T_i for the others; every entry must be exactly that. (The lexicon was
+    written by ``python -m fairseq_outlayers.pairing lexicon`` in the fixture.)"""
+    assert "40 source units with a translation" in unk_setup["cli_stdout"]
+    assert L.read_lexicon(unk_setup["full_lexicon"]) == {f"s{i}": (f"s{i}" if i < 4 else f"T{i}") for i in range(40)}
+    # never overwritten; the source text must be in the model's units; a broken lexicon names its line
+    raw, out = unk_setup["raw"], unk_setup["full_lexicon"]
+    texts = ["--src-text", f"{raw}/train.de", "--tgt-text", f"{raw}/train.en"]
+    assert L.main(texts + ["--out", out]) == 1
+    d = Dictionary()
+    d.add_symbol("T5")
+    d.save(str(tmp_path / "dict.xx.txt"))
+    with pytest.raises(OutlayersConfigError, match=r"only 0.0% of the tokens of .* the units the model reads"):
+        L.check_source_units(f"{raw}/train.de", str(tmp_path / "dict.xx.txt"))
+    assert L.main(texts + ["--out", str(tmp_path / "l2"), "--src-dict", str(tmp_path / "dict.xx.txt")]) == 1
+    assert not os.path.exists(tmp_path / "l2")
+    bad = write(tmp_path / "bad.txt", ["a b", "", "c"])
+    with pytest.raises(OutlayersConfigError, match=r"bad.txt:3: expected 'source_unit target_word'"):
+        L.read_lexicon(bad)
+    with pytest.raises(OutlayersConfigError, match="does not exist; build one with"):
+        L.read_lexicon(str(tmp_path / "missing.txt"))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the replacement rule and fairseq's post-processing
+# ------------------------------------------------------------------------------------------------------------
+
+def test_replacement_rule():
+    src = "ein bo@@ st@@ on ter@@ ri@@ er läuft".split()
+    lex = {"ter@@": "terrier", "läuft": "runs"}
+    hyp = "a <unk> <unk> <unk> <unk> <unk>".split()
+    links = {0: 0, 1: 2, 2: 4, 3: 7, 5: 99}  # position 4 has no link, position 5 a link outside the source
+    out, from_lexicon, copied = L.replace_unknowns(hyp, src, links, lex)
+    assert out == "a boston terrier runs <unk> <unk>".split() and (from_lexicon, copied) == (2, 1)
+    # every alignment format fairseq produces
+    assert L.links_by_target([(3, 0), (1, 1), (2, 1)]) == {0: 3, 1: 1}  # pairs (fairseq >= 0.10); first wins
+    assert L.links_by_target("3-0 1-1") == {0: 3, 1: 1}
+    assert L.links_by_target(torch.tensor([4, 2])) == {0: 4, 1: 2}  # one source index per target (old fairseq)
+    assert L.links_by_target(torch.empty(0)) is None and L.links_by_target([]) == {}
+
+
+def test_post_process_prediction_replaces_before_removing_bpe():
+    d = Dictionary()
+    for w in ["the", "ho@@", "use", "is"]:
+        d.add_symbol(w)
+    tokens = torch.tensor([d.index("the"), d.unk(), d.index("ho@@"), d.index("use"), d.unk(), d.eos()])
+    align = [(0, 0), (1, 1), (3, 2), (3, 3), (4, 4)]
+    src = "das Kat@@ ze Haus ist"
+    ids, text, a = L.post_process_prediction(tokens, src, align, {"ist": "is"}, d, remove_bpe="@@ ",
+                                             extra_symbols_to_ignore={d.eos()})
+    assert text == "the Katze house is" and a is align
+    assert d.string(ids) == text
+    # without --replace-unk: fairseq's own function, unchanged
+    original = getattr(L, "_ORIGINAL", {}).get("post_process_prediction", fairseq_utils.post_process_prediction)
+    assert L.post_process_prediction(tokens, src, align, None, d, "@@ ")[1] == \
+        original(tokens, src, align, None, d, "@@ ")[1] == "the <unk> house <unk>"
+    with pytest.raises(OutlayersConfigError, match="add --print-alignment hard"):
+        L.post_process_prediction(tokens, src, torch.empty(0), {}, d)
+    # a bare --replace-unk (fairseq's argparse gives '@@ '): copy only
+    assert L.load_align_dict(None) is None and L.load_align_dict("@@ ") == {}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# end to end: a word-level continuous model with a small target vocabulary emits <unk>
+# ------------------------------------------------------------------------------------------------------------
+
+M = 16
+
+
+@pytest.fixture(scope="module")
+def unk_setup(tmp_path_factory):
+    """A raw-text data-bin (fairseq-generate --replace-unk reads the original source text) whose target
+    dictionary keeps 20 of the 40 words, random target vectors, and a lexicon without the entries of odd
+    source words (so both lexicon look-ups and copies happen)."""
+    base = tmp_path_factory.mktemp("unk")
+    raw = make_corpus(str(base / "raw"))
+    common = [tool("fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--workers", "1"]
+    data = str(base / "data-raw")
+    run(common + ["--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
+                  "--destdir", data, "--nwordstgt", "24", "--dataset-impl", "raw"])
+    d = Dictionary.load(os.path.join(data, "dict.en.txt"))
+    words = [w for w in d.symbols[d.nspecial:] if not w.startswith("madeupword")]
+    assert len(words) == 20
+    rng = np.random.default_rng(0)
+    vec = write(base / "en.vec", [w + " " + " ".join(f"{x:.6f}" for x in rng.standard_normal(M)) for w in words])
+    full = str(base / "lex.full.txt")
+    cli = pairing_cli("lexicon", "--src-text", f"{raw}/train.de", "--tgt-text", f"{raw}/train.en", "--out", full,
+                      "--src-dict", os.path.join(data, "dict.de.txt"))
+    lex = {k: v for k, v in L.read_lexicon(full).items() if int(k[1:]) % 2 == 0}
+    lexicon = write(base / "lex.txt", [f"{k} {v}" for k, v in lex.items()])
+    return {"base": base, "raw": raw, "data": data, "vec": vec, "lexicon": lexicon, "lex": lex,
+            "full_lexicon": full, "cli_stdout": cli.stdout}
+
+
+ARCHS = {
+    "transformer": (["--arch", "outlayers_transformer", "--encoder-layers", "1", "--decoder-layers", "1",
+                     "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+                     "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+                     "--decoder-attention-heads", "2", "--dropout", "0.0"], 30),
+    "lstm": (["--arch", "outlayers_lstm", "--encoder-embed-dim", "32", "--encoder-hidden-size", "16",
+              "--decoder-embed-dim", "32", "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32",
+              "--dropout", "0.0"], 4),
+}
+
+
+_MODELS = {}
+
+
+def trained(setup, name):
+    """The tiny continuous model ``name`` of ARCHS trained on the raw data-bin (once per module)."""
+    if name not in _MODELS:
+        arch, updates = ARCHS[name]
+        save = str(setup["base"] / f"ckpt-{name}")
+        train(setup["data"], save, arch, ["--dataset-impl", "raw", "--output-layer", "continuous", "--target-vectors",
+                                          setup["vec"], "--criterion", "vmf_nll", "--lr", "0.005"], max_update=updates)
+        _MODELS[name] = os.path.join(save, "checkpoint_last.pt")
+    return _MODELS[name]
+
+
+def fairseq_generate(data, ckpt, *extra, check=True):
+    proc = run([tool("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", ckpt, "--beam", "1",
+                "--max-len-a", "0", "--max-len-b", "12", "--batch-size", "8", "--cpu", "--num-workers", "0",
+                *extra], check=check)
+    out = {}
+    for line in proc.stdout.splitlines():
+        kind, _, rest = line.partition("-")
+        if kind in ("S", "H", "A") and rest[:1].isdigit():
+            idx, _, text = rest.partition("\t")
+            out.setdefault(int(idx), {})[kind] = text.split("\t")[-1] if kind == "H" else text
+    return proc, out
+
+
+@NEEDS_HOOK
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_generate_replace_unk_with_lexicon(unk_setup, arch):
+    """fairseq-generate --replace-unk LEXICON --print-alignment hard on both model families: every <unk> becomes
+    the lexicon translation of the attended source unit, or that unit; nothing else changes."""
+    data, lex, unk_model = unk_setup["data"], unk_setup["lex"], trained(unk_setup, arch)
+    _, plain = fairseq_generate(data, unk_model, "--dataset-impl", "raw", "--print-alignment", "hard")
+    _, replaced = fairseq_generate(data, unk_model, "--dataset-impl", "raw", "--print-alignment", "hard",
+                                   "--replace-unk", unk_setup["lexicon"])
+    assert sorted(plain) == sorted(replaced) == list(range(24))
+    n_unk = n_lex = n_copy = 0
+    for k, p in plain.items():
+        hyp, src = p["H"].split(), p["S"].split()
+        attended = {int(j): int(i) for i, j in (x.split("-") for x in p["A"].split())}
+        assert sorted(attended) == list(range(len(hyp)))  # one link per hypothesis token (attention maximum)
+        expected = list(hyp)
+        for j, tok in enumerate(hyp):
+            if tok == "<unk>":
+                unit = src[attended[j]]
+                expected[j] = lex.get(unit, unit)
+                n_unk += 1
+                n_lex += unit in lex
+                n_copy += unit not in lex
+        assert replaced[k]["H"].split() == expected, k
+        assert replaced[k]["S"] == p["S"] and replaced[k]["A"] == p["A"]
+        assert "<unk>" not in replaced[k]["H"].split()
+    assert n_lex > 0 and n_copy > 0, (n_unk, n_lex, n_copy)
+    if arch != "transformer":
+        return
+    # without the alignment: one line saying what to do
+    no_align = fairseq_generate(data, unk_model, "--dataset-impl", "raw", "--replace-unk", unk_setup["lexicon"],
+                                check=False)[0]
+    assert no_align.returncode != 0 and "Traceback" not in no_align.stderr
+    assert "--replace-unk needs the attention alignment: add --print-alignment hard" in no_align.stderr
+
+
+def test_evaluate_replace_unk_with_lexicon_on_binarised_data(unk_setup):
+    """scripts/evaluate.sh works on binarised data: the replacement is applied to fairseq-generate's printed
+    hard alignment (source units = the S- line)."""
+    base, raw, data = unk_setup["base"], unk_setup["raw"], unk_setup["data"]
+    unk_model = trained(unk_setup, "transformer")
+    binary = str(base / "data-bin")
+    run([tool("fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--workers", "1",
+             "--testpref", f"{raw}/test", "--destdir", binary, "--srcdict", os.path.join(data, "dict.de.txt"),
+         "--tgtdict", os.path.join(data, "dict.en.txt")])
+    out = str(base / "eval")
+    evaluate = os.path.join(REPO, "scripts", "evaluate.sh")
+    proc = run(["bash", evaluate, unk_model, binary, "--beam", "1", "--cpu", "--replace-unk", unk_setup["lexicon"],
+                "--out", out, "--gen-args", "--max-len-a 0 --max-len-b 12"])
+    lines = {}
+    for line in open(os.path.join(out, "generate.out"), encoding="utf-8"):
+        kind, _, rest = line.rstrip("\n").partition("-")
+        if kind in ("S", "H", "A") and rest[:1].isdigit():
+            idx, _, text = rest.partition("\t")
+            lines.setdefault(int(idx), {})[kind] = text.split("\t")[-1] if kind == "H" else text
+    hyps = open(os.path.join(out, "hyp.tok"), encoding="utf-8").read().splitlines()
+    lex, counts = unk_setup["lex"], Counter()
+    for k in range(24):
+        hyp, src = lines[k]["H"].split(), lines[k]["S"].split()
+        attended = {int(j): int(i) for i, j in (x.split("-") for x in lines[k]["A"].split())}
+        expected = []
+        for j, tok in enumerate(hyp):
+            if tok == "<unk>":
+                unit = src[attended[j]]
+                counts["lexicon" if unit in lex else "copied"] += 1
+                tok = lex.get(unit, unit)
+            expected.append(tok)
+        assert hyps[k].split() == expected, k
+    scores = json.load(open(os.path.join(out, "scores.json")))
+    assert scores["unk_from_lexicon"] == counts["lexicon"] > 0 and scores["unk_copied"] == counts["copied"] > 0
+    assert scores["unk_replaced"] == counts["lexicon"] + counts["copied"]
+    assert f"{counts['lexicon']} from the lexicon" in proc.stdout
+    missing = run(["bash", evaluate, unk_model, binary, "--replace-unk", str(base / "nope.txt"), "--out",
+                   out + "-x"], check=False)
+    assert missing.returncode == 1 and "--replace-unk lexicon" in missing.stderr and "does not exist" in missing.stderr
+    # fairseq-generate's own --replace-unk needs the source text, which binarised data does not keep
+    gen = fairseq_generate(binary, unk_model, "--print-alignment", "hard", "--replace-unk", unk_setup["lexicon"],
+                           check=False)[0]
+    assert gen.returncode != 0 and "--replace-unk requires a raw text dataset (--dataset-impl=raw)" in gen.stderr
