@@ -1,19 +1,29 @@
 # fairseq_outlayers -- the commands a new user needs.
 #   make demo     install everything, prepare Multi30k de-en, train every output layer, print the comparison
 #   make test     install everything, run the default test suite (what CI runs)
+#   make results  the docs/results.md comparison: every row of configs/demo and configs/continuous, 800 updates,
+#                 seeds 1 and 2 (hours on a CPU; finished runs in work/results are reused)
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 DEMO_UPDATES ?= 200
 DEMO_OUT ?= work/demo
+RESULTS_UPDATES ?= 800
+RESULTS_SEEDS ?= 1 2
+RESULTS_OUT ?= work/results
 
-.PHONY: install demo test test-slow clean-demo
+.PHONY: install demo results test test-slow
 
 install:
 	VENV=$(VENV) PYTHON=$(PYTHON) bash scripts/install.sh
 
 demo: install
 	VENV_BIN=$(VENV)/bin DEMO_OUT=$(DEMO_OUT) bash scripts/demo.sh $(DEMO_UPDATES)
+
+results: install
+	VENV_BIN=$(VENV)/bin bash scripts/demo.sh --updates $(RESULTS_UPDATES) --seeds "$(RESULTS_SEEDS)" \
+	  --rows "configs/demo/*.args configs/continuous/*.args" --out $(RESULTS_OUT) \
+	  --title "Multi30k de-en: every output layer, $(RESULTS_UPDATES) updates, seeds $(RESULTS_SEEDS)"
 
 test: install
 	$(PY) -m pytest -q tests
