@@ -691,7 +691,10 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads):
             f"untrained, so `min_len = max_len_b = {args.decode_len}` forces every hypothesis to "
             f"{args.decode_len} tokens + </s> (checked): both models run the same number of decoder steps, and "
             "the comparison is of the per-step cost (decoder + output layer + log-softmax over V + beam "
-            f"search). Median of {args.decode_reps} batches per model after a warm-up, alternating.",
+            f"search). Median of {args.decode_reps} batches per model after a warm-up, alternating. Unlike "
+            "training, decoding scores every word at every step in both models: V x d multiply-adds per "
+            f"hypothesis for the softmax, d x m + V x m for the continuous layer (m = {args.continuous_dim}), "
+            "so the continuous model cannot decode faster when m >= d.",
             "",
         ]
         lines += model_tables(train, decode, args)
@@ -751,7 +754,7 @@ def main(argv=None):
                                      int(steps), args.device)))
         return 0
 
-    start, load0 = time.time(), _loadavg()
+    start, load0, env = time.time(), _loadavg(), environment()  # the commit measured is the one at the start
     layer_rows = train = decode = None
     if "layer" not in args.skip:
         layer_rows = run_layer_benchmark(args)
@@ -770,7 +773,7 @@ def main(argv=None):
 
     command = "python scripts/bench_continuous.py" + ("" if argv is None and len(sys.argv) == 1 else
                                                       " " + " ".join(sys.argv[1:] if argv is None else argv))
-    text = render(args, command, environment(), layer_rows, train, decode, time.time() - start,
+    text = render(args, command, env, layer_rows, train, decode, time.time() - start,
                   (load0, _loadavg()))
     print()
     print(text)
