@@ -13,7 +13,8 @@ import torch
 from fairseq.models.transformer import Embedding as TransformerEmbedding
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.continuous_output import ContinuousOutput, TargetVectorEmbedding
+from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
+                                                         TargetVectorEmbedding)
 
 from .lstm import outlayers_lstm_vmf
 from .core import register_method_preset
@@ -50,6 +51,13 @@ def add_continuous_args(parser):
     parser.add_argument("--continuous-score-scale", type=float, metavar="S",
                         help="decoding scores: log_softmax(S * cos(ê, e_w)) instead of the vMF log-density "
                         "log_softmax(ê . e_w); for models trained with cosine/l2/max_margin (default: vMF)")
+    parser.add_argument("--continuous-search", choices=SEARCHES,
+                        help="decoding: how the best words are found; exact: torch (with --continuous-topk, a "
+                        "chunked top-K search), faiss: an exact faiss inner-product index (IndexFlatIP) of the "
+                        "target vectors, built on first use (needs faiss-cpu) (default: exact)")
+    parser.add_argument("--continuous-topk", type=int, metavar="K",
+                        help="decoding: only the K best words and </s> get a finite log-probability, renormalised "
+                        f"over them (default: every word with exact search, {DEFAULT_FAISS_TOPK} with faiss)")
 
 
 def continuous_defaults(args):
@@ -61,6 +69,8 @@ def continuous_defaults(args):
     if getattr(args, "target_vectors_min_coverage", None) is None:
         args.target_vectors_min_coverage = 0.5
     args.continuous_score_scale = getattr(args, "continuous_score_scale", None)
+    args.continuous_search = getattr(args, "continuous_search", None) or "exact"
+    args.continuous_topk = getattr(args, "continuous_topk", None)
     if args.tie_input_to_target_vectors:
         if args.embeddings == "standard":
             args.embeddings = "target-vectors"
@@ -103,19 +113,35 @@ def target_table(args, task):
     return table
 
 
+def decoding_options(args, task):
+    """The decoding-search keyword arguments of ``ContinuousOutput``, checked."""
+    if args.continuous_search not in SEARCHES:
+        raise OutlayersConfigError(f"--continuous-search must be one of {', '.join(SEARCHES)}, got "
+                                   f"'{args.continuous_search}'")
+    if args.continuous_topk is not None and args.continuous_topk < 1:
+        raise OutlayersConfigError(f"--continuous-topk must be at least 1, got {args.continuous_topk}")
+    if args.continuous_search == "faiss":
+        from fairseq_outlayers.modules.vmf import import_faiss
+
+        import_faiss()  # fail now, not at the first decoding step
+    return dict(score_scale=args.continuous_score_scale, search=args.continuous_search,
+                topk=args.continuous_topk, eos=task.target_dictionary.eos())
+
+
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
                        add_args=add_continuous_args, set_defaults=continuous_defaults)
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
     if args.continuous_score_scale is not None and not args.continuous_score_scale > 0:
         raise OutlayersConfigError(f"--continuous-score-scale must be > 0, got {args.continuous_score_scale}")
+    decoding = decoding_options(args, task)
     if isinstance(decoder_embed_tokens, TargetVectorEmbedding):  # one frozen table for input and output
         return ContinuousOutput(None, decoder_embed_tokens.decodable_mask, input_dim,
                                 layernorm=args.continuous_layernorm, tied_embedding=decoder_embed_tokens,
-                                score_scale=args.continuous_score_scale)
+                                **decoding)
     table = target_table(args, task)
     return ContinuousOutput(table.table, table.decodable, input_dim, layernorm=args.continuous_layernorm,
-                            score_scale=args.continuous_score_scale)
+                            **decoding)
 
 
 @register_embeddings("target-vectors", help="decoder input embeddings = the frozen --target-vectors table + a "

@@ -15,8 +15,16 @@ and keeps the frozen table of unit target word vectors e(w) as a buffer (saved w
 
 Entries that are never generated (padding, <s>, fairseq's filler words, dictionary words without a vector, which
 share <unk>'s vector) are masked with the ``decodable`` buffer.
+
+Large vocabularies (``search``/``topk``): with ``topk = K`` only the K best words (by the same score) and the end
+of sentence get a finite log-probability, renormalised over them; every other word gets -inf, so fairseq's beam
+search runs unchanged and never picks them. The K best are found either by a chunked exact torch search
+(``search="exact"``) or by faiss (``search="faiss"``: an exact inner-product index, ``IndexFlatIP``, over the
+decodable rows, built on first use and cached per model and table). Greedy decoding picks the same word as the
+dense scores (the best word is always among the K, and renormalising shifts a row by a constant).
 """
 import math
+import weakref
 from typing import Optional
 
 import torch
@@ -24,7 +32,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .output_layer import OutputLayer, TiedReference
-from .vmf import nearest_neighbours
+from .vmf import FaissInnerProductIndex, candidate_log_probs, nearest_neighbours
+
+SEARCHES = ("exact", "faiss")
+#: K of --continuous-search faiss when --continuous-topk is not given
+DEFAULT_FAISS_TOPK = 100
+#: ContinuousOutput -> (cache key, FaissInnerProductIndex); outside the module so that deepcopy/pickle of a
+#: model never meets a faiss object, and an index goes away with its model
+_FAISS_INDEXES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class TargetVectorEmbedding(nn.Module):
@@ -54,7 +69,8 @@ class ContinuousOutput(TiedReference, OutputLayer):
 
     def __init__(self, table: Optional[torch.Tensor], decodable: torch.Tensor, input_dim: int,
                  layernorm: bool = False, tied_embedding: Optional[TargetVectorEmbedding] = None,
-                 score_scale: Optional[float] = None, chunk_size: int = 16384):
+                 score_scale: Optional[float] = None, chunk_size: int = 16384, search: str = "exact",
+                 topk: Optional[int] = None, eos: Optional[int] = None):
         if tied_embedding is not None:
             table = tied_embedding.table
         num_words, dim = table.shape
@@ -69,6 +85,13 @@ class ContinuousOutput(TiedReference, OutputLayer):
         self.proj = nn.Linear(input_dim, dim)
         self.score_scale = score_scale
         self.chunk_size = chunk_size
+        if search not in SEARCHES:
+            raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+        if topk is not None and topk < 1:
+            raise ValueError(f"topk must be >= 1, got {topk}")
+        self.search = search
+        self.topk = topk
+        self.eos = eos  # always scored when only the top K are (so that a hypothesis can always end)
 
     @property
     def target_table(self) -> torch.Tensor:
@@ -81,17 +104,54 @@ class ContinuousOutput(TiedReference, OutputLayer):
             features = self.layer_norm(features)
         return self.proj(features)
 
+    def _query(self, e_hat: torch.Tensor) -> torch.Tensor:
+        """The vector whose inner product with e(w) is the score: ê, or s·ê/‖ê‖ with ``score_scale``."""
+        if self.score_scale is not None:
+            return F.normalize(e_hat.float(), dim=-1) * self.score_scale
+        return e_hat
+
     def scores(self, e_hat: torch.Tensor) -> torch.Tensor:
         """Unnormalised log-scores over the dictionary (..., V) in float32: êᵀe(w) (or s·cos), -inf where masked."""
         table = self.target_table
-        if self.score_scale is not None:
-            e_hat = F.normalize(e_hat.float(), dim=-1) * self.score_scale
-        logits = F.linear(e_hat.to(table.dtype), table).float()
+        logits = F.linear(self._query(e_hat).to(table.dtype), table).float()
         return logits.masked_fill(~self.decodable, -math.inf)
 
+    def faiss_index(self) -> FaissInnerProductIndex:
+        """The faiss index of the decodable rows, built on first use; rebuilt only when the table or the mask
+        changes (another device or dtype, a loaded state dict)."""
+        table, mask = self.target_table, self.decodable
+        key = (table.data_ptr(), table._version, str(table.device), table.dtype, mask.data_ptr(), mask._version)
+        cached = _FAISS_INDEXES.get(self)
+        if cached is None or cached[0] != key:
+            cached = (key, FaissInnerProductIndex(table, mask))
+            _FAISS_INDEXES[self] = cached
+        return cached[1]
+
+    def top_candidates(self, e_hat: torch.Tensor, k: int):
+        """The k best decodable words of each row of ``e_hat`` (N, m): (scores (N, k), ids (N, k)), best first."""
+        query = self._query(e_hat)
+        if self.search == "faiss":
+            return self.faiss_index().search(query, k)
+        return nearest_neighbours(query, self.target_table, k=k, candidates=self.decodable,
+                                  chunk_size=self.chunk_size)
+
     def get_normalized_probs(self, net_output, log_probs: bool):
-        logits = self.scores(net_output[0])
-        return F.log_softmax(logits, dim=-1) if log_probs else F.softmax(logits, dim=-1)
+        if self.topk is None and self.search == "exact":
+            logits = self.scores(net_output[0])
+            return F.log_softmax(logits, dim=-1) if log_probs else F.softmax(logits, dim=-1)
+        e_hat = net_output[0]
+        flat = e_hat.reshape(-1, e_hat.size(-1))
+        k = self.topk if self.topk is not None else DEFAULT_FAISS_TOPK
+        scores, ids = self.top_candidates(flat, k)
+        extra_scores = extra_ids = None
+        if self.eos is not None and self.decodable[self.eos]:
+            table = self.target_table
+            extra_ids = torch.full_like(ids[:, :1], self.eos)
+            extra_scores = F.linear(self._query(flat).to(table.dtype), table[self.eos:self.eos + 1]).float()
+            extra_scores = extra_scores.masked_fill((ids == self.eos).any(-1, keepdim=True), -math.inf)
+        out = candidate_log_probs(scores, ids, self.dictionary_size, extra_scores, extra_ids)
+        out = out.view(*e_hat.shape[:-1], self.dictionary_size)
+        return out if log_probs else out.exp()
 
     def predict(self, e_hat: torch.Tensor, k: int = 1):
         """Nearest neighbours (the paper's decoding rule) by chunked search: (scores, ids), each (N, k)."""
