@@ -336,7 +336,8 @@ def import_faiss():
         from fairseq_outlayers.errors import OutlayersConfigError
 
         raise OutlayersConfigError("--continuous-search faiss needs the faiss package: pip install faiss-cpu (or "
-                                   "pip install 'fairseq_outlayers[faiss]'), or use --continuous-search exact") from None
+                                   "pip install 'fairseq_outlayers[faiss]'), or use --continuous-search exact"
+                                   ) from None
     return faiss
 
 

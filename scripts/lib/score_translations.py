@@ -2,7 +2,8 @@
 
 Reads OUT/generate.out, writes OUT/{hyp.tok,ref.tok,hyp.detok,bleu.txt,scores.json}: sacreBLEU with its
 signature on detokenised text, tokenised (multi-bleu style) BLEU, optionally the replacement of <unk> by the
-lexicon translation (--unk-lexicon FILE) or copy of the aligned source word (--replace-unk 1) and word F1 by training frequency (--rare-f1 TRAIN_TEXT).
+lexicon translation (--unk-lexicon FILE) or copy of the aligned source word (--replace-unk 1), and word F1 by
+training frequency (--rare-f1 TRAIN_TEXT).
 """
 import argparse
 import json
