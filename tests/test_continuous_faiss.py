@@ -73,6 +73,11 @@ def test_log_probs_over_the_k_best_and_end_of_sentence():
         assert torch.allclose(out[idx].double(), ref, atol=1e-5)
     assert torch.equal(lp.argmax(-1), full.argmax(-1))  # greedy picks the same word
     assert torch.allclose(probs.sum(-1), torch.ones(3, 4), atol=1e-5)
+    # K at least the vocabulary: exactly the dense log-probabilities, with either search
+    for search in ("exact", "faiss"):
+        every, _ = layer_pair(search=search, topk=V + 5)
+        with torch.no_grad():
+            assert torch.allclose(every.get_normalized_probs((e_hat,), True), full, atol=1e-5)
     # </s> among the K best: counted once (probabilities still sum to 1), with its own score
     ids = torch.tensor([[EOS, 7, 9]])
     out = candidate_log_probs(torch.tensor([[2.0, 1.0, 0.5]]), ids, 12, torch.tensor([[-math.inf]]),

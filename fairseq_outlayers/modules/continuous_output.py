@@ -141,7 +141,7 @@ class ContinuousOutput(TiedReference, OutputLayer):
             return F.log_softmax(logits, dim=-1) if log_probs else F.softmax(logits, dim=-1)
         e_hat = net_output[0]
         flat = e_hat.reshape(-1, e_hat.size(-1))
-        k = self.topk if self.topk is not None else DEFAULT_FAISS_TOPK
+        k = min(self.topk if self.topk is not None else DEFAULT_FAISS_TOPK, self.dictionary_size)
         scores, ids = self.top_candidates(flat, k)
         extra_scores = extra_ids = None
         if self.eos is not None and self.decodable[self.eos]:
