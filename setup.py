@@ -34,7 +34,8 @@ setup(
         "align": ["systran-align"],  # fast_align for the shared-private pairing and --replace-unk lexicons
         "vectors": ["gensim>=4.3"],  # training / reading word2vec and fastText target vectors
         "plot": ["matplotlib"],  # scatter plots of the analysis scripts
-        "test": ["pytest>=7", "mpmath", "systran-align", "gensim>=4.3", "matplotlib"],
+        "faiss": ["faiss-cpu"],  # --continuous-search faiss (K-best decoding of continuous outputs)
+        "test": ["pytest>=7", "mpmath", "systran-align", "gensim>=4.3", "matplotlib", "faiss-cpu"],
     },
     entry_points={
         "console_scripts": [

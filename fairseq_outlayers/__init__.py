@@ -15,6 +15,9 @@ def _register():
 
     checkpoint_safety.install()
     errors.install_excepthook()
+    from .pairing import lexicon
+
+    lexicon.install_fairseq_replace_unk()  # a working fairseq-generate/-interactive --replace-unk [LEXICON]
     from . import models  # noqa: F401  (registers models and architectures)
     from . import criterions  # noqa: F401
 

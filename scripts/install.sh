@@ -58,15 +58,15 @@ if [ ! -x "$VENV/bin/fast" ]; then
 fi
 
 # The package itself (editable) with its runtime deps (sacrebleu, scipy, sacremoses) and extras: systran-align
-# (fast_align), gensim (target vectors), matplotlib (plots), pytest and mpmath (tests). The torch pin keeps pip from replacing it.
+# (fast_align), gensim (target vectors), matplotlib (plots), faiss-cpu (K-best decoding), pytest and mpmath (tests). The torch pin keeps pip from replacing it.
 if ! "$PY" -c "import fairseq_outlayers" 2>/dev/null || [ "$ROOT/setup.py" -nt "$VENV/.outlayers-installed" ]; then
   step "installing fairseq_outlayers (editable) with test extras"
-  "${PIP[@]}" -e "$ROOT[test,align,vectors,plot]" torch==2.13.0
+  "${PIP[@]}" -e "$ROOT[test,align,vectors,plot,faiss]" torch==2.13.0
   touch "$VENV/.outlayers-installed"
 fi
 
 "$PY" - <<'PY'
-import torch, fairseq, fastBPE, sacrebleu, scipy, sacremoses, systran_align, gensim  # noqa: F401
+import torch, fairseq, fastBPE, sacrebleu, scipy, sacremoses, systran_align, gensim, faiss  # noqa: F401
 import fairseq_outlayers
 print(f"==> ok: torch {torch.__version__} (cuda: {torch.cuda.is_available()}), fairseq {fairseq.__version__}, "
       f"sacrebleu {sacrebleu.__version__}, fairseq_outlayers {fairseq_outlayers.__version__}")

@@ -15,10 +15,9 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.pairing import lexicon as L
 from harness import REPO, USER_DIR, make_corpus, run, tool, train
 
-#: the plugin routes fairseq's --replace-unk through lexicon.py when it is imported (fairseq_outlayers/__init__)
-HOOKED = fairseq_utils.post_process_prediction is L.post_process_prediction
-NEEDS_HOOK = pytest.mark.xfail(not HOOKED, strict=True, reason="fairseq_outlayers/__init__.py does not call "
-                               "pairing.lexicon.install_fairseq_replace_unk() yet")
+
+def test_importing_the_plugin_routes_fairseqs_replace_unk_through_the_lexicon_code():
+    assert fairseq_utils.post_process_prediction is L.post_process_prediction
 
 
 def write(path, lines):
@@ -204,7 +203,6 @@ def fairseq_generate(data, ckpt, *extra, check=True):
     return proc, out
 
 
-@NEEDS_HOOK
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_generate_replace_unk_with_lexicon(unk_setup, arch):
     """fairseq-generate --replace-unk LEXICON --print-alignment hard on both model families: every <unk> becomes
