@@ -178,8 +178,12 @@ def main(argv=None):
     if replace_unk and lexicon is None:
         lines.append(f"--replace-unk: {replaced} <unk> replaced by the aligned source word")
     elif replace_unk:
+        # a copied source word can itself be <unk> (a source word outside the source dictionary): counted as
+        # copied, but not as replaced
+        still = unk_counts["lexicon"] + unk_counts["copied"] - replaced
         lines.append(f"--replace-unk: {replaced} <unk> replaced: {unk_counts['lexicon']} from the lexicon "
-                     f"{a.unk_lexicon}, {unk_counts['copied']} copied from the aligned source word")
+                     f"{a.unk_lexicon}, {unk_counts['copied']} copied from the aligned source word"
+                     + (f" ({still} of those copies are <unk> in the source too)" if still else ""))
 
     if rare:
         with open(rare, encoding="utf-8") as f:
