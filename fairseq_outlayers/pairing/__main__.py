@@ -22,13 +22,9 @@ def build_parser():
     p.add_argument("--src-dict", required=True, help="source dictionary (data-bin/dict.SRC.txt)")
     p.add_argument("--tgt-dict", required=True, help="target dictionary (data-bin/dict.TGT.txt)")
     p.add_argument("-o", "--output", required=True, help="pairing file to write")
-    p.add_argument("--aligner", default="systran", choices=["systran", "pharaoh"],
-                   help="systran: fast_align through systran-align (default); pharaoh: read --alignment")
-    p.add_argument("--alignment", help="Pharaoh 'i-j' alignment file of the corpus (with --aligner pharaoh)")
-    p.add_argument("--direction", default="forward", choices=["forward", "both"],
-                   help="systran aligner: forward fast_align model p(tgt|src) (default) or both directions "
-                   "symmetrised with grow-diag-final")
-    p.add_argument("--iterations", type=int, default=5, help="fast_align EM iterations (default: 5)")
+    from fairseq_outlayers.pairing.alignment import add_aligner_options
+
+    add_aligner_options(p, direction="forward")
     p.add_argument("--threshold", type=float, default=0.05,
                    help="minimum A(y|x) for a lexical-meaning pair (default: 0.05, the paper's value)")
     p.add_argument("--identical", action="store_true",

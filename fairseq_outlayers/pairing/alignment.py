@@ -69,6 +69,19 @@ class LinkCounter:
 # Pharaoh files
 
 
+def add_aligner_options(parser, direction: str = "forward"):
+    """The word-alignment options shared by the pairing and lexicon commands (``direction``: the default of
+    --direction, which differs between them)."""
+    other = "both" if direction == "forward" else "forward"
+    parser.add_argument("--aligner", default="systran", choices=["systran", "pharaoh"],
+                        help="systran: fast_align through systran-align (default); pharaoh: read --alignment")
+    parser.add_argument("--alignment", help="Pharaoh 'i-j' alignment file of the corpus (with --aligner pharaoh)")
+    parser.add_argument("--direction", default=direction, choices=[direction, other],
+                        help="systran aligner: 'forward' = the fast_align model p(tgt|src) only, 'both' = both "
+                        f"directions symmetrised with grow-diag-final (default: {direction})")
+    parser.add_argument("--iterations", type=int, default=5, help="fast_align EM iterations (default: 5)")
+
+
 def read_pharaoh(path: str, corpus: Iterable[Tuple[List[str], List[str]]]
                  ) -> Iterator[Tuple[List[str], List[str], Links]]:
     """Zip a Pharaoh ``i-j`` file with the corpus it aligns, checking every link against the sentence lengths."""

@@ -314,13 +314,9 @@ def build_parser():
     p.add_argument("--tgt-text", required=True, help="target side, line-aligned with --src-text (tokenised; "
                    "BPE pieces are never lexicon targets)")
     p.add_argument("-o", "--out", "--output", dest="out", required=True, help="lexicon file to write")
-    p.add_argument("--aligner", default="systran", choices=["systran", "pharaoh"],
-                   help="systran: fast_align through systran-align (default); pharaoh: read --alignment")
-    p.add_argument("--alignment", help="Pharaoh 'i-j' alignment file of the corpus (with --aligner pharaoh)")
-    p.add_argument("--direction", default="both", choices=["both", "forward"],
-                   help="systran aligner: both directions symmetrised with grow-diag-final (default) or the "
-                   "forward model p(tgt|src) only")
-    p.add_argument("--iterations", type=int, default=5, help="fast_align EM iterations (default: 5)")
+    from fairseq_outlayers.pairing.alignment import add_aligner_options
+
+    add_aligner_options(p, direction="both")
     p.add_argument("--min-count", type=int, default=1,
                    help="keep an entry only when its source unit and target word are linked at least this "
                    "often (default: 1)")
