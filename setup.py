@@ -35,7 +35,7 @@ setup(
         "vectors": ["gensim>=4.3"],  # training / reading word2vec and fastText target vectors
         "plot": ["matplotlib"],  # scatter plots of the analysis scripts
         "faiss": ["faiss-cpu"],  # --continuous-search faiss (K-best decoding of continuous outputs)
-        "test": ["pytest>=7", "mpmath", "systran-align", "gensim>=4.3", "matplotlib", "faiss-cpu"],
+        "test": ["pytest>=7", "hypothesis>=6", "mpmath", "systran-align", "gensim>=4.3", "matplotlib", "faiss-cpu"],
     },
     entry_points={
         "console_scripts": [

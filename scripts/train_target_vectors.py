@@ -40,13 +40,36 @@ def read_sentences(paths, eos=EOS):
     return Corpus()
 
 
+def _decode(raw, path, n, option):
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        sys.exit(f"error: {option} {path} line {n}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r}); "
+                 "convert the file to UTF-8 first (e.g. iconv -f latin1 -t utf-8)")
+
+
+def check_input(path):
+    """Read an --input file once before training: every line UTF-8, at least one word; returns its line count."""
+    if not os.path.isfile(path):
+        sys.exit(f"error: --input {path}: no such file")
+    words = lines = 0
+    with open(path, "rb") as f:
+        for lines, raw in enumerate(f, start=1):
+            words += len(_decode(raw, path, lines, "--input").split())
+    if words == 0:
+        sys.exit(f"error: --input {path} is empty (no words); give tokenised text, one sentence per line")
+    return lines
+
+
 def dictionary_words(path):
+    if not os.path.isfile(path):
+        sys.exit(f"error: --dict {path}: no such file")
     words = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            parts = line.rstrip("\n").split(" ")
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            parts = _decode(raw, path, n, "--dict").rstrip("\r\n").split(" ")
             if len(parts) < 2:
-                sys.exit(f"error: {path} line {n}: expected 'word count' (a fairseq dict.*.txt)")
+                sys.exit(f"error: --dict {path} line {n}: expected 'word count' (a fairseq dict.*.txt)")
             words.append(parts[0])
     return words
 
@@ -75,33 +98,50 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     args = p.parse_args(argv)
+    for name in ("dim", "window", "epochs", "negative", "min_n", "workers"):
+        if getattr(args, name) < 1:
+            sys.exit(f"error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.min_count < 1:
+        sys.exit(f"error: --min-count must be at least 1, got {args.min_count}")
+    if args.max_n < args.min_n:
+        sys.exit(f"error: --max-n ({args.max_n}) must be at least --min-n ({args.min_n})")
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.outfiles import atomic_write, check_output_path
+
+    try:
+        check_output_path(args.output, args.force, inputs=args.input + [args.dict], option="--output")
+    except OutlayersConfigError as e:
+        sys.exit(f"error: {e}")
+    for path in args.input:
+        check_input(path)
+    dict_words = dictionary_words(args.dict) if args.dict else []
     try:
         from gensim.models import FastText, Word2Vec
     except ImportError:
         sys.exit("error: this script needs gensim: pip install gensim")
-    for path in args.input:
-        if not os.path.isfile(path):
-            sys.exit(f"error: --input {path}: no such file")
-    if os.path.exists(args.output) and not args.force:
-        sys.exit(f"error: --output {args.output} exists; pass --force to overwrite it")
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(message)s", level=logging.INFO)
     corpus = read_sentences(args.input, eos=None if args.no_eos else EOS)
     common = dict(vector_size=args.dim, window=args.window, min_count=args.min_count, workers=args.workers,
                   sg=0 if args.cbow else 1, negative=args.negative, epochs=args.epochs, seed=args.seed)
     start = time.time()
-    if args.algorithm == "fasttext":
-        model = FastText(sentences=corpus, min_n=args.min_n, max_n=args.max_n, **common)
-    else:
-        model = Word2Vec(sentences=corpus, **common)
+    try:
+        if args.algorithm == "fasttext":
+            model = FastText(sentences=corpus, min_n=args.min_n, max_n=args.max_n, **common)
+        else:
+            model = Word2Vec(sentences=corpus, **common)
+    except RuntimeError as e:  # gensim: an empty vocabulary
+        sys.exit(f"error: gensim could not train ({e}); no word occurs --min-count {args.min_count} times in "
+                 f"{', '.join(args.input)}: lower --min-count or give more text")
     kv = model.wv
     words = list(kv.index_to_key)
     extra, unseen = [], []
     if args.dict:
         known = set(words)
-        for w in dictionary_words(args.dict):
+        for w in dict_words:
             if w not in known and not re.match(r"^madeupword\d{4}$", w):  # fairseq's filler entries
                 (extra if args.algorithm == "fasttext" else unseen).append(w)
-    with open(args.output, "w", encoding="utf-8") as f:
+    with atomic_write(args.output) as f:
         f.write(f"{len(words) + len(extra)} {args.dim}\n")
         for w in words + extra:
             f.write(w + " " + " ".join(f"{x:.6f}" for x in kv[w]) + "\n")

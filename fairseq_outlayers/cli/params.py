@@ -16,10 +16,19 @@ def main(argv=None):
                         "the checkpoint)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
+
+    def fail(message):
+        print(f"outlayers-params: error: {message}", file=sys.stderr)
+        return 1
+
     if not os.path.isfile(args.checkpoint):
-        parser.error(f"checkpoint '{args.checkpoint}' does not exist; pass the path of a .pt file written by fairseq-train")
+        return fail(f"checkpoint '{args.checkpoint}' does not exist; pass the path of a .pt file written by "
+                    "fairseq-train")
     if args.data is not None and not os.path.isdir(args.data):
-        parser.error(f"--data '{args.data}' is not a directory; pass the data-bin directory used for training")
+        return fail(f"--data '{args.data}' is not a directory; pass the data-bin directory used for training")
+    if os.path.getsize(args.checkpoint) == 0:
+        return fail(f"checkpoint '{args.checkpoint}' is empty (0 bytes): an interrupted save? use another "
+                    "checkpoint of the run (e.g. checkpoint_best.pt or the newest checkpointN.pt)")
 
     import logging
 
@@ -30,12 +39,26 @@ def main(argv=None):
 
     from fairseq_outlayers.params import format_parameter_report, parameter_report
 
+    from fairseq_outlayers.errors import OutlayersConfigError
+
     overrides = {"data": args.data} if args.data else {}
     try:
-        models, _cfg, _task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides=overrides)
+        state = checkpoint_utils.load_checkpoint_to_cpu(args.checkpoint, arg_overrides=overrides)
+    except Exception as e:  # torch/pickle/zip errors of a truncated or foreign file
+        reason = " ".join(f"{type(e).__name__}: {e}".split())[:160]
+        return fail(f"'{args.checkpoint}' cannot be read as a checkpoint ({reason}); it is truncated, damaged or "
+                    "not a .pt file written by fairseq-train: use another checkpoint of the run")
+    if not isinstance(state, dict) or "model" not in state or (state.get("cfg") is None and "args" not in state):
+        return fail(f"'{args.checkpoint}' is a torch file but not a fairseq checkpoint (no model weights and "
+                    "configuration); pass a .pt file written by fairseq-train")
+    try:
+        models, _cfg, _task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides=overrides,
+                                                                            state=state)
+    except OutlayersConfigError as e:
+        return fail(str(e))
     except FileNotFoundError as e:
-        parser.error(f"cannot rebuild the model from '{args.checkpoint}': {e}; pass --data DIR with the "
-                     "dictionaries used for training")
+        return fail(f"cannot rebuild the model from '{args.checkpoint}': {e}; pass --data DIR with the "
+                    "dictionaries used for training")
     report = parameter_report(models[0])
     if args.json:
         print(json.dumps(report, indent=2))

@@ -25,11 +25,21 @@ def make_pairing(src_text, tgt_text, src_dict_path, tgt_dict_path, aligner="syst
 
     from fairseq_outlayers.errors import OutlayersConfigError
 
+    from .corpus import coverage_warnings
+
+    if log is None:
+        import logging
+
+        log = logging.getLogger(__name__).warning
     src_dict, tgt_dict = load_dictionary(src_dict_path), load_dictionary(tgt_dict_path)
+    warnings = coverage_warnings(src_text, tgt_text, src_dict, tgt_dict, src_dict_path, tgt_dict_path)
+    for w in warnings:
+        log(f"warning: {w}")
     corpus = lambda: read_parallel(src_text, tgt_text)  # noqa: E731
+    skipped = []
     t0 = time.perf_counter()
     if aligner == "systran":
-        linked = systran_links(corpus, direction=direction, iterations=iterations, log=log)
+        linked = systran_links(corpus, direction=direction, iterations=iterations, log=log, skipped=skipped)
         info = {"aligner": "systran-align", "direction": direction, "iterations": str(iterations)}
     elif aligner == "pharaoh":
         if not alignment:
@@ -42,7 +52,10 @@ def make_pairing(src_text, tgt_text, src_dict_path, tgt_dict_path, aligner="syst
     probs, counter = estimate_probabilities(linked)
     t1 = time.perf_counter()
     words = counter.words
+    if skipped:
+        info["skipped-lines"] = str(len(skipped))
     pairing = pair_dictionaries(src_dict, tgt_dict, probs, threshold,
                                 dict(info, sentences=str(counter.sentences), links=str(counter.links)))
     t2 = time.perf_counter()
-    return pairing, {"align_s": t1 - t0, "pair_s": t2 - t1, "words": words, "sentences": counter.sentences}
+    return pairing, {"align_s": t1 - t0, "pair_s": t2 - t1, "words": words, "sentences": counter.sentences,
+                     "skipped": skipped, "warnings": warnings}

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import check_output_path
 
 
 def build_parser():
@@ -49,14 +50,12 @@ def main(argv=None):
         print(f"pairing: {msg}", file=sys.stderr)
 
     try:
-        import os
-
         if not 0.0 <= args.threshold <= 1.0:
             raise OutlayersConfigError(f"--threshold must be in [0, 1], got {args.threshold}")
         if args.iterations < 1:
             raise OutlayersConfigError(f"--iterations must be at least 1, got {args.iterations}")
-        if os.path.exists(args.output) and not args.force:
-            raise OutlayersConfigError(f"'{args.output}' exists; choose another -o path or pass --force to overwrite it")
+        check_output_path(args.output, args.force, option="-o",
+                          inputs=(args.src_text, args.tgt_text, args.src_dict, args.tgt_dict, args.alignment))
         if args.identical:
             from . import load_dictionary, pair_identical
 
@@ -70,6 +69,9 @@ def main(argv=None):
                                       threshold=args.threshold, iterations=args.iterations, log=log)
             log(f"aligned {t['sentences']} sentence pairs, {t['words']} words in {t['align_s']:.1f} s "
                 f"({t['words'] / max(t['align_s'], 1e-9):,.0f} words/s); paired in {t['pair_s']:.2f} s")
+            if t["skipped"]:
+                log(f"warning: {len(t['skipped'])} sentence pair(s) got no links and were skipped (lines "
+                    f"{', '.join(map(str, t['skipped'][:10]))}{' ...' if len(t['skipped']) > 10 else ''})")
         write_pairing(args.output, pairing, overwrite=args.force)
     except OutlayersConfigError as e:
         print(f"fairseq_outlayers: error: {e}", file=sys.stderr)

@@ -20,17 +20,19 @@ Backends (each yields the links ``[(i, j), ...]`` of every sentence pair, i a so
 * ``pharaoh``: links read from a Pharaoh ``i-j`` file (one line per sentence pair), e.g. the output of the
   fast_align binary, eflomal or awesome-align.
 """
+import logging
 import os
 import struct
 import tempfile
 from collections import Counter
-from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from fairseq_outlayers.errors import OutlayersConfigError
 
 Links = List[Tuple[int, int]]
+logger = logging.getLogger(__name__)
 
 # fast_align's defaults, also systran_align's: probability of aligning to NULL and the diagonal tension
 NULL_PROB = 0.08
@@ -206,47 +208,94 @@ class LexicalTable:
         return np.where(self.keys[idx] == keys, self.probs[idx], MISSING_PROB)
 
 
+#: cells of the (sentences x source x target) score array computed at once (about 8 MB per float64 temporary):
+#: the aligner's memory is bounded by this, not by the corpus or the longest sentence
+MAX_CELLS = 1 << 20
+
+
 def forward_viterbi(table: LexicalTable, src_batch: List[List[int]], tgt_batch: List[List[int]],
-                    null_prob: float = NULL_PROB, tension: float = DIAGONAL_TENSION) -> List[Links]:
+                    null_prob: float = NULL_PROB, tension: float = DIAGONAL_TENSION,
+                    max_cells: int = MAX_CELLS) -> List[Links]:
     """fast_align's forward Viterbi links for a batch of sentence pairs given as table ids.
 
     For target position j (1-based, n target words) and source position i (1-based, m source words) the
     diagonal prior is p(i | j, m, n) = (1 - p0) exp(-tension |i/m - j/n|) / Z_j; the target word takes the
     source word of highest t(y_j | x_i) p(i | j, m, n) unless NULL, with p0 t(y_j | NULL), scores higher
-    (ties go to NULL, then to the leftmost source word, as in fast_align)."""
+    (ties go to NULL, then to the leftmost source word, as in fast_align).
+
+    Every target position is decided on its own, so the work is cut into groups of sentences whose padded
+    (sentences x m x n) array has at most ``max_cells`` cells, and a longer sentence into slices of target
+    positions: the memory is a constant, whatever the corpus and the sentence lengths."""
+    out: List[Links] = []
+    k, B = 0, len(src_batch)
+    while k < B:
+        M, N, end = max(len(src_batch[k]), 1), max(len(tgt_batch[k]), 1), k + 1
+        while end < B:
+            M2, N2 = max(M, len(src_batch[end])), max(N, len(tgt_batch[end]))
+            if (end - k + 1) * M2 * N2 > max_cells:
+                break
+            M, N, end = M2, N2, end + 1
+        if end == k + 1 and M * N > max_cells:  # one long sentence: slices of target positions
+            step = max(1, max_cells // M)
+            links: Links = []
+            for j0 in range(0, N, step):
+                links.extend(_viterbi_dense(table, src_batch[k:end], tgt_batch[k:end], null_prob, tension,
+                                            j0, min(N, j0 + step))[0])
+            out.append(links)
+        else:
+            out.extend(_viterbi_dense(table, src_batch[k:end], tgt_batch[k:end], null_prob, tension))
+        k = end
+    return out
+
+
+def _viterbi_dense(table, src_batch, tgt_batch, null_prob, tension, j0=0, j1=None) -> List[Links]:
+    """forward_viterbi on one padded array, for the target positions j0 <= j < j1 (0-based) only."""
     B = len(src_batch)
     m = np.array([len(s) for s in src_batch])
     n = np.array([len(t) for t in tgt_batch])
-    M, N = max(int(m.max()), 1), max(int(n.max()), 1)
+    M = max(int(m.max()), 1)
+    j1 = max(int(n.max()), 1) if j1 is None else j1
+    N = j1 - j0
     S = np.zeros((B, M), np.int64)
     T = np.zeros((B, N), np.int64)
     for b in range(B):
         S[b, : m[b]] = src_batch[b]
-        T[b, : n[b]] = tgt_batch[b]
+        row = tgt_batch[b][j0:j1]
+        T[b, : len(row)] = row
     t = table.lookup(S[:, :, None], T[:, None, :])  # B x M x N
     i = np.arange(1, M + 1)[None, :, None] / np.maximum(m, 1)[:, None, None]
-    j = np.arange(1, N + 1)[None, None, :] / np.maximum(n, 1)[:, None, None]
+    j = np.arange(j0 + 1, j1 + 1)[None, None, :] / np.maximum(n, 1)[:, None, None]
     valid_i = (np.arange(M)[None, :] < m[:, None])[:, :, None]
     u = np.where(valid_i, np.exp(-tension * np.abs(i - j)), 0.0)
+    del i, j
     prior = (1.0 - null_prob) * u / np.maximum(u.sum(axis=1, keepdims=True), 1e-300)
+    del u
     score = np.where(valid_i, t * prior, -1.0)
+    del t, prior
     best = score.argmax(axis=1)  # B x N
     best_score = np.take_along_axis(score, best[:, None, :], axis=1)[:, 0, :]
+    del score
     null_score = null_prob * table.lookup(np.full_like(T, table.null_id), T)
-    linked = (best_score > null_score) & (np.arange(N)[None, :] < n[:, None])
+    linked = (best_score > null_score) & (np.arange(j0, j1)[None, :] < n[:, None])
     out = []
     for b in range(B):
         js = np.nonzero(linked[b])[0]
-        out.append(list(zip(best[b, js].tolist(), js.tolist())))
+        out.append(list(zip(best[b, js].tolist(), (js + j0).tolist())))
     return out
 
 
 def systran_links(corpus_factory, direction: str = "forward", iterations: int = 5, batch_size: int = 2000,
-                  workdir: str = None, log=None) -> Iterator[Tuple[List[str], List[str], Links]]:
+                  workdir: str = None, log=None, skipped: Optional[List[int]] = None
+                  ) -> Iterator[Tuple[List[str], List[str], Links]]:
     """Train fast_align on the corpus and yield (src, tgt, links) per sentence pair.
 
     ``corpus_factory()`` returns a fresh iterator over (src tokens, tgt tokens): the corpus is read twice
-    (once to train, once to align) rather than held in memory."""
+    (once to train, once to align) rather than held in memory.
+
+    With ``direction="both"``, systran_align's symmetrising aligner can fail on a very long line (e.g. 3,000
+    repeated tokens: a positive log-probability and no links at all). Such a sentence pair (both sides
+    non-empty, no links, or a log-probability that is not a finite number <= 0) is skipped with a warning naming
+    its line, and its line number appended to ``skipped``."""
     if direction not in ("forward", "both"):
         raise OutlayersConfigError(f"--direction must be 'forward' or 'both', not '{direction}'")
     systran_align = _import_systran()
@@ -266,23 +315,45 @@ def systran_links(corpus_factory, direction: str = "forward", iterations: int = 
 
             def align(S, T):
                 res = aligner.align_batch(S, T)
-                return [[(int(i), int(j)) for i, j in r["alignments"]] for r in res]
+                return [None if _failed(r) else [(int(i), int(j)) for i, j in r["alignments"]] for r in res]
 
         batch: List[Tuple[List[str], List[str]]] = []
+        first_line = 1
         for pair in corpus_factory():
             batch.append(pair)
             if len(batch) == batch_size:
-                yield from _align_batch(align, batch)
+                yield from _align_batch(align, batch, first_line, skipped, log)
+                first_line += len(batch)
                 batch = []
         if batch:
-            yield from _align_batch(align, batch)
+            yield from _align_batch(align, batch, first_line, skipped, log)
 
 
-def _align_batch(align, batch):
+def _failed(result) -> bool:
+    """systran_align's symmetrised result for a non-empty pair is unusable: no links or a broken score."""
+    if not result["alignments"]:
+        return True
+    for key in ("forward_log_prob", "backward_log_prob"):
+        value = result.get(key)
+        if value is not None and not (np.isfinite(value) and value <= 0.0):
+            return True
+    return False
+
+
+def _align_batch(align, batch, first_line=1, skipped=None, log=None):
     todo = [k for k, (s, t) in enumerate(batch) if s and t]
     links: List[Links] = [[] for _ in batch]
     if todo:
         for k, ln in zip(todo, align([batch[k][0] for k in todo], [batch[k][1] for k in todo])):
+            if ln is None:
+                line = first_line + k
+                if skipped is not None:
+                    skipped.append(line)
+                (log or logger.warning)(
+                    f"warning: line {line} ({len(batch[k][0])} source, {len(batch[k][1])} target tokens): the "
+                    "symmetrised aligner found no usable links; the line is skipped (--direction forward aligns "
+                    "any length)")
+                ln = []
             links[k] = ln
     for (s, t), ln in zip(batch, links):
         yield s, t, ln

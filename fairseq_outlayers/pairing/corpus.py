@@ -64,8 +64,24 @@ def load_dictionary(path: str):
                                    "fairseq-preprocess wrote into the data-bin directory")
     try:
         return Dictionary.load(path)
-    except (ValueError, RuntimeError, UnicodeDecodeError) as e:
-        raise OutlayersConfigError(f"dictionary '{path}' cannot be read as a fairseq dictionary: {e}") from None
+    except UnicodeDecodeError as e:
+        line = _first_bad_line(path)
+        raise OutlayersConfigError(f"dictionary '{path}'{f' line {line}' if line else ''}: not valid UTF-8 "
+                                   f"({e.reason}); pass the dict.<lang>.txt that fairseq-preprocess wrote") from None
+    except (ValueError, RuntimeError, IndexError, OSError) as e:
+        reason = " ".join(str(e).split())[:200]
+        raise OutlayersConfigError(f"dictionary '{path}' cannot be read as a fairseq dictionary ('token count' per "
+                                   f"line): {reason}; pass the dict.<lang>.txt that fairseq-preprocess wrote") from None
+
+
+def _first_bad_line(path: str):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return lineno
+    return None
 
 
 def dictionary_hash(dictionary) -> str:
@@ -80,3 +96,39 @@ def special_indices(dictionary) -> Set[int]:
     specials.update({dictionary.bos(), dictionary.pad(), dictionary.eos(), dictionary.unk()})
     specials.update(i for i, s in enumerate(dictionary.symbols) if _MADEUP.match(s))
     return specials
+
+
+def text_coverage(path: str, dictionaries, max_lines: int = 10000) -> List[float]:
+    """For each dictionary, the fraction of the tokens of the first ``max_lines`` lines of ``path`` it holds
+    (bytes that are not UTF-8 are left to ``read_parallel``, which names the line)."""
+    known, total = [0] * len(dictionaries), 0
+    with _open_text(path, "text") as f:
+        for lineno, raw in enumerate(f, 1):
+            if lineno > max_lines:
+                break
+            toks = raw.decode("utf-8", errors="replace").split()
+            total += len(toks)
+            for k, d in enumerate(dictionaries):
+                known[k] += sum(1 for t in toks if t in d.indices)
+    return [k / total if total else 1.0 for k in known]
+
+
+def coverage_warnings(src_text: str, tgt_text: str, src_dict, tgt_dict, src_dict_path: str, tgt_dict_path: str,
+                      min_fraction: float = 0.5, max_lines: int = 10000) -> List[str]:
+    """Warnings when the text is not in the dictionaries' units or its sides are swapped (then almost no word
+    can be paired by meaning): checked on the first ``max_lines`` lines, before any aligning."""
+    src_own, src_other = text_coverage(src_text, [src_dict, tgt_dict], max_lines)
+    tgt_own, tgt_other = text_coverage(tgt_text, [tgt_dict, src_dict], max_lines)
+    out = []
+    if src_own < min_fraction and tgt_own < min_fraction and src_other > src_own and tgt_other > tgt_own:
+        out.append(f"source and target look swapped: {100 * src_other:.1f}% of the tokens of '{src_text}' are in "
+                   f"the target dictionary '{tgt_dict_path}' but {100 * src_own:.1f}% in the source dictionary "
+                   f"'{src_dict_path}'; pass --src-text/--tgt-text in the order of --src-dict/--tgt-dict")
+        return out
+    for text, own, dict_path, side in ((src_text, src_own, src_dict_path, "source"),
+                                       (tgt_text, tgt_own, tgt_dict_path, "target")):
+        if own < min_fraction:
+            out.append(f"only {100 * own:.1f}% of the tokens of the {side} text '{text}' are in '{dict_path}' "
+                       f"(first {max_lines} lines): the text must be the training text exactly as fairseq-preprocess "
+                       "read it (same tokenisation and BPE), else few words are paired by meaning")
+    return out

@@ -42,6 +42,7 @@ from collections import Counter
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import atomic_write, check_output_path
 
 BPE_MARKER = "@@"
 #: what fairseq's argparse gives for a bare ``--replace-unk`` (its ``argparse_const``): copy, no lexicon
@@ -133,8 +134,9 @@ def make_lexicon(src_text: str, tgt_text: str, aligner: str = "systran", alignme
     from .corpus import read_parallel
 
     corpus = lambda: read_parallel(src_text, tgt_text)  # noqa: E731
+    skipped: List[int] = []
     if aligner == "systran":
-        linked = systran_links(corpus, direction=direction, iterations=iterations, log=log)
+        linked = systran_links(corpus, direction=direction, iterations=iterations, log=log, skipped=skipped)
     elif aligner == "pharaoh":
         if not alignment:
             raise OutlayersConfigError("--aligner pharaoh needs --alignment FILE (Pharaoh 'i-j' links, one line "
@@ -142,7 +144,9 @@ def make_lexicon(src_text: str, tgt_text: str, aligner: str = "systran", alignme
         linked = read_pharaoh(alignment, corpus())
     else:
         raise OutlayersConfigError(f"--aligner must be 'systran' or 'pharaoh', not '{aligner}'")
-    return build_lexicon(linked, min_count)
+    lex, stats = build_lexicon(linked, min_count)
+    stats["skipped"] = len(skipped)
+    return lex, stats
 
 
 def write_lexicon(path: str, lexicon: Lexicon, overwrite: bool = False):
@@ -150,12 +154,10 @@ def write_lexicon(path: str, lexicon: Lexicon, overwrite: bool = False):
     if os.path.exists(path) and not overwrite:
         raise OutlayersConfigError(f"'{path}' exists; choose another --out path or pass --force to overwrite it")
     order = sorted(lexicon, key=lambda x: (-lexicon.details.get(x, (0, 0.0))[0], x))
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         for x in order:
             c, p = lexicon.details.get(x, (0, 0.0))
             f.write(f"{x}\t{lexicon[x]}\t{c}\t{p:.6f}\n")
-    os.replace(tmp, path)
 
 
 def read_lexicon(path: str) -> Dict[str, str]:
@@ -358,9 +360,8 @@ def main(argv=None):
     try:
         if args.iterations < 1:
             raise OutlayersConfigError(f"--iterations must be at least 1, got {args.iterations}")
-        if os.path.exists(args.out) and not args.force:
-            raise OutlayersConfigError(f"'{args.out}' exists; choose another --out path or pass --force to "
-                                       "overwrite it")
+        check_output_path(args.out, args.force, option="--out",
+                          inputs=(args.src_text, args.tgt_text, args.src_dict, args.alignment))
         if args.src_dict:
             frac = check_source_units(args.src_text, args.src_dict)
             log(f"{100 * frac:.1f}% of the source tokens are in {args.src_dict}")
@@ -372,7 +373,8 @@ def main(argv=None):
         print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
         return 1
     print(f"wrote {args.out}: {stats['entries']} source units with a translation, from {stats['sentences']} "
-          f"sentence pairs ({stats['kept_links']} of {stats['links']} links end on a real target word)")
+          f"sentence pairs ({stats['kept_links']} of {stats['links']} links end on a real target word)"
+          + (f"; {stats['skipped']} sentence pair(s) got no links and were skipped" if stats.get("skipped") else ""))
     return 0
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import atomic_write
 
 from .corpus import dictionary_hash, special_indices
 
@@ -156,12 +157,10 @@ def write_pairing(path: str, pairing: Pairing, overwrite: bool = False):
         f"unpaired-source={pairing.src_unpaired} unpaired-target={pairing.tgt_unpaired}",
         "# columns: category, source token, target token, A(y|x) (tab-separated)",
     ]
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         f.write("\n".join(lines) + "\n")
         for p in pairing.pairs:
             f.write(f"{p.category}\t{p.src}\t{p.tgt}\t{p.score:.6g}\n")
-    os.replace(tmp, path)
 
 
 def _header_fields(value: str) -> Dict[str, str]:
@@ -203,6 +202,12 @@ def read_pairing(path: str) -> Pairing:
                 value = float(score)
             except ValueError:
                 raise OutlayersConfigError(f"{path}:{lineno}: score '{score}' is not a number") from None
+            if not 0.0 <= value <= 1.0:  # also false for NaN
+                raise OutlayersConfigError(f"{path}:{lineno}: score '{score}' is not a probability A(y|x) in "
+                                           "[0, 1]; fix the line or re-run python -m fairseq_outlayers.pairing")
+            if not src or not tgt:
+                raise OutlayersConfigError(f"{path}:{lineno}: empty {'source' if not src else 'target'} token; "
+                                           "each pair names one source and one target dictionary token")
             for tok, seen, side in ((src, seen_src, "source"), (tgt, seen_tgt, "target")):
                 if tok in seen:
                     raise OutlayersConfigError(
@@ -217,9 +222,22 @@ def read_pairing(path: str) -> Pairing:
             raise OutlayersConfigError(f"{path}: header line '# {key}: sha256=... symbols=...' is missing")
     s, t = _header_fields(header["source-dictionary"]), _header_fields(header["target-dictionary"])
     counts = _header_fields(header.get("counts", ""))
-    return Pairing(pairs, s["sha256"], t["sha256"], int(s["symbols"]), int(t["symbols"]),
-                   int(counts.get("unpaired-source", 0)), int(counts.get("unpaired-target", 0)),
-                   _header_fields(header.get("made-with", "")))
+    numbers = {}
+    for name, fields, key in (("source-dictionary symbols", s, "symbols"), ("target-dictionary symbols", t, "symbols"),
+                              ("counts unpaired-source", counts, "unpaired-source"),
+                              ("counts unpaired-target", counts, "unpaired-target")):
+        value = fields.get(key, "0")
+        if not value.isdigit():
+            raise OutlayersConfigError(f"{path}: header '{name}={value}' is not a non-negative whole number; "
+                                       "re-run python -m fairseq_outlayers.pairing")
+        numbers[name] = int(value)
+    if not pairs:
+        raise OutlayersConfigError(f"{path}: the pairing file has a header but no pairs, so no embedding would be "
+                                   "shared; it was cut short or made from text that does not match the "
+                                   "dictionaries: re-run python -m fairseq_outlayers.pairing")
+    return Pairing(pairs, s["sha256"], t["sha256"], numbers["source-dictionary symbols"],
+                   numbers["target-dictionary symbols"], numbers["counts unpaired-source"],
+                   numbers["counts unpaired-target"], _header_fields(header.get("made-with", "")))
 
 
 def index_maps(pairing: Pairing, src_dict, tgt_dict, path: str = "pairing",
