@@ -65,13 +65,15 @@ class VectorReport:
     specials: Dict[str, str] = field(default_factory=dict)
     zero_vectors: int = 0
     duplicates: int = 0
+    warnings: List[str] = field(default_factory=list)
 
     @property
     def coverage(self) -> float:
         return self.covered / self.eligible if self.eligible else 1.0
 
     def lines(self) -> List[str]:
-        out = [f"target vectors {self.path}: m = {self.dim}, {self.file_words:,d} vectors in the file",
+        out = [f"warning: {w}" for w in self.warnings]
+        out += [f"target vectors {self.path}: m = {self.dim}, {self.file_words:,d} vectors in the file",
                f"coverage: {self.covered:,d} of {self.eligible:,d} dictionary words have a vector "
                f"({100 * self.coverage:.2f}%)"]
         for symbol, what in self.specials.items():
@@ -103,6 +105,7 @@ class _Collector:
         self.outside_sum: Optional[np.ndarray] = None
         self.outside = self.file_words = self.zero = self.duplicates = 0
         self.dim: Optional[int] = None
+        self.warnings: List[str] = []
 
     def add(self, word: str, vec: np.ndarray, where: str):
         if self.dim is None:
@@ -130,7 +133,8 @@ class _Collector:
 
 
 def _read_text(path: str, collector: _Collector):
-    header_dim = None
+    header_dim = header_count = None
+    body = 0  # vector lines read
     with open(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
             try:
@@ -142,9 +146,13 @@ def _read_text(path: str, collector: _Collector):
                 continue
             parts = line.split(" ")
             if n == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-                header_dim = int(parts[1])
+                header_count, header_dim = int(parts[0]), int(parts[1])
+                if header_dim < 1:
+                    raise OutlayersConfigError(f"{path} line 1: the header 'COUNT DIM' gives DIM = {header_dim}; "
+                                               "vectors need at least one value: fix the header or the file")
                 collector.dim = header_dim
                 continue
+            body += 1
             if len(parts) < 2:
                 raise OutlayersConfigError(f"{path} line {n}: expected 'word v1 ... vm', found only '{line[:40]}'")
             try:
@@ -153,6 +161,10 @@ def _read_text(path: str, collector: _Collector):
                 raise OutlayersConfigError(f"{path} line {n}: word '{parts[0][:40]}' has a value that is not a "
                                            "number; fix or remove that line") from None
             collector.add(parts[0], vec, f" line {n}")
+    if header_count is not None and header_count != body:
+        collector.warnings.append(
+            f"{path}: the header says {header_count:,d} vectors of size {header_dim} but the file holds {body:,d} "
+            f"vector lines (of size {collector.dim}); the file may be truncated or concatenated: check it")
 
 
 def _is_fasttext_bin(path: str) -> bool:
@@ -237,7 +249,9 @@ def load_target_table(dictionary, path: str, min_coverage: float = 0.5, expected
     table = torch.zeros(V, dim)
     decodable = torch.ones(V, dtype=torch.bool)
     report = VectorReport(path, dim, collector.file_words, V, 0, 0, zero_vectors=collector.zero,
-                          duplicates=collector.duplicates)
+                          duplicates=collector.duplicates, warnings=list(collector.warnings))
+    for w in collector.warnings:
+        logger.warning(w)
     missing_rows, covered_rows = [], []
     for i, w in enumerate(symbols):
         if i in specials or FILLER.match(w):
@@ -318,10 +332,10 @@ def main(argv=None):
                      help="fail below this fraction of dictionary words with a vector (default: 0.5)")
     rep.add_argument("--center", action="store_true", help="centre the vectors as --target-vectors-center does")
     args = parser.parse_args(argv)
-    from fairseq.data import Dictionary
+    from fairseq_outlayers.pairing.corpus import load_dictionary
 
     try:
-        table = load_target_table(Dictionary.load(args.dictionary), args.vectors, args.min_coverage,
+        table = load_target_table(load_dictionary(args.dictionary), args.vectors, args.min_coverage,
                                   center=args.center)
     except OutlayersConfigError as e:
         print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
