@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 #: set on the model's args once the table is loaded; it travels with the checkpoint's args
 FROM_CHECKPOINT = "continuous_table_in_checkpoint"
+#: the smallest --continuous-topk fairseq's beam search can run with: K = 1 leaves a hypothesis whose best word is
+#: </s> (not allowed before --min-len) with no finite continuation, and fairseq asserts at the maximum length
+MIN_TOPK = 2
 
 
 def add_continuous_args(parser):
@@ -118,14 +121,20 @@ def decoding_options(args, task):
     if args.continuous_search not in SEARCHES:
         raise OutlayersConfigError(f"--continuous-search must be one of {', '.join(SEARCHES)}, got "
                                    f"'{args.continuous_search}'")
-    if args.continuous_topk is not None and args.continuous_topk < 1:
-        raise OutlayersConfigError(f"--continuous-topk must be at least 1, got {args.continuous_topk}")
+    topk = args.continuous_topk
+    if topk is not None and topk < 1:
+        raise OutlayersConfigError(f"--continuous-topk must be at least 1, got {topk}")
+    if topk is not None and topk < MIN_TOPK:
+        logger.warning(f"--continuous-topk {topk}: with fewer than {MIN_TOPK} words a hypothesis whose best word is "
+                       f"</s> has nothing else to extend and fairseq's search fails at the maximum length; using "
+                       f"K = {MIN_TOPK}")
+        topk = MIN_TOPK
     if args.continuous_search == "faiss":
         from fairseq_outlayers.modules.vmf import import_faiss
 
         import_faiss()  # fail now, not at the first decoding step
     return dict(score_scale=args.continuous_score_scale, search=args.continuous_search,
-                topk=args.continuous_topk, eos=task.target_dictionary.eos())
+                topk=topk, eos=task.target_dictionary.eos())
 
 
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
