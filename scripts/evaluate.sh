@@ -29,8 +29,9 @@
 #                    reference words; FILE is the tokenised (not BPE'd) training target text, e.g.
 #                    work/multi30k/tok/train.en (Kumar & Tsvetkov 2019, Figure 2)
 #   --out DIR        where to write (default: next to the checkpoint,
-#                    eval-CHECKPOINTNAME-SUBSET-beamB-lenpenL/); an existing result is never overwritten
-#                    without --force
+#                    eval-CHECKPOINTNAME-SUBSET-beamB-lenpenL/); if any file listed under "Writes" exists
+#                    there the script stops before translating, unless --force; every file is written to a
+#                    temporary file and renamed, so a failed or interrupted run leaves earlier results intact
 #   --gen-args STR   extra fairseq-generate options, e.g. "--max-len-a 1.2 --max-len-b 10" or
 #                    "--model-overrides {'continuous_score_scale':10}"
 # Every sentence of the subset is translated (--required-batch-size-multiple 1: with fairseq's default of 8 and
@@ -77,10 +78,16 @@ VENV_BIN=${VENV_BIN:-$ROOT/.venv/bin}
 
 NAME=$(basename "$CKPT" .pt)
 OUT=${OUT:-$(dirname "$CKPT")/eval-$NAME-$SUBSET-beam$BEAM-lenpen$LENPEN}
-if [ -f "$OUT/bleu.txt" ] && [ "$FORCE" = 0 ]; then
-  die "$OUT/bleu.txt already exists; pass --force to overwrite it, or --out DIR"
+# every file this script writes: none is overwritten without --force, each is written to a temporary file in
+# $OUT and renamed into place, so an interrupted run leaves the previous file or the complete new one
+OUTPUTS=(generate.out generate.err hyp.tok ref.tok hyp.detok bleu.txt scores.json)
+if [ "$FORCE" = 0 ]; then
+  for f in "${OUTPUTS[@]}"; do
+    if [ -e "$OUT/$f" ]; then die "$OUT/$f already exists; pass --force to overwrite the results in $OUT, or --out DIR"; fi
+  done
 fi
-mkdir -p "$OUT"
+mkdir -p "$OUT" || die "cannot create --out directory '$OUT'"
+[ -w "$OUT" ] || die "--out directory '$OUT' is not writable; choose another --out DIR"
 
 GEN=(fairseq-generate "$DATA_BIN" --user-dir "$ROOT/fairseq_outlayers" --path "$CKPT" --gen-subset "$SUBSET"
      --beam "$BEAM" --lenpen "$LENPEN" --batch-size "$BATCH" --required-batch-size-multiple 1
@@ -90,7 +97,17 @@ if [ "$REPLACE_UNK" = 1 ]; then GEN+=(--print-alignment hard); else GEN+=(--remo
 [ -z "$SRC" ] || GEN+=(--source-lang "$SRC" --target-lang "$TGT")
 if [ -n "$GEN_ARGS" ]; then read -r -a MORE <<< "$GEN_ARGS"; GEN+=("${MORE[@]}"); fi
 echo "+ ${GEN[*]} > $OUT/generate.out"
-"${GEN[@]}" > "$OUT/generate.out" 2> "$OUT/generate.err" || { tail -20 "$OUT/generate.err" >&2; die "fairseq-generate failed (log: $OUT/generate.err)"; }
+TMP_OUT=$(mktemp "$OUT/.generate.out.XXXXXX") && TMP_ERR=$(mktemp "$OUT/.generate.err.XXXXXX") \
+  || die "cannot create a file in --out directory '$OUT'"
+trap 'rm -f "$TMP_OUT" "$TMP_ERR"' EXIT
+if ! "${GEN[@]}" > "$TMP_OUT" 2> "$TMP_ERR"; then
+  tail -20 "$TMP_ERR" >&2
+  mv -f "$TMP_ERR" "$OUT/generate.err.failed"
+  die "fairseq-generate failed (log: $OUT/generate.err.failed; the files of an earlier run in $OUT are unchanged)"
+fi
+chmod 644 "$TMP_OUT" "$TMP_ERR"
+mv -f "$TMP_ERR" "$OUT/generate.err"
+mv -f "$TMP_OUT" "$OUT/generate.out"
 
 python "$ROOT/scripts/lib/score_translations.py" --out "$OUT" --tgt "$TGT" --lowercase "$LOWER" --raw-ref "$RAW_REF" \
   --rare-f1 "$RARE" --checkpoint "$CKPT" --beam "$BEAM" --lenpen "$LENPEN" --tok-ref "$TOK_REF" --replace-unk "$REPLACE_UNK" \

@@ -72,8 +72,9 @@ def write_svg(path: str, points: List[Tuple[float, float, str, str]], links: Lis
         out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"/>')
         out.append(f'<text x="{sx(x) + 5:.1f}" y="{sy(y) - 4:.1f}" font-size="11" fill="{colour}">{esc(label)}</text>')
     out.append("</svg>")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(out) + "\n")
+    from fairseq_outlayers.outfiles import write_text
+
+    write_text(path, "\n".join(out) + "\n")
 
 
 def main(argv=None):
@@ -83,9 +84,22 @@ def main(argv=None):
     p.add_argument("--category", default="lm", choices=CATEGORIES)
     p.add_argument("--top", type=int, default=20, help="the most frequent source words of the category")
     p.add_argument("--words", help="comma-separated source words to show instead of --top")
-    p.add_argument("-o", "--output", default="shared_private_pca.svg")
+    p.add_argument("-o", "--output", default="shared_private_pca.svg",
+                   help="SVG figure; the coordinates go to the same name with .tsv (default: shared_private_pca.svg)")
+    p.add_argument("--force", action="store_true", help="overwrite the figure and table if they exist")
     args = p.parse_args(argv)
     sys.path.insert(0, REPO)
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.outfiles import check_output_path, write_text
+
+    table = os.path.splitext(args.output)[0] + ".tsv"
+    if not os.path.isfile(args.checkpoint):
+        raise SystemExit(f"error: checkpoint '{args.checkpoint}' does not exist")
+    try:
+        for path, option in ((args.output, "-o"), (table, "-o (its .tsv table)")):
+            check_output_path(path, args.force, inputs=(args.checkpoint,), option=option)
+    except OutlayersConfigError as e:
+        raise SystemExit(f"error: {e}") from None
     import torch
 
     from fairseq.data import Dictionary
@@ -115,10 +129,8 @@ def main(argv=None):
     points += [(float(xy[n + k, 0]), float(xy[n + k, 1]), dicts["tgt"][j], "#c0392b") for k, (_, j) in enumerate(chosen)]
     write_svg(args.output, points, [(k, n + k) for k in range(n)],
               f"{os.path.basename(args.checkpoint)}: {n} {args.category} pairs, 2-D PCA (source blue, target red)")
-    with open(os.path.splitext(args.output)[0] + ".tsv", "w", encoding="utf-8") as f:
-        f.write("side\tword\tpc1\tpc2\n")
-        for k, (x, y, label, _) in enumerate(points):
-            f.write(f"{'src' if k < n else 'tgt'}\t{label}\t{x:.5f}\t{y:.5f}\n")
+    write_text(table, "side\tword\tpc1\tpc2\n" + "".join(
+        f"{'src' if k < n else 'tgt'}\t{label}\t{x:.5f}\t{y:.5f}\n" for k, (x, y, label, _) in enumerate(points)))
     paired = (src_m[src_idx] - tgt_m[tgt_idx]).norm(dim=1).mean().item()
     shuffled = (src_m[src_idx] - tgt_m[tgt_idx.roll(1)]).norm(dim=1).mean().item()
     print(f"wrote {args.output} (+ .tsv); mean L2 distance paired {paired:.4f} vs mismatched {shuffled:.4f}")

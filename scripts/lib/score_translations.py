@@ -152,9 +152,10 @@ def main(argv=None):
     if tok_ref:
         ref_tok = read_ref(tok_ref, "--tok-ref")
         tok_origin = tok_ref
+    from fairseq_outlayers.outfiles import write_text  # atomic: a complete file or the previous one
+
     for name, lines in (("hyp.tok", hyp_tok), ("ref.tok", ref_tok), ("hyp.detok", hyp_detok)):
-        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
-            f.write("".join(x + "\n" for x in lines))
+        write_text(os.path.join(out, name), "".join(x + "\n" for x in lines))
     sbleu = sacrebleu.metrics.BLEU(lowercase=lower)
     s = sbleu.corpus_score(hyp_detok, [ref_detok])
     tbleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lower)
@@ -195,9 +196,8 @@ def main(argv=None):
                          f"hypothesis words {v['hyp_words']})")
         scores["rare_word_f1"] = f1
 
-    with open(os.path.join(out, "bleu.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    json.dump(scores, open(os.path.join(out, "scores.json"), "w"), indent=2)
+    write_text(os.path.join(out, "scores.json"), json.dumps(scores, indent=2))
+    write_text(os.path.join(out, "bleu.txt"), "\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"written: {out}/{{hyp.tok,ref.tok,hyp.detok,bleu.txt,scores.json}}")
 
