@@ -11,19 +11,20 @@ def build_standard_embeddings(args, task, encoder_dim, decoder_dim, share_all, m
     return encoder_embed, decoder_embed
 
 
-@register_output_layer("softmax", help="learned |V| x d output matrix, untied (the NMT baseline)")
+@register_output_layer("softmax", help="learned |V| x d output matrix, untied (the NMT baseline)", output_bias=True)
 def build_softmax(args, task, decoder_embed_tokens, input_dim):
     return LearnedSoftmaxOutput(len(task.target_dictionary), input_dim, bias=args.output_bias)
 
 
 @register_output_layer("tied", help="output matrix tied to the decoder input embedding (Press & Wolf 2017)",
-                       ties_decoder_embedding=True)
+                       ties_decoder_embedding=True, output_bias=True)
 def build_tied(args, task, decoder_embed_tokens, input_dim):
     return TiedSoftmaxOutput(decoder_embed_tokens, input_dim, bias=args.output_bias)
 
 
 @register_output_layer("tied-all", help="three-way tying of source, target and output embeddings "
                        "(needs fairseq-preprocess --joined-dictionary)",
-                       requires_joined_dictionary=True, shares_all_embeddings=True, ties_decoder_embedding=True)
+                       requires_joined_dictionary=True, shares_all_embeddings=True, ties_decoder_embedding=True,
+                       output_bias=True)
 def build_tied_all(args, task, decoder_embed_tokens, input_dim):
     return TiedSoftmaxOutput(decoder_embed_tokens, input_dim, bias=args.output_bias)

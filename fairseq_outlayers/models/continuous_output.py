@@ -12,6 +12,7 @@ import logging
 import torch
 from fairseq.models.transformer import Embedding as TransformerEmbedding
 
+from fairseq_outlayers import fingerprints
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
@@ -111,6 +112,7 @@ def target_table(args, task):
                               args.continuous_dim, center=args.target_vectors_center)
     for line in table.report.lines():
         logger.info(line)
+    fingerprints.note_file(args, "target_vectors", args.target_vectors)  # checked when training resumes
     _set(args, "continuous_dim", table.report.dim)
     _set(args, FROM_CHECKPOINT, True)
     return table
@@ -139,7 +141,7 @@ def decoding_options(args, task):
 
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
-                       add_args=add_continuous_args, set_defaults=continuous_defaults)
+                       add_args=add_continuous_args, set_defaults=continuous_defaults, criterion_family="continuous")
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
     if args.continuous_score_scale is not None and not args.continuous_score_scale > 0:
         raise OutlayersConfigError(f"--continuous-score-scale must be > 0, got {args.continuous_score_scale}")
@@ -154,7 +156,8 @@ def build_continuous(args, task, decoder_embed_tokens, input_dim):
 
 
 @register_embeddings("target-vectors", help="decoder input embeddings = the frozen --target-vectors table + a "
-                     "learned linear map to the model size (Kumar & Tsvetkov 2019, section 4.4)")
+                     "learned linear map to the model size (Kumar & Tsvetkov 2019, section 4.4)",
+                     options_from="continuous")
 def build_target_vector_embeddings(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
     if share_all:
         raise OutlayersConfigError("--embeddings target-vectors ties the decoder input to the target vectors; it "

@@ -9,9 +9,12 @@ A model class (Transformer or LSTM) calls, in its ``build_model``:
 and mixes in ``OutputLayerModelMixin`` so that ``get_normalized_probs`` (what ``fairseq-generate`` and the
 criterions call) is answered by the output layer.
 """
+import argparse
 import contextlib
 import logging
+import os
 
+from fairseq_outlayers import fingerprints
 from fairseq_outlayers.data_checks import check_binarised_data
 from fairseq_outlayers.errors import OutlayersConfigError
 
@@ -36,19 +39,195 @@ def add_core_args(parser):
     )
     parser.add_argument("--output-bias", action="store_true",
                         help="learn a per-word bias in softmax/tied output layers (fairseq's default has none)")
+    parser.add_argument("--outlayers-allow-mismatch", action="store_true",
+                        help="resume or decode although a dictionary, --target-vectors or --pairing file differs "
+                        "from the checkpoint's (a warning instead of an error; the checkpoint's tables are kept)")
+    # where these arguments come from (None: this command line; see _fresh); not an option for users
+    parser.add_argument("--" + STATE.replace("_", "-"), default=None, help=argparse.SUPPRESS)
     for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
         if spec.add_args is not None:
             spec.add_args(parser)
 
 
+#: None in arguments parsed from a training command line, "pending" once checked, "done" once the model is built
+#: (saved with the checkpoint, so a model rebuilt from it is not taken for a new training run)
+STATE = "outlayers_args_state"
+
+
+def _fresh(args) -> bool:
+    """True for the arguments of a new training command (fairseq-train's command line, or fairseq-hydra-train's
+    configuration), False for a model rebuilt from a checkpoint (old checkpoints have no state at all)."""
+    if isinstance(args, argparse.Namespace):
+        return hasattr(args, STATE) and getattr(args, STATE) is None
+    if getattr(args, STATE, None) is not None:
+        return False
+    try:
+        from hydra.core.hydra_config import HydraConfig
+    except ImportError:  # pragma: no cover
+        return False
+    return HydraConfig.initialized()  # fairseq-hydra-train (a checkpoint's configuration is not loaded by hydra)
+
+
 def core_defaults(args):
     """Fill the seams' options that the user did not set (called from every named architecture)."""
+    fresh = _fresh(args)
+    given = _given_options(args, raw=isinstance(args, argparse.Namespace)) if fresh else None
     args.output_layer = getattr(args, "output_layer", None) or "softmax"
     args.embeddings = getattr(args, "embeddings", None) or "standard"
     args.output_bias = getattr(args, "output_bias", False) or False
+    fingerprints._set(args, fingerprints.ALLOW, bool(getattr(args, fingerprints.ALLOW, False)))
+    selected = (args.output_layer, args.embeddings)  # before a method's defaults switch the embeddings
     for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
         if spec.set_defaults is not None:
             spec.set_defaults(args)
+    if fresh:  # a new training run: options and criterion are checked once, before any data is read
+        check_unused_options(args, given, *selected)
+        check_criterion(args)
+        fingerprints._set(args, STATE, "pending")
+
+
+def _spec_options(spec):
+    """{dest: (flag, default)} of the options a seam registers."""
+    if spec.add_args is None:
+        return {}
+    parser = argparse.ArgumentParser(add_help=False)
+    spec.add_args(parser)
+    defaults = argparse.Namespace(output_layer=spec.name, embeddings="standard")
+    if spec.set_defaults is not None:
+        spec.set_defaults(defaults)
+    return {a.dest: (a.option_strings[0], getattr(defaults, a.dest, None)) for a in parser._actions
+            if a.option_strings}
+
+
+def _given_options(args, raw: bool):
+    """[(dest, value)] of every seam option set in ``args``: on a fresh command line (``raw``) any value but
+    None/False was given by the user; in a hydra configuration, any value other than the registered default."""
+    out = []
+    for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
+        for dest, (_flag, default) in _spec_options(spec).items():
+            value = getattr(args, dest, None)
+            if value is not None and value is not False and (raw or value != default):
+                out.append((dest, value))
+    if getattr(args, "output_bias", False):
+        out.append(("output_bias", True))
+    return out
+
+
+def check_unused_options(args, given, output_layer, embeddings):
+    """An option of a seam that is not selected would be ignored: say so instead (one line)."""
+    out_spec, emb_spec = get_output_layer_spec(output_layer), get_embedding_spec(embeddings)
+    used = set(_spec_options(out_spec)) | set(_spec_options(emb_spec))
+    if emb_spec.options_from:
+        used |= set(_spec_options(get_output_layer_spec(emb_spec.options_from)))
+    owners = {}
+    for kind, registry in (("--output-layer", OUTPUT_LAYER_REGISTRY), ("--embeddings", EMBEDDING_REGISTRY)):
+        for spec in registry.values():
+            for dest, (flag, _default) in _spec_options(spec).items():
+                owners.setdefault(dest, (flag, kind, spec.name))
+    for dest, _value in given:
+        if dest == "output_bias":
+            if not out_spec.output_bias:
+                accepting = ", ".join(s.name for s in OUTPUT_LAYER_REGISTRY.values() if s.output_bias)
+                raise OutlayersConfigError(f"--output-bias is an option of --output-layer {accepting}; "
+                                           f"--output-layer {out_spec.name} would ignore it: drop it")
+            continue
+        if dest in used or dest not in owners:
+            continue
+        flag, kind, owner = owners[dest]
+        selected = out_spec.name if kind == "--output-layer" else emb_spec.name
+        raise OutlayersConfigError(f"{flag} needs {kind} {owner}; {kind} {selected} would ignore it: drop {flag}, "
+                                   f"or select {kind} {owner}")
+
+
+def _root_option(args, section, name, default=None):
+    """A training option outside the model's arguments: from the legacy Namespace (which holds every option), or
+    from the root of a hydra configuration (``section.name``)."""
+    if isinstance(args, argparse.Namespace):
+        return getattr(args, name, default)
+    try:
+        value = args._get_root()[section][name]
+    except Exception:
+        return default
+    return default if value is None else value
+
+
+def _continuous_criterions():
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    from fairseq_outlayers.criterions.continuous_losses import ContinuousLossCriterion
+
+    return sorted(n for n, c in CRITERION_REGISTRY.items() if isinstance(c, type) and
+                  issubclass(c, ContinuousLossCriterion))
+
+
+def check_criterion(args, criterion=None):
+    """The criterion must suit the output layer: continuous outputs train only with the continuous losses, every
+    other layer never does. ``criterion``: its registered name (default: the training options'). Called when the
+    options are parsed, before anything is built; the criterions may call it too."""
+    if criterion is None:
+        criterion = (getattr(args, "criterion", None) if isinstance(args, argparse.Namespace)
+                     else _root_option(args, "criterion", "_name"))
+    if not criterion or not isinstance(criterion, str):
+        return
+    spec = get_output_layer_spec(getattr(args, "output_layer", None) or "softmax")
+    continuous = _continuous_criterions()
+    if spec.criterion_family == "continuous" and criterion not in continuous:
+        raise OutlayersConfigError(
+            f"--criterion {criterion} scores a softmax over the vocabulary, but --output-layer {spec.name} predicts "
+            f"a word vector; use --criterion {', '.join(continuous)}")
+    if spec.criterion_family != "continuous" and criterion in continuous:
+        needing = ", ".join(s.name for s in OUTPUT_LAYER_REGISTRY.values() if s.criterion_family == "continuous")
+        raise OutlayersConfigError(
+            f"--criterion {criterion} needs --output-layer {needing} (a predicted word vector), but --output-layer "
+            f"{spec.name} gives a softmax; use --criterion cross_entropy, label_smoothed_cross_entropy or "
+            f"sampled_softmax, or --output-layer {needing}")
+
+
+def _restore_path(args):
+    """The checkpoint fairseq-train will load (the rule of fairseq's checkpoint_utils.load_checkpoint), or None."""
+    save_dir = _root_option(args, "checkpoint", "save_dir", "checkpoints")
+    restore = _root_option(args, "checkpoint", "restore_file", "checkpoint_last.pt")
+    suffix = _root_option(args, "checkpoint", "checkpoint_suffix", "") or ""
+    if restore == "checkpoint_last.pt":
+        path = os.path.join(save_dir, f"checkpoint_last{suffix}.pt")
+        if not os.path.exists(path):
+            path = _root_option(args, "checkpoint", "continue_once") or _root_option(
+                args, "checkpoint", "finetune_from_model")
+    else:
+        path = restore.replace(".pt", suffix + ".pt")
+    return path if path and os.path.isfile(path) else None
+
+
+def _checkpoint_model_args(path):
+    """The model arguments saved in a checkpoint (tensors are memory-mapped, not read), or None."""
+    import torch
+
+    state = None
+    for kwargs in ({"mmap": True}, {}):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+            break
+        except Exception:
+            continue
+    if not isinstance(state, dict):
+        return None  # unreadable: fairseq reports it when it loads the file
+    cfg = state.get("cfg")
+    model = cfg.get("model") if isinstance(cfg, dict) else getattr(cfg, "model", None)
+    model = model if model is not None else state.get("args")
+    return argparse.Namespace(**model) if isinstance(model, dict) else model
+
+
+def finish_build(model, args):
+    """The end of every model's ``build_model``: a new training run that resumes (or fine-tunes) from a
+    checkpoint is checked against the fingerprints that checkpoint recorded, before any data is read."""
+    model.outlayers_args = args
+    if getattr(args, STATE, None) == "pending":
+        path = _restore_path(args)
+        checkpoint_args = _checkpoint_model_args(path) if path else None
+        if checkpoint_args is not None:
+            fingerprints.check_resume(args, path, checkpoint_args)
+        fingerprints._set(args, STATE, "done")
+    model.log_parameter_report()
 
 
 def check_core_args(args, task):
@@ -66,6 +245,7 @@ def check_core_args(args, task):
             "dictionaries differ; re-run fairseq-preprocess with --joined-dictionary, or use --output-layer tied"
         )
     check_binarised_data(task)
+    fingerprints.check_dictionaries(args, task)
     if getattr(args, "adaptive_softmax_cutoff", None):
         raise OutlayersConfigError(
             "--adaptive-softmax-cutoff replaces the output layer; it cannot be combined with --output-layer "

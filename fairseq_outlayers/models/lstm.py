@@ -20,6 +20,7 @@ from .core import (
     build_core_output_layer,
     check_core_args,
     core_defaults,
+    finish_build,
     shares_all_embeddings,
 )
 
@@ -112,8 +113,7 @@ class OutlayersLSTMModel(OutputLayerModelMixin, LSTMModel):
             max_target_positions=args.max_target_positions,
         )
         model = cls(encoder, decoder)
-        model.outlayers_args = args
-        model.log_parameter_report()
+        finish_build(model, args)
         return model
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, incremental_state=None,

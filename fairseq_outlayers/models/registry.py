@@ -18,6 +18,8 @@ class OutputLayerSpec:
     requires_joined_dictionary: bool = False
     shares_all_embeddings: bool = False  # encoder, decoder and output use one matrix
     ties_decoder_embedding: bool = False  # reads the decoder input embedding weight
+    output_bias: bool = False  # honours --output-bias (a learned per-word bias)
+    criterion_family: str = "softmax"  # "continuous": trained with the continuous-output criterions only
 
 
 @dataclass
@@ -27,6 +29,7 @@ class EmbeddingSpec:
     help: str
     add_args: Optional[Callable] = None
     set_defaults: Optional[Callable] = None
+    options_from: Optional[str] = None  # also reads the options of this output layer (e.g. its vector file)
 
 
 OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
@@ -45,13 +48,13 @@ def register_output_layer(name: str, help: str, add_args=None, set_defaults=None
     return wrapper
 
 
-def register_embeddings(name: str, help: str, add_args=None, set_defaults=None):
+def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None):
     """Decorator registering ``build(args, task, encoder_dim, decoder_dim, share_all)`` as ``--embeddings NAME``."""
 
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:
             raise ValueError(f"embeddings '{name}' are registered twice")
-        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add_args, set_defaults)
+        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add_args, set_defaults, options_from)
         return build
 
     return wrapper

@@ -9,9 +9,10 @@ the decoder input embedding works); an untied softmax or three-way tying is refu
 import logging
 from contextlib import ExitStack
 
+from fairseq_outlayers import fingerprints
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
-from fairseq_outlayers.pairing.corpus import dictionary_hash, special_indices
+from fairseq_outlayers.pairing.corpus import special_indices
 from fairseq_outlayers.pairing.pairs import index_maps, lambdas_from_string, read_pairing
 
 from .core import register_method_preset
@@ -88,13 +89,7 @@ def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_e
     lambdas = lambdas_from_string(args.shared_private_lambdas)
     recorded = getattr(args, "shared_private_counts", None)
     if recorded:  # rebuilding a trained model (fairseq-generate, fairseq-validate): no pairing file needed
-        for side, d, key in (("source", src_dict, "shared_private_src_sha256"),
-                             ("target", tgt_dict, "shared_private_tgt_sha256")):
-            if getattr(args, key, None) and getattr(args, key) != dictionary_hash(d):
-                raise OutlayersConfigError(
-                    f"the {side} dictionary ({len(d)} symbols) differs from the one this shared-private model was "
-                    "trained with; use the data-bin directory (dictionaries) of training"
-                )
+        # its dictionaries were checked against the recorded hashes by the core (fingerprints.check_dictionaries)
         sizes = dict(zip(CATEGORIES, (int(v) for v in str(recorded).split(","))))
         src_pairs, tgt_pairs = _placeholder_pairs(src_dict, sizes), _placeholder_pairs(tgt_dict, sizes)
         pairs = {c: (src_pairs[c], tgt_pairs[c]) for c in CATEGORIES}
@@ -104,6 +99,7 @@ def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_e
             raise OutlayersConfigError("--embeddings shared-private needs --pairing PATH (make the file with "
                                        "python -m fairseq_outlayers.pairing; see docs/shared-private.md)")
         pairing = read_pairing(args.pairing)
+        fingerprints.note_file(args, "pairing", args.pairing)
         pairs = index_maps(pairing, src_dict, tgt_dict, path=args.pairing)
         counts = ",".join(str(len(pairs[c][0])) for c in CATEGORIES)
         _record(args, shared_private_counts=counts, shared_private_src_sha256=pairing.src_hash,

@@ -24,6 +24,7 @@ from .core import (
     build_core_output_layer,
     check_core_args,
     core_defaults,
+    finish_build,
     shares_all_embeddings,
 )
 
@@ -63,8 +64,7 @@ class OutlayersTransformerModel(OutputLayerModelMixin, TransformerModel):
             model = super().build_model(args, task)
         finally:
             _BUILDING.reset(token)
-        model.outlayers_args = args
-        model.log_parameter_report()
+        finish_build(model, args)
         return model
 
     @classmethod

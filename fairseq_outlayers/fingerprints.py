@@ -1,0 +1,140 @@
+"""Fingerprints (sha256 and path) of what a model is built from: the source and target dictionaries, and the files
+read when training starts (``--target-vectors``, ``--pairing``).
+
+They are recorded in the model's arguments, so every checkpoint carries them, and compared
+
+* when a checkpoint is rebuilt (``fairseq-generate``, ``-interactive``, ``-validate``): its dictionaries against
+  those of the data directory given now (the vector and pairing files are not read then: their tables are in the
+  checkpoint, so those files may be gone);
+* when training resumes (``checkpoint_last.pt``, ``--restore-file``, ``--finetune-from-model``): every fingerprint
+  of the checkpoint against the files and dictionaries given now, since the checkpoint's tables would silently
+  replace the new ones.
+
+A difference is an error naming both sides; ``--outlayers-allow-mismatch`` (training) or
+``--model-overrides "{'outlayers_allow_mismatch': True}"`` (decoding) turns it into a warning. Checkpoints written
+before fingerprints existed are not checked (shared-private ones still are, by the dictionary hashes they record).
+"""
+import contextlib
+import hashlib
+import logging
+import os
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+logger = logging.getLogger(__name__)
+
+ARG = "outlayers_fingerprints"
+ALLOW = "outlayers_allow_mismatch"
+ALLOW_TRAIN = "--outlayers-allow-mismatch"
+ALLOW_DECODE = "--model-overrides \"{'outlayers_allow_mismatch': True}\""
+WHAT = {"src_dict": "source dictionary", "tgt_dict": "target dictionary", "target_vectors": "--target-vectors",
+        "pairing": "--pairing"}
+KEPT_FILES = ("target_vectors", "pairing")
+#: what the checkpoint would keep, whatever file is given now
+KEPT = {"target_vectors": "its target-vector table", "pairing": "its pairing (index maps)",
+        "src_dict": "embeddings indexed by its source dictionary", "tgt_dict": "embeddings and outputs indexed by "
+        "its target dictionary"}
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dictionary_fingerprint(dictionary, path=None) -> dict:
+    from fairseq_outlayers.pairing.corpus import dictionary_hash  # the hash shared-private pairings record
+
+    return {"sha256": dictionary_hash(dictionary), "path": path, "size": len(dictionary)}
+
+
+def describe(fp: dict) -> str:
+    size = f"{fp['size']} symbols, " if fp.get("size") is not None else ""
+    where = fp.get("path") or "path not recorded"
+    return f"{where} ({size}sha256 {fp['sha256'][:12]})"
+
+
+def _set(args, name, value):
+    from omegaconf import OmegaConf, open_dict
+
+    with open_dict(args) if OmegaConf.is_config(args) else contextlib.nullcontext():
+        setattr(args, name, value)
+
+
+def recorded(args) -> dict:
+    """The fingerprints stored in ``args`` (a checkpoint's, or those of this build so far)."""
+    from omegaconf import OmegaConf
+
+    value = getattr(args, ARG, None) or {}
+    out = {k: dict(v) for k, v in (OmegaConf.to_container(value) if OmegaConf.is_config(value) else value).items()}
+    # shared-private checkpoints older than fingerprints record the hashes of their dictionaries
+    for key, old in (("src_dict", "shared_private_src_sha256"), ("tgt_dict", "shared_private_tgt_sha256")):
+        if key not in out and getattr(args, old, None) and getattr(args, "shared_private_counts", None):
+            out[key] = {"sha256": getattr(args, old), "path": None}
+    return out
+
+
+def record(args, key: str, fp: dict):
+    fps = recorded(args)
+    fps[key] = fp
+    _set(args, ARG, fps)
+
+
+def note_file(args, key: str, path: str):
+    """Record the fingerprint of a file read while building the model (``key``: target_vectors, pairing)."""
+    record(args, key, {"sha256": file_sha256(path), "path": os.path.abspath(path)})
+
+
+def _dict_path(task, lang):
+    data = getattr(getattr(task, "cfg", None), "data", None)
+    if not data or not lang:
+        return None
+    return os.path.abspath(os.path.join(str(data).split(os.pathsep)[0], f"dict.{lang}.txt"))
+
+
+def mismatch(args, key: str, checkpoint: dict, given: dict, message: str):
+    """Raise ``message`` (or log it when the user allowed mismatches)."""
+    if checkpoint["sha256"] == given["sha256"]:
+        return
+    if getattr(args, ALLOW, False):
+        logger.warning(f"{message} (allowed by {ALLOW_TRAIN})")
+        return
+    raise OutlayersConfigError(message)
+
+
+def check_dictionaries(args, task):
+    """Compare the task's dictionaries with those a checkpoint recorded (decoding), then record them."""
+    fps = recorded(args)
+    for key, side, dictionary, lang in (
+        ("src_dict", "source", task.source_dictionary, getattr(task.cfg, "source_lang", None)),
+        ("tgt_dict", "target", task.target_dictionary, getattr(task.cfg, "target_lang", None)),
+    ):
+        given = dictionary_fingerprint(dictionary, _dict_path(task, lang))
+        if key in fps:
+            mismatch(args, key, fps[key], given,
+                     f"the {side} dictionary {describe(given)} differs from the one this checkpoint was trained with "
+                     f"({describe(fps[key])}): its words would get other words' rows; give the data-bin directory "
+                     f"of training, or add {ALLOW_DECODE} to decode anyway")
+        record(args, key, given)
+
+
+def check_resume(args, checkpoint_path: str, checkpoint_args):
+    """Training: the fingerprints of this build (``args``) against those of the checkpoint fairseq will load."""
+    theirs, ours = recorded(checkpoint_args), recorded(args)
+    if not theirs:
+        logger.info(f"{checkpoint_path} records no fingerprints (written by an older fairseq_outlayers); its "
+                    "dictionaries and files are not checked")
+        return
+    for key in ("target_vectors", "pairing", "src_dict", "tgt_dict"):
+        if key not in theirs or key not in ours:
+            continue
+        what = WHAT[key]
+        given = f"{what} {describe(ours[key])}" if what.startswith("--") else f"the {what} {describe(ours[key])}"
+        mismatch(args, key, theirs[key], ours[key],
+                 f"{given} differs from the one {checkpoint_path} was trained with, {describe(theirs[key])}, and "
+                 f"the checkpoint would keep {KEPT[key]}; give the training run's file, use a new --save-dir, or "
+                 f"add {ALLOW_TRAIN} to resume with the checkpoint's")
+        if key in KEPT_FILES:  # allowed: the checkpoint's table is what the model holds from now on
+            record(args, key, theirs[key])
