@@ -19,7 +19,9 @@ How log C_m is computed here (all in torch, float64, on the tensor's own device,
   ν >= 15. In log C_m the term ν·log κ cancels analytically, so nothing cancels numerically at small κ.
 * For ν < 15 (m < 32) we start the Debye expansion at a higher order N >= 15 and run the three-term recurrence
   ``I_(μ-1) = (2μ/x) I_μ + I_(μ+1)`` downwards (the stable direction for I_ν), in ratio form.
-* The Bessel ratio I_(ν+1)/I_ν (the gradient) is exp(log I_(ν+1) - log I_ν) from the same expansion.
+* The Bessel ratio I_(ν+1)/I_ν (the gradient) comes from the same expansion, with the difference of the two
+  O(κ) exponents written in closed form (no cancellation), so it stays in (0, 1) up to κ = 1.8e308; κ = inf
+  gives log C_m = -inf and ratio 1, κ = 0 gives log C_m(0) and ratio 0.
 
 ``log_cm`` is a ``torch.autograd.Function`` whose backward is exactly ``-I_(m/2)(κ)/I_(m/2-1)(κ)``. Inputs in
 fp16/bf16/fp32 are promoted to float64 inside; the result comes back in float32 (float64 for float64 input).
@@ -78,34 +80,45 @@ def _debye_series_coefficients(nu: float, terms: int = DEBYE_TERMS) -> Tuple[flo
     return tuple(float(total.get(j, 0)) for j in range(degree, -1, -1))
 
 
-def _debye_pieces(nu: float, x: torch.Tensor):
-    """(s, log Σ_k U_k(p)/ν^k) at z = x/ν with s = (1+z²)^(1/2); x float64 > 0."""
-    z = x / nu
-    s = torch.sqrt(1.0 + z * z)
-    p = 1.0 / s
+def _debye_parts(nu: float, x: torch.Tensor):
+    """(r, log(x / (ν + r)), log Σ_k U_k(p)/ν^k) with r = (ν² + x²)^(1/2) = ν(1+z²)^(1/2) and p = ν/r; x float64
+    > 0. ``hypot`` keeps r finite up to x = 1.8e308 (z² would overflow from x ≈ 1e154)."""
+    r = torch.hypot(torch.full_like(x, nu), x)
     acc = torch.zeros_like(x)
+    p = nu / r
     for c in _debye_series_coefficients(float(nu)):
         acc = acc * p + c
-    return s, torch.log(acc)
+    return r, torch.log(x / (nu + r)), torch.log(acc)
 
 
 def _debye_log_iv(nu: float, x: torch.Tensor) -> torch.Tensor:
-    """log I_ν(x) from the Debye expansion (accurate for ν >= DEBYE_MIN_ORDER); x float64 > 0."""
-    s, log_series = _debye_pieces(nu, x)
-    log_z = torch.log(x) - math.log(nu)
-    return nu * (s + log_z - torch.log1p(s)) - 0.5 * math.log(2 * math.pi * nu) - 0.5 * torch.log(s) + log_series
+    """log I_ν(x) from the Debye expansion (accurate for ν >= DEBYE_MIN_ORDER); x float64 > 0.
+
+    With r = νs: ``νη = r + ν log(x/(ν + r))`` and ``(2πν)^(1/2)(1+z²)^(1/4) = (2πr)^(1/2)``."""
+    r, log_q, log_series = _debye_parts(nu, x)
+    return r + nu * log_q - 0.5 * torch.log(2 * math.pi * r) + log_series
+
+
+def _debye_log_ratio(nu: float, x: torch.Tensor) -> torch.Tensor:
+    """log I_(ν+1)(x) - log I_ν(x) from the Debye expansion, without subtracting the two O(x) exponents: their
+    difference r_(ν+1) - r_ν is written as (2ν+1)/(r_(ν+1) + r_ν). Differencing the two logs instead loses
+    everything above x ≈ 1e12 (at x = 1e17 the ratio came out as 8.9e6 where it lies in (0, 1))."""
+    r0, log_q0, log_s0 = _debye_parts(nu, x)
+    r1, log_q1, log_s1 = _debye_parts(nu + 1, x)
+    return ((2 * nu + 1) / (r1 + r0) + (nu + 1) * log_q1 - nu * log_q0 - 0.5 * torch.log(r1 / r0)
+            + log_s1 - log_s0)
 
 
 def _log_iv_and_ratio(nu: float, x: torch.Tensor, need_log: bool = True, need_ratio: bool = True):
-    """(log I_ν(x), I_(ν+1)(x)/I_ν(x)) in float64 for ν >= 0, x > 0 (either may be skipped -> None)."""
+    """(log I_ν(x), I_(ν+1)(x)/I_ν(x)) in float64 for ν >= 0, finite x > 0 (either may be skipped -> None)."""
     if nu >= DEBYE_MIN_ORDER:
-        log_i = _debye_log_iv(nu, x)
-        ratio = torch.exp(_debye_log_iv(nu + 1, x) - log_i) if need_ratio else None
-        return (log_i if need_log else None), ratio
+        log_i = _debye_log_iv(nu, x) if need_log else None
+        ratio = torch.exp(_debye_log_ratio(nu, x)) if need_ratio else None
+        return log_i, ratio
     steps = math.ceil(DEBYE_MIN_ORDER - nu)
     top = nu + steps
     log_i = _debye_log_iv(top, x)  # log I_top
-    ratio = torch.exp(_debye_log_iv(top + 1, x) - log_i)  # I_(top+1) / I_top
+    ratio = torch.exp(_debye_log_ratio(top, x))  # I_(top+1) / I_top
     for i in range(steps):  # μ = top, top-1, ..., ν+1: I_μ/I_(μ-1) = 1 / (2μ/x + I_(μ+1)/I_μ)
         mu = top - i
         ratio = 1.0 / (2.0 * mu / x + ratio)
@@ -126,7 +139,9 @@ def bessel_iv_ratio(nu: float, x: torch.Tensor) -> torch.Tensor:
     if nu < 0:
         raise ValueError(f"bessel_iv_ratio: order {nu} < 0 is not supported")
     x64 = torch.as_tensor(x).to(torch.float64)
-    ratio = _log_iv_and_ratio(float(nu), x64.clamp_min(KAPPA_FLOOR), need_log=False)[1]
+    finite = torch.where(torch.isinf(x64), 1.0, x64).clamp_min(KAPPA_FLOOR)
+    ratio = _log_iv_and_ratio(float(nu), finite, need_log=False)[1]
+    ratio = torch.where(torch.isinf(x64), 1.0, ratio)  # I_(ν+1)/I_ν -> 1 as x -> inf
     return torch.where(x64 > 0, ratio, torch.zeros_like(ratio))
 
 
@@ -146,18 +161,31 @@ def log_cm_at_zero(m: int) -> float:
 
 
 def log_cm_float64(kappa: torch.Tensor, m: int) -> torch.Tensor:
-    """log C_m(κ) in float64 without autograd (see the module docstring for the method)."""
+    """log C_m(κ) in float64 without autograd (see the module docstring for the method); κ = 0 gives
+    log C_m(0) (the uniform density), κ = inf gives -inf, NaN stays NaN."""
     _check_dim(m)
     nu = m / 2 - 1
-    x = kappa.to(torch.float64).clamp_min(KAPPA_FLOOR)
+    k64 = kappa.to(torch.float64)
+    x = torch.where(torch.isinf(k64), 1.0, k64).clamp_min(KAPPA_FLOOR)  # inf is set below
     const = -(m / 2) * math.log(2 * math.pi)
     if nu >= DEBYE_MIN_ORDER:
-        # ν log κ - log I_ν(κ) with the ν log κ terms cancelled by hand
-        s, log_series = _debye_pieces(nu, x)
-        return (const + nu * math.log(nu) - nu * s + nu * torch.log1p(s)
-                + 0.5 * math.log(2 * math.pi * nu) + 0.5 * torch.log(s) - log_series)
-    log_i, _ = _log_iv_and_ratio(nu, x, need_ratio=False)
-    return const + nu * torch.log(x) - log_i
+        # ν log κ - log I_ν(κ) with the ν log κ terms cancelled by hand. With z = κ/ν, s = (1+z²)^(1/2) and
+        # t = s - 1 it is  c - νt + ν log1p(t/2) + log1p(t)/2 - log S(p),  c = const + ν log 2ν - ν + log(2πν)/2:
+        # every term that varies with κ vanishes at κ = 0, so the value carries no rounding noise of the O(ν)
+        # constant (finite differences of it agree with the exact gradient), and hypot keeps s finite to 1.8e308
+        z = x / nu
+        s_ = torch.hypot(torch.ones_like(z), z)
+        t = torch.where(z < 1, z * z / (1 + s_), s_ - 1)
+        p = 1.0 / s_
+        acc = torch.zeros_like(x)
+        for c in _debye_series_coefficients(float(nu)):
+            acc = acc * p + c
+        c0 = const + nu * math.log(2 * nu) - nu + 0.5 * math.log(2 * math.pi * nu)
+        value = c0 - nu * t + nu * torch.log1p(t / 2) + 0.5 * torch.log1p(t) - torch.log(acc)
+    else:
+        log_i, _ = _log_iv_and_ratio(nu, x, need_ratio=False)
+        value = const + nu * torch.log(x) - log_i
+    return torch.where(torch.isinf(k64), -math.inf, value)
 
 
 def _out_dtype(dtype: torch.dtype) -> torch.dtype:

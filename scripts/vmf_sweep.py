@@ -1,0 +1,197 @@
+"""The continuous-output sweep of docs/continuous-outputs.md: one word-level Multi30k model per row file and seed,
+each decoded at several beam sizes, with the criterion's validation figures (κ, cos, nn_acc, κ alarms).
+
+    python scripts/vmf_sweep.py --rows "configs/vmf-sweep/*.args" --seeds 1 2 --out work/vmf-sweep
+
+Every row trains the same model at the same budget as the continuous rows of docs/results.md (the demo
+Transformer of ``fairseq_outlayers.cli.compare``, 800 updates, lr 0.003) through the real ``fairseq-train``;
+its last checkpoint is translated with ``fairseq-generate`` at ``--beams`` (default 1, the paper's
+nearest-neighbour decoding, and 5) and scored with sacreBLEU against the raw references, exactly as
+``make results`` does (compare.py's own functions). A finished run (its ``meta.json``) is reused, so the sweep
+resumes where it stopped; ``--jobs N`` trains N runs at once (each with ``--threads`` torch threads). The table
+(mean over seeds, then each seed) is written to ``OUT/sweep.md`` and ``OUT/sweep.json`` after every run.
+"""
+import argparse
+import concurrent.futures
+import glob
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from fairseq_outlayers.cli import compare  # noqa: E402
+
+#: the validation figures read from the last "valid on" line of a training log
+VALID_FIELDS = ("loss", "cos", "norm", "nn_acc", "kappa_low", "kappa_high")
+
+
+def last_valid(log_path):
+    """The fields of the last ``valid on 'valid'`` line of a fairseq-train log (floats), {} if none."""
+    found = {}
+    for line in open(log_path, encoding="utf-8", errors="replace"):
+        if "| valid on" in line:
+            found = {k: float(v) for k, v in re.findall(r"\| (\w+) ([-\d.e+]+|nan)", line) if k in VALID_FIELDS}
+    return found
+
+
+def run_one(row, seed, args, base_args, ref_path, lock):
+    run_dir = os.path.join(args.out, f"{row['name']}.seed{seed}")
+    meta_path = os.path.join(run_dir, "meta.json")
+    if os.path.exists(meta_path):
+        return json.load(open(meta_path))
+    os.makedirs(run_dir, exist_ok=True)
+    log_path = os.path.join(run_dir, "train.log")
+    with lock:
+        compare.log(f"{row['name']} seed {seed}: training")
+    seconds = compare.train_row(row["data_bin"], run_dir, base_args, row["train_args"], seed, args.max_update,
+                                log_path)
+    ckpt = os.path.join(run_dir, "checkpoint_last.pt")
+    meta = {"row": row["name"], "seed": seed, "args": row["args"], "seconds": seconds,
+            "speed": compare.training_speed(log_path), "valid": last_valid(log_path), "bleu": {},
+            "params": compare.parameter_counts(ckpt)}
+    for beam in args.beams:
+        hyps = compare.translate(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.hyp"), beam,
+                                 args.lenpen, args.batch_size)
+        meta["bleu"][str(beam)], meta["signature"] = compare.score(hyps, ref_path, "en", args.lowercase)
+    tmp = meta_path + ".tmp"
+    json.dump(meta, open(tmp, "w"), indent=2)
+    os.replace(tmp, meta_path)
+    if not args.keep_checkpoints:
+        for name in os.listdir(run_dir):
+            if name.endswith(".pt") and name != "checkpoint_last.pt":
+                os.remove(os.path.join(run_dir, name))
+    with lock:
+        compare.log(f"{row['name']} seed {seed}: BLEU " + " / ".join(
+            f"beam {b} {meta['bleu'][str(b)]:.2f}" for b in args.beams) + f", valid {meta['valid']}")
+    return meta
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _fmt(v, digits=2):
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def table(rows, metas, seeds, beams):
+    """Markdown table: per row the mean over the seeds that finished (and each seed's BLEU)."""
+    head = (["row"] + [f"BLEU beam {b} (mean)" for b in beams] + [f"beam {b} per seed" for b in beams]
+            + ["κ (mean ‖ê‖)", "cos", "nn_acc %", "κ low %", "κ high %", "train tok/s"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        runs = [metas.get((row["name"], s)) for s in seeds]
+        done = [r for r in runs if r]
+        cells = [row["name"]]
+        for b in beams:
+            cells.append(_fmt(_mean([r["bleu"][str(b)] for r in done])))
+        for b in beams:
+            cells.append(" / ".join(_fmt(r["bleu"][str(b)]) if r else "missing" for r in runs))
+        for key, digits in (("norm", 1), ("cos", 3), ("nn_acc", 1), ("kappa_low", 1), ("kappa_high", 1)):
+            cells.append(_fmt(_mean([r["valid"].get(key) for r in done]), digits))
+        cells.append(_fmt(_mean([r["speed"] for r in done]), 0))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_report(path, rows, metas, args, base_args, ref_path):
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip() or "unknown"
+    md = [f"# Continuous-output sweep ({args.max_update} updates, seeds {' '.join(map(str, args.seeds))})", "",
+          f"Date {time.strftime('%Y-%m-%d')}, commit {commit}, {platform.machine()}, {os.cpu_count()} CPU cores, "
+          f"{args.jobs} run(s) at a time with {args.threads} torch thread(s) each.", "",
+          f"Base options: `{' '.join(base_args)}`; BLEU: sacreBLEU on detokenised output against `{ref_path}`"
+          f"{' (lowercased)' if args.lowercase else ''}. Validation figures (κ, cos, nn_acc, κ alarms) are the "
+          "last validation of each run, averaged over seeds.", "",
+          table(rows, metas, args.seeds, args.beams), "", "Rows:", ""]
+    md += [f"- **{r['name']}**: `{r['args']}`" for r in rows]
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(md) + "\n")
+    os.replace(tmp, path)
+    json_path = os.path.splitext(path)[0] + ".json"
+    with open(json_path + ".tmp", "w") as f:
+        json.dump([m for m in metas.values()], f, indent=2)
+    os.replace(json_path + ".tmp", json_path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--rows", nargs="+", required=True, help="row files or glob patterns (*.args)")
+    parser.add_argument("--data-bin", default="work/multi30k/data-bin/de-en-word",
+                        help="default data of a row that names none")
+    parser.add_argument("--raw-dir", default="work/multi30k/raw")
+    parser.add_argument("--test-prefix", default="test_2016_flickr")
+    parser.add_argument("--no-lowercase", dest="lowercase", action="store_false",
+                        help="the data was not lowercased (default: lowercase the references, as the recipes do)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--max-update", type=int, default=800)
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
+    parser.add_argument("--lenpen", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--base-args", default=None, help="fairseq-train options of every row (default: the "
+                        "demo Transformer recipe of compare.py)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at the same time")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores/jobs)")
+    parser.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint_best.pt as well")
+    parser.add_argument("--out", default="work/vmf-sweep")
+    args = parser.parse_args(argv)
+
+    ref_path = os.path.join(args.raw_dir, f"{args.test_prefix}.en")
+    if not os.path.isfile(ref_path):
+        parser.error(f"reference file '{ref_path}' does not exist; run scripts/prepare-multi30k.sh first")
+    files = sorted(set(f for p in args.rows for f in (glob.glob(p) or [p])))
+    rows = []
+    for f in files:
+        if not os.path.isfile(f):
+            parser.error(f"row file '{f}' does not exist")
+        name, row_args = compare.read_row(f)
+        data_bin, train_args = compare.row_data_bin(row_args, args.data_bin)
+        if not os.path.isdir(data_bin):
+            parser.error(f"{f}: data '{data_bin}' is not a directory; run scripts/prepare-multi30k.sh "
+                         "--word-target first")
+        for token in train_args:
+            if token.endswith((".vec", ".txt", ".bin")) and not token.startswith("-") and not os.path.exists(token):
+                parser.error(f"{f}: file '{token}' does not exist")
+        rows.append({"name": name, "args": " ".join(row_args), "data_bin": data_bin, "train_args": train_args})
+    if len({r["name"] for r in rows}) != len(rows):
+        parser.error("two row files have the same name (after the NN- prefix)")
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    base_args = shlex.split(args.base_args) if args.base_args else list(compare.DEMO_BASE_ARGS)
+    os.makedirs(args.out, exist_ok=True)
+    report = os.path.join(args.out, "sweep.md")
+    lock = threading.Lock()
+    metas = {}
+    jobs = [(row, seed) for seed in args.seeds for row in rows]  # every row with the first seed first
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(run_one, row, seed, args, base_args, ref_path, lock): (row["name"], seed)
+                   for row, seed in jobs}
+        failed = []
+        for fut in concurrent.futures.as_completed(futures):
+            key = futures[fut]
+            try:
+                metas[key] = fut.result()
+            except (SystemExit, Exception) as exc:  # one failed row must not stop the others
+                failed.append(key)
+                with lock:
+                    compare.log(f"{key[0]} seed {key[1]} FAILED: {exc}")
+            with lock:
+                write_report(report, rows, metas, args, base_args, ref_path)
+    print(table(rows, metas, args.seeds, args.beams))
+    compare.log(f"wrote {report}")
+    if failed:
+        raise SystemExit(f"vmf_sweep: {len(failed)} run(s) failed: {failed}")
+
+
+if __name__ == "__main__":
+    main()
