@@ -204,4 +204,11 @@ fi
 echo "+ $(quote fairseq-train "${ARGS[@]}")"
 echo "== afterwards: bash scripts/evaluate.sh $SAVE_DIR/checkpoint_best.pt $DATA_BIN $EVAL"
 [ "$MODE" = run ] || exit 0
+# an unreadable checkpoint_last.pt (fairseq copies it non-atomically) resumes from the newest intact checkpoint
+LAST_DIR=$SAVE_DIR
+for ((i = 0; i + 1 < ${#ARGS[@]}; i++)); do [ "${ARGS[$i]}" != --save-dir ] || LAST_DIR=${ARGS[$((i + 1))]}; done
+if [ -f "$LAST_DIR/checkpoint_last.pt" ]; then
+  RESUME=$(python -m fairseq_outlayers.cli.resume "${ARGS[@]}") || exit 1
+  [ -z "$RESUME" ] || { mapfile -t RESUME_ARGS <<< "$RESUME"; ARGS+=("${RESUME_ARGS[@]}"); }
+fi
 exec fairseq-train "${ARGS[@]}"

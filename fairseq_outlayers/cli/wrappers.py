@@ -11,15 +11,18 @@ def _with_user_dir(argv):
     return argv + ["--user-dir", USER_DIR]
 
 
-def _run(module_name):
+def _run(module_name, extra=()):
     import importlib
 
-    sys.argv = [sys.argv[0]] + _with_user_dir(sys.argv[1:])
+    sys.argv = [sys.argv[0]] + _with_user_dir(sys.argv[1:]) + list(extra)
     return importlib.import_module(module_name).cli_main()
 
 
 def train():
-    return _run("fairseq_cli.train")
+    """fairseq-train; an unreadable checkpoint_last.pt resumes from the newest intact checkpoint (cli/resume.py)."""
+    from fairseq_outlayers.cli.resume import restore_args
+
+    return _run("fairseq_cli.train", restore_args(sys.argv[1:]))
 
 
 def generate():
