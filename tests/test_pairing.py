@@ -211,7 +211,8 @@ def test_bad_pairing_files(tiny_pairing, tmp_path):
     bad_cat = _write(tmp_path / "cat.txt", lines[:6] + ["xx\ta\tb\t0"])
     with pytest.raises(OutlayersConfigError, match=r"cat.txt:7: unknown category 'xx'"):
         read_pairing(bad_cat)
-    missing = _write(tmp_path / "miss.txt", lines[:6] + ["ur\tnichtda\tred\t0", "ur\tauchnicht\t.\t0"])
+    edited = lines[:4] + ["# counts: lm=0 wf=0 ur=2 unpaired-source=0 unpaired-target=0"] + lines[5:6]
+    missing = _write(tmp_path / "miss.txt", edited + ["ur\tnichtda\tred\t0", "ur\tauchnicht\t.\t0"])
     with pytest.raises(OutlayersConfigError, match="2 source token\\(s\\) are not in the source dictionary"):
         index_maps(read_pairing(missing), load_dictionary(ds), load_dictionary(dt), missing)
     other = load_dictionary(ds)

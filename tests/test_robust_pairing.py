@@ -193,11 +193,11 @@ def test_output_is_written_atomically(tmp_path, capsys, monkeypatch):
 # the pairing reader used at training time (models/shared_private.py calls read_pairing)
 
 
-def _header(n_src=10, n_tgt=10):
+def _header(n_src=10, n_tgt=10, counts="lm=1 wf=1 ur=0"):
     return ["# fairseq_outlayers shared-private pairing, format 1",
             f"# source-dictionary: sha256={'a' * 64} symbols={n_src}",
             f"# target-dictionary: sha256={'b' * 64} symbols={n_tgt}",
-            "# made-with: aligner=pharaoh-file", "# counts: lm=1 wf=0 ur=0 unpaired-source=0 unpaired-target=0",
+            "# made-with: aligner=pharaoh-file", f"# counts: {counts} unpaired-source=0 unpaired-target=0",
             "# columns: category, source token, target token, A(y|x) (tab-separated)"]
 
 
@@ -222,9 +222,18 @@ def test_pairing_scores_must_be_probabilities(tmp_path, score):
 
 def test_pairing_header_numbers_and_empty_tokens(tmp_path):
     bad = _header(n_src="x")
-    path = _write(tmp_path / "h.txt", bad + ["lm\tHaus\thouse\t0.5"])
+    path = _write(tmp_path / "h.txt", bad + ["lm\tHaus\thouse\t0.5", "wf\tBerlin\tBerlin\t1"])
     with pytest.raises(OutlayersConfigError, match="header 'source-dictionary symbols=x' is not a non-negative"):
         read_pairing(path)
-    path = _write(tmp_path / "e.txt", _header() + ["lm\t\thouse\t0.5"])
+    path = _write(tmp_path / "e.txt", _header() + ["lm\t\thouse\t0.5", "wf\tBerlin\tBerlin\t1"])
     with pytest.raises(OutlayersConfigError, match="e.txt:7: empty source token"):
         read_pairing(path)
+
+
+def test_pairing_cut_at_a_line_end_is_an_error(tmp_path):
+    """The header's counts per category must match the pairs: a file cut short at a line end (or a pair deleted)
+    would otherwise train with fewer shared words without a word."""
+    lines = _header(counts="lm=2 wf=1 ur=0") + ["lm\tHaus\thouse\t0.5", "lm\tKatze\tcat\t0.9", "wf\tBerlin\tBerlin\t1"]
+    assert read_pairing(_write(tmp_path / "ok.txt", lines)).counts() == {"lm": 2, "wf": 1, "ur": 0}
+    with pytest.raises(OutlayersConfigError, match="the header says 'lm=2 wf=1 ur=0' but the file holds lm=2 wf=0"):
+        read_pairing(_write(tmp_path / "cut.txt", lines[:-1]))

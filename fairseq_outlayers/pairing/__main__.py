@@ -54,6 +54,8 @@ def main(argv=None):
             raise OutlayersConfigError(f"--threshold must be in [0, 1], got {args.threshold}")
         if args.iterations < 1:
             raise OutlayersConfigError(f"--iterations must be at least 1, got {args.iterations}")
+        if args.report_dim < 1:
+            raise OutlayersConfigError(f"--report-dim must be at least 1, got {args.report_dim}")
         check_output_path(args.output, args.force, option="-o",
                           inputs=(args.src_text, args.tgt_text, args.src_dict, args.tgt_dict, args.alignment))
         if args.identical:

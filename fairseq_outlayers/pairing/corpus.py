@@ -62,25 +62,29 @@ def load_dictionary(path: str):
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"dictionary '{path}' does not exist; pass the dict.<lang>.txt that "
                                    "fairseq-preprocess wrote into the data-bin directory")
+    line = _first_bad_line(path)
+    if line:
+        raise OutlayersConfigError(f"dictionary '{path}' line {line}: not valid UTF-8; pass the dict.<lang>.txt "
+                                   "that fairseq-preprocess wrote")
     try:
         return Dictionary.load(path)
-    except UnicodeDecodeError as e:
-        line = _first_bad_line(path)
-        raise OutlayersConfigError(f"dictionary '{path}'{f' line {line}' if line else ''}: not valid UTF-8 "
-                                   f"({e.reason}); pass the dict.<lang>.txt that fairseq-preprocess wrote") from None
-    except (ValueError, RuntimeError, IndexError, OSError) as e:
+    except Exception as e:  # fairseq raises ValueError, RuntimeError or a bare Exception for a malformed file
         reason = " ".join(str(e).split())[:200]
         raise OutlayersConfigError(f"dictionary '{path}' cannot be read as a fairseq dictionary ('token count' per "
                                    f"line): {reason}; pass the dict.<lang>.txt that fairseq-preprocess wrote") from None
 
 
 def _first_bad_line(path: str):
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return lineno
+    """The first line of ``path`` that is not UTF-8, or None."""
+    try:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return lineno
+    except OSError as e:
+        raise OutlayersConfigError(f"dictionary '{path}' cannot be read ({e.strerror})") from None
     return None
 
 

@@ -145,7 +145,8 @@ def make_lexicon(src_text: str, tgt_text: str, aligner: str = "systran", alignme
     else:
         raise OutlayersConfigError(f"--aligner must be 'systran' or 'pharaoh', not '{aligner}'")
     lex, stats = build_lexicon(linked, min_count)
-    stats["skipped"] = len(skipped)
+    if skipped:
+        stats["skipped"] = len(skipped)
     return lex, stats
 
 
@@ -167,6 +168,7 @@ def read_lexicon(path: str) -> Dict[str, str]:
         raise OutlayersConfigError(f"--replace-unk lexicon '{path}' does not exist; build one with python -m "
                                    "fairseq_outlayers.pairing lexicon --src-text ... --tgt-text ... --out FILE")
     out: Dict[str, str] = {}
+    width = None  # columns of the first entry
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
@@ -179,6 +181,10 @@ def read_lexicon(path: str) -> Dict[str, str]:
             if len(cols) < 2:
                 raise OutlayersConfigError(f"{path}:{lineno}: expected 'source_unit target_word' (two columns), "
                                            f"got '{raw.decode('utf-8').strip()}'")
+            width = width or len(cols)
+            if not raw.endswith(b"\n") and len(cols) < width:
+                raise OutlayersConfigError(f"{path}:{lineno}: the last line has {len(cols)} columns where the others "
+                                           f"have {width} and no line end: the file was cut short; rebuild it")
             out[cols[0]] = cols[1]
     return out
 

@@ -235,6 +235,15 @@ def read_pairing(path: str) -> Pairing:
         raise OutlayersConfigError(f"{path}: the pairing file has a header but no pairs, so no embedding would be "
                                    "shared; it was cut short or made from text that does not match the "
                                    "dictionaries: re-run python -m fairseq_outlayers.pairing")
+    found = Pairing(pairs).counts()
+    for cat in CATEGORIES:
+        stated = counts.get(cat)
+        if stated is not None and (not stated.isdigit() or int(stated) != found[cat]):
+            said = " ".join(f"{c}={counts.get(c)}" for c in CATEGORIES)
+            holds = " ".join(f"{c}={found[c]}" for c in CATEGORIES)
+            raise OutlayersConfigError(f"{path}: the header says '{said}' but the file holds {holds} pairs: it was "
+                                       "cut short or edited; re-run python -m fairseq_outlayers.pairing (or, after "
+                                       "an intended edit, correct the '# counts:' line)")
     return Pairing(pairs, s["sha256"], t["sha256"], numbers["source-dictionary symbols"],
                    numbers["target-dictionary symbols"], numbers["counts unpaired-source"],
                    numbers["counts unpaired-target"], _header_fields(header.get("made-with", "")))
