@@ -41,19 +41,21 @@ def main(argv=None):
 
     from fairseq_outlayers.errors import OutlayersConfigError
 
+    import torch
+
     overrides = {"data": args.data} if args.data else {}
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(args.checkpoint, arg_overrides=overrides)
+        state = torch.load(args.checkpoint, map_location="cpu")
     except Exception as e:  # torch/pickle/zip errors of a truncated or foreign file
         reason = " ".join(f"{type(e).__name__}: {e}".split())[:160]
         return fail(f"'{args.checkpoint}' cannot be read as a checkpoint ({reason}); it is truncated, damaged or "
                     "not a .pt file written by fairseq-train: use another checkpoint of the run")
-    if not isinstance(state, dict) or "model" not in state or (state.get("cfg") is None and "args" not in state):
+    if not isinstance(state, dict) or "model" not in state or (state.get("cfg") is None and state.get("args") is None):
         return fail(f"'{args.checkpoint}' is a torch file but not a fairseq checkpoint (no model weights and "
                     "configuration); pass a .pt file written by fairseq-train")
+    del state
     try:
-        models, _cfg, _task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides=overrides,
-                                                                            state=state)
+        models, _cfg, _task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides=overrides)
     except OutlayersConfigError as e:
         return fail(str(e))
     except FileNotFoundError as e:
