@@ -2,6 +2,7 @@
 criterion/output-layer mismatches, --continuous-topk 1, and an unreadable checkpoint_last.pt."""
 import argparse
 import os
+import re
 import shutil
 
 import numpy as np
@@ -177,8 +178,8 @@ def test_resume_with_another_pairing_file(tiny_raw, tiny_bin, tmp_path):
 
     pairing = str(tmp_path / "pairs.txt")
     assert main(["--src-text", os.path.join(tiny_raw, "train.de"), "--tgt-text", os.path.join(tiny_raw, "train.en"),
-                 "--src-dict", os.path.join(tiny_bin, "dict.de.txt"), "--tgt-dict", os.path.join(tiny_bin, "dict.en.txt"),
-                 "-o", pairing]) == 0
+                 "--src-dict", os.path.join(tiny_bin, "dict.de.txt"),
+                 "--tgt-dict", os.path.join(tiny_bin, "dict.en.txt"), "-o", pairing]) == 0
     other = str(tmp_path / "other.txt")
     with open(pairing, encoding="utf-8") as f, open(other, "w", encoding="utf-8") as g:
         g.write(f.read() + "# edited\n")
@@ -198,22 +199,23 @@ def test_continuous_topk_one_is_raised_to_the_minimum(tiny_bin, continuous_ckpt)
 
 
 # ---- unreadable checkpoint_last.pt ------------------------------------------------------------------------------
-def _truncated_run(tiny_bin, save):
-    train(tiny_bin, save, TINY_TRANSFORMER, ["--save-interval-updates", "2"], max_update=4)
-    last = os.path.join(save, "checkpoint_last.pt")
+def _truncate(last):
     with open(last, "r+b") as f:
         f.truncate(os.path.getsize(last) // 2)
-    return last
+    return os.path.getsize(last)
 
 
 def test_outlayers_train_resumes_from_the_newest_intact_checkpoint(tiny_bin, tmp_path):
+    """fairseq saves checkpoint_1_2.pt, then checkpoint_best.pt and checkpoint_last.pt at update 4."""
     save = str(tmp_path / "t")
-    last = _truncated_run(tiny_bin, save)
-    size = os.path.getsize(last)
+    train(tiny_bin, save, TINY_TRANSFORMER, ["--save-interval-updates", "2"], max_update=4)
+    last = os.path.join(save, "checkpoint_last.pt")
+    size = _truncate(last)
     proc = run([tool("outlayers-train")] + train_args(tiny_bin, save, TINY_TRANSFORMER, max_update=6, user_dir=None))
     out = proc.stdout + proc.stderr
-    assert f"{last} is unreadable ({size} bytes" in out and "checkpoint_1_4.pt (4 updates)" in out
-    assert "checkpoint_1_4.pt (epoch 1 @ 4 updates)" in out and "num_updates 6" in out
+    assert f"{last} is unreadable ({size} bytes" in out and "checkpoint_best.pt (4 updates)" in out
+    assert re.search(r"Loaded checkpoint \S+/checkpoint_best.pt \(epoch \d+ @ 4 updates\)", out)
+    assert "num_updates 6" in out
     # nothing intact left: one line, the file untouched
     for f in os.listdir(save):
         if f != "checkpoint_last.pt":
@@ -228,10 +230,14 @@ def test_outlayers_train_resumes_from_the_newest_intact_checkpoint(tiny_bin, tmp
 
 def test_train_sh_resumes_from_the_newest_intact_checkpoint(tiny_bin, tmp_path):
     save = str(tmp_path / "sh")
-    last = _truncated_run(tiny_bin, save)
-    tiny = TINY_TRANSFORMER[2:] + ["--cpu", "--num-workers", "0", "--no-epoch-checkpoints", "--no-progress-bar",
-                                   "--max-tokens", "600", "--max-update", "6", "--dropout", "0"]
-    proc = run(["bash", os.path.join(REPO, "scripts", "train.sh"), "softmax", "multi30k", "--arch",
-                "outlayers_transformer"] + tiny, env={"DATA_BIN": tiny_bin, "SAVE_DIR": save})
+    tiny = TINY_TRANSFORMER + ["--cpu", "--num-workers", "0", "--no-epoch-checkpoints", "--no-progress-bar",
+                               "--max-tokens", "600", "--save-interval-updates", "2"]
+    cmd = ["bash", os.path.join(REPO, "scripts", "train.sh"), "softmax", "multi30k"] + tiny
+    env = {"DATA_BIN": tiny_bin, "SAVE_DIR": save}
+    run(cmd + ["--max-update", "4"], env=env)
+    last = os.path.join(save, "checkpoint_last.pt")
+    _truncate(last)
+    proc = run(cmd + ["--max-update", "6"], env=env)
     out = proc.stdout + proc.stderr
-    assert f"{last} is unreadable" in out and "checkpoint_1_4.pt (epoch 1 @ 4 updates)" in out
+    assert f"{last} is unreadable" in out
+    assert re.search(r"Loaded checkpoint \S+/checkpoint_best.pt \(epoch \d+ @ 4 updates\)", out)

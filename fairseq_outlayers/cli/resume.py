@@ -59,12 +59,14 @@ def restore_args(argv: List[str]) -> List[str]:
         if os.path.abspath(path) != os.path.abspath(last):
             n = updates(path)
             if n is not None:
-                found.append((n, os.path.getmtime(path), path))
+                # equal updates: a numbered checkpoint rather than checkpoint_best.pt (a copy of one of them)
+                found.append((n, not os.path.basename(path).startswith("checkpoint_best"), os.path.getmtime(path),
+                              path))
     size = os.path.getsize(last)
     if not found:
         raise SystemExit(f"{PROG}: error: {last} is unreadable ({size} bytes: a copy interrupted by a kill?) and "
                          f"{save_dir} holds no intact checkpoint; move it away to start training afresh")
-    n, _, best = max(found)
+    n, _, _, best = max(found)
     print(f"{PROG}: warning: {last} is unreadable ({size} bytes: a copy interrupted by a kill?); resuming from "
           f"{best} ({n} updates) with --restore-file; {last} is left as it is", file=sys.stderr)
     return ["--restore-file", best]
