@@ -108,7 +108,8 @@ def test_faiss_index_is_built_once_and_follows_the_table():
 def test_option_errors(tiny_bin, monkeypatch):
     from harness import build_model
 
-    base = TINY_TRANSFORMER + ["--output-layer", "continuous", "--target-vectors", _vectors(tiny_bin)]
+    base = TINY_TRANSFORMER + ["--output-layer", "continuous", "--criterion", "vmf_nll", "--target-vectors",
+                               _vectors(tiny_bin)]
     with pytest.raises(OutlayersConfigError, match="--continuous-topk must be at least 1, got 0"):
         build_model(tiny_bin, base + ["--continuous-topk", "0"])
     monkeypatch.setitem(sys.modules, "faiss", None)  # faiss not installed
