@@ -59,7 +59,7 @@ def _fresh(args) -> bool:
     configuration), False for a model rebuilt from a checkpoint (old checkpoints have no state at all)."""
     if isinstance(args, argparse.Namespace):
         return hasattr(args, STATE) and getattr(args, STATE) is None
-    if getattr(args, STATE, None) is not None:
+    if getattr(args, STATE, None) not in (None, "pending"):  # "pending": written out by scripts/lib/args2yaml.py
         return False
     try:
         from hydra.core.hydra_config import HydraConfig
