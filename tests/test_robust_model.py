@@ -241,3 +241,19 @@ def test_train_sh_resumes_from_the_newest_intact_checkpoint(tiny_bin, tmp_path):
     out = proc.stdout + proc.stderr
     assert f"{last} is unreadable" in out
     assert re.search(r"Loaded checkpoint \S+/checkpoint_best.pt \(epoch \d+ @ 4 updates\)", out)
+
+
+# ---- the same checks through fairseq-hydra-train ----------------------------------------------------------------
+@pytest.mark.parametrize("config, overrides, message", [
+    ("tied", ["+model.joint_dim=2048"], "--joint-dim needs --output-layer joint; --output-layer tied would ignore it"),
+    ("softmax", ["model.output_layer=continuous", "+model.target_vectors=VEC"],
+     "--criterion label_smoothed_cross_entropy scores a softmax over the vocabulary, but --output-layer continuous"),
+])
+def test_hydra_options_and_criterion(tiny_bin, vectors, tmp_path, config, overrides, message):
+    proc = run([tool("fairseq-hydra-train"), "--config-dir", os.path.join(REPO, "configs", "multi30k"),
+                "--config-name", config, f"common.user_dir={os.path.join(REPO, 'fairseq_outlayers')}",
+                f"task.data={tiny_bin}", "common.cpu=true", "optimization.max_update=1", "dataset.num_workers=0",
+                f"checkpoint.save_dir={tmp_path}/save", f"hydra.run.dir={tmp_path}/hydra"]
+               + [o.replace("VEC", vectors[0]) for o in overrides], check=False)
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr[-3000:]
+    assert "examples" not in proc.stdout + proc.stderr
