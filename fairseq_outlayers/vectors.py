@@ -331,7 +331,18 @@ def main(argv=None):
     rep.add_argument("--min-coverage", type=float, default=0.5,
                      help="fail below this fraction of dictionary words with a vector (default: 0.5)")
     rep.add_argument("--center", action="store_true", help="centre the vectors as --target-vectors-center does")
+    from fairseq_outlayers.cli.export_vectors import add_export_parser, export_target_vectors
+
+    add_export_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "export":
+        try:
+            n = export_target_vectors(args.checkpoint, args.output, args.matrix, args.data, args.force)
+        except OutlayersConfigError as e:
+            print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote {n:,} vectors to {args.output}")
+        return 0
     from fairseq_outlayers.pairing.corpus import load_dictionary
 
     try:

@@ -5,7 +5,7 @@ Three measurements, each against the softmax baseline in the same run, reported 
 
 1. **Output layer + loss**, forward and backward, on ``--tokens`` target positions of H-dimensional decoder
    features (the features require a gradient, as inside a model): the continuous layer (H -> m = 300, frozen
-   V x m unit target table) with the package's ``vmf_nll`` criterion (default variant reg1, exact log C_m) and
+   V x m unit target table) with the package's ``vmf_nll`` criterion (its defaults, exact log C_m) and
    with its ``cosine`` criterion, against a learned V x H softmax with fairseq's ``cross_entropy`` criterion
    (float32 log-softmax, summed NLL). The criterions are the registered fairseq classes themselves, called on a
    stub model whose decoder output layer is the layer under test. Time (median) and peak memory of the step.
@@ -66,6 +66,12 @@ TARGET_TRAIN_SPEEDUP = 2.0  # whole-model training tokens/s, continuous / softma
 # ------------------------------------------------------------------------------------------------------------
 # part 1: output layer + loss
 # ------------------------------------------------------------------------------------------------------------
+
+def default_vmf_variant():
+    from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig
+
+    return VMFNLLConfig().vmf_variant
+
 
 def make_dictionary(vocab):
     """A fairseq Dictionary of exactly ``vocab`` entries (the 4 specials + words w4, w5, ...)."""
@@ -648,8 +654,9 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads):
             f"{args.tokens} target tokens per step, float32, H-dimensional decoder features that require a "
             f"gradient. softmax = a learned V x H matrix with fairseq's `cross_entropy` criterion (float32 "
             f"log-softmax, summed NLL); continuous = `ContinuousOutput` (H -> m = {args.continuous_dim}, bias; "
-            f"frozen V x m unit table) with the package's `vmf_nll` criterion at its defaults (variant reg1, "
-            "λ1 = 0.2, exact float64 log C_m and its Bessel-ratio gradient) and with its `cosine` criterion. "
+            f"frozen V x m unit table) with the package's `vmf_nll` criterion at its defaults (variant "
+            f"{default_vmf_variant()}, exact float64 log C_m and its Bessel-ratio gradient) and with its `cosine` "
+            "criterion. "
             "The criterions are the registered fairseq classes, called on a stub model whose decoder output "
             "layer is the layer under test (so the continuous rows include the criterions' no-grad cos/norm "
             "metrics). Every measurement runs in a fresh process: a 64-token warm-up, then one full step whose "

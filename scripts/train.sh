@@ -40,7 +40,7 @@
 #   joint          --output-layer joint (the *_joint presets), d_j = 512; on wmt14 d_j = 2048 trained with 25%
 #                  negative sampling (--criterion sampled_softmax --sample-ratio 0.25, Pappas et al. 2018 sec. 4)
 #   fixed          --output-layer fixed: uniform [-10, 10] rows, each normalised, frozen (Shalev et al. 2021)
-#   continuous     --output-layer continuous, --criterion vmf_nll (reg1, lambda1 0.2), m = 300 target vectors,
+#   continuous     --output-layer continuous, --criterion vmf_nll (released form, lambda 0.2), m = 300 vectors,
 #                  decoder input tied to them (--tie-input-to-target-vectors; Kumar & Tsvetkov 2019 sec. 4.4);
 #                  multi30k: word-level targets (prepare-multi30k.sh --word-target), --target-vectors-center
 #   shared-private --embeddings shared-private --output-layer tied, lambda = (0.9, 0.7, 0.5) (Liu et al. 2019)
@@ -140,7 +140,7 @@ case "$METHOD" in
   continuous)
     a=$(preset continuous); if [ -n "$a" ]; then METHOD_ARGS=(--arch "$a"); else METHOD_ARGS=(--arch "$ARCH" --output-layer continuous); fi
     METHOD_ARGS+=(--target-vectors "$VECTORS" --tie-input-to-target-vectors)
-    CRIT=(--criterion vmf_nll --vmf-variant reg1 --vmf-lambda1 0.2)
+    CRIT=(--criterion vmf_nll --vmf-variant released --vmf-released-lambda 0.2)
     # vectors trained on a corpus as small as Multi30k share one dominant direction: centre them (docs/results.md)
     [ "$DATASET" = multi30k ] && METHOD_ARGS+=(--target-vectors-center)
     if [ "$DATASET" = wmt16-word ]; then  # the paper: lr 5e-4 for continuous models (2e-4 for softmax models)

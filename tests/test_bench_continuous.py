@@ -55,7 +55,7 @@ def test_softmax_loss_is_fairseq_cross_entropy(bench):
 
 def test_vmf_nll_loss_is_the_default_criterion_with_exact_log_cm(bench):
     model, criterion, features, target = _setup(bench, "vmf_nll")
-    assert type(criterion).__name__ == "VMFNLLCriterion" and criterion.variant == "reg1"
+    assert type(criterion).__name__ == "VMFNLLCriterion" and criterion.variant == "released"
     loss, _, _ = bench.layer_step(model, criterion, features, target)
     layer = model.decoder.output_projection
     e_hat = features.detach().double() @ layer.proj.weight.detach().double().T + layer.proj.bias.detach().double()

@@ -308,7 +308,8 @@ def _criterion_checks(model, task):
     vecs = layer.target_table.double()[ids]
     table = layer.target_table.double()
     references = [
-        (VMFNLLCriterion(task, False), vmf.vmf_nll_loss(pred, vecs, 0.2, 1.0)),
+        (VMFNLLCriterion(task, False, vmf_variant="reg1"), vmf.vmf_nll_loss(pred, vecs, 0.2, 1.0)),
+        (VMFNLLCriterion(task, False), vmf.vmf_released_loss(pred, vecs, 0.2)),
         (VMFNLLCriterion(task, False, vmf_variant="released", vmf_log_cm="approx"),
          vmf.vmf_released_loss(pred, vecs, 0.2, approximate=True)),
         (CosineCriterion(task, False), 1 - (F.normalize(pred, dim=-1) * vecs).sum(-1)),

@@ -19,12 +19,36 @@ from omegaconf import II
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput
-from fairseq_outlayers.modules.vmf import (cosine_loss, cosine_similarity, l2_loss, max_margin_loss,
-                                           vmf_nll_loss, vmf_released_loss)
+from fairseq_outlayers.modules.vmf import (cosine_loss, cosine_similarity, kappa_alarm_bounds, l2_loss,
+                                           max_margin_loss, vmf_nll_loss, vmf_released_loss)
 
 logger = logging.getLogger(__name__)
 
 VMF_VARIANTS = ChoiceEnum(["reg1+reg2", "reg1", "reg2", "plain", "released"])
+#: share of the tokens (over one logged interval or one validation) above which a κ alarm warns
+KAPPA_ALARM_SHARE = 0.5
+#: fewer tokens than this in a reduction: no alarm (one tiny batch says little)
+KAPPA_ALARM_MIN_TOKENS = 1000
+#: the warnings of the running criterion: {"low"/"high": message}; each is logged once per process
+_ALARMS = {}
+_WARNED = set()
+
+
+def check_vmf_options(variant, lambda1, lambda2, released_lambda):
+    """One-line errors for vmf_nll options that cannot train; called when the criterion is built and, earlier,
+    by the model core when the command line is checked (before any data is read)."""
+    variant = str(variant)
+    if not lambda1 >= 0:
+        raise OutlayersConfigError(f"--vmf-lambda1 must be >= 0, got {lambda1}")
+    if not 0 < lambda2 <= 1:
+        raise OutlayersConfigError(f"--vmf-lambda2 must be in (0, 1], got {lambda2}")
+    if not 0 <= released_lambda <= 1:
+        raise OutlayersConfigError(f"--vmf-released-lambda must be in [0, 1], got {released_lambda}")
+    if variant == "reg1+reg2" and lambda1 >= lambda2:
+        raise OutlayersConfigError(
+            f"--vmf-variant reg1+reg2 with --vmf-lambda1 {lambda1} >= --vmf-lambda2 {lambda2} cannot train: its "
+            f"κ-derivative A_m(κ) + λ1 - λ2·cos is > 0 for every cosine, so |ê| collapses to 0; use the default "
+            f"--vmf-variant released, or reg1+reg2 with --vmf-lambda1 below --vmf-lambda2 (e.g. 0.02)")
 
 
 @dataclass
@@ -35,11 +59,11 @@ class ContinuousLossConfig(FairseqDataclass):
 @dataclass
 class VMFNLLConfig(ContinuousLossConfig):
     vmf_variant: VMF_VARIANTS = field(
-        default="reg1",
-        metadata={"help": "reg1: -log C_m(κ) - ê.e + λ1 κ; reg2: -log C_m(κ) - λ2 ê.e (eq. 3); reg1+reg2: "
-                  "-log C_m(κ) - λ2 ê.e + λ1 κ (with λ1 >= λ2 it drives κ to 0: lower --vmf-lambda1, e.g. "
-                  "0.02); "
-                  "plain: NLLvMF; released: the authors' code, -log C_m(κ) + log(1+κ)(λ - cos)"})
+        default="released",
+        metadata={"help": "released (default): the authors' code, -log C_m(κ) + log(1+κ)(λ - cos), which keeps "
+                  "κ ≈ (m·cos)^1/2; reg1: -log C_m(κ) - ê.e + λ1 κ; reg2: -log C_m(κ) - λ2 ê.e (eq. 3); "
+                  "reg1+reg2: -log C_m(κ) - λ2 ê.e + λ1 κ (needs λ1 < λ2); plain: NLLvMF. The exact forms need "
+                  "κ ≈ m·cos (docs/continuous-outputs.md)"})
     vmf_lambda1: float = field(default=0.2, metadata={"help": "λ1 of reg1 (paper: 0.2), >= 0"})
     vmf_lambda2: float = field(default=0.1, metadata={"help": "λ2 of reg2 (paper: 0.1), in (0, 1]"})
     vmf_released_lambda: float = field(default=0.2, metadata={"help": "λ of the released variant (0.2), in [0, 1]"})
@@ -76,6 +100,11 @@ class ContinuousLossCriterion(FairseqCriterion):
         layer = continuous_output_layer(model)
         target = model.get_targets(sample, net_output).reshape(-1)
         e_hat = net_output[0].reshape(target.numel(), -1).float()  # losses in float32 even under fp16/bf16
+        if not torch.isfinite(e_hat).all():  # one host sync per step; fairseq's logging syncs anyway
+            raise FloatingPointError(
+                f"the decoder predicted a NaN or infinite vector ê ({type(self).__name__}): training diverged; "
+                "restart from an earlier checkpoint with a lower --lr (or --clip-norm), or in fp32 if this ran "
+                "in --fp16")
         vectors = layer.target_table.index_select(0, target).float()
         keep = target.ne(self.padding_idx)
         losses = torch.where(keep, self.token_losses(e_hat, target, vectors, layer), 0.0)
@@ -83,11 +112,16 @@ class ContinuousLossCriterion(FairseqCriterion):
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         with torch.no_grad():
             cos = torch.where(keep, cosine_similarity(e_hat, vectors), 0.0).sum()
-            norm = torch.where(keep, torch.linalg.vector_norm(e_hat, dim=-1), 0.0).sum()
+            kappa = torch.linalg.vector_norm(e_hat, dim=-1)
+            norm = torch.where(keep, kappa, 0.0).sum()
         logging_output = {
             "loss": losses.sum().data, "ntokens": sample["ntokens"], "nsentences": sample["target"].size(0),
             "sample_size": sample_size, "cos_sum": cos.data, "norm_sum": norm.data,
         }
+        if hasattr(self, "kappa_alarm_counts"):
+            self._dim = e_hat.size(-1)
+            low, high = self.kappa_alarm_counts(kappa, keep)
+            logging_output.update(kappa_low=low.data, kappa_high=high.data, kappa_n=keep.sum().data)
         if not model.training:  # nearest-neighbour accuracy costs O(V) per token: validation only
             _, ids = layer.predict(e_hat.detach())
             logging_output["nn_correct"] = (ids[:, 0].eq(target) & keep).sum().data
@@ -103,6 +137,15 @@ class ContinuousLossCriterion(FairseqCriterion):
         metrics.log_scalar("loss", loss_sum / max(sample_size, 1), sample_size, round=4)
         metrics.log_scalar("cos", total("cos_sum") / max(ntokens, 1), ntokens, round=4)
         metrics.log_scalar("norm", total("norm_sum") / max(ntokens, 1), ntokens, round=3)
+        kappa_n = total("kappa_n")
+        if kappa_n > 0:
+            for kind in ("low", "high"):
+                share = total(f"kappa_{kind}") / kappa_n
+                metrics.log_scalar(f"kappa_{kind}", 100.0 * share, kappa_n, round=2)
+                if (share > KAPPA_ALARM_SHARE and kappa_n >= KAPPA_ALARM_MIN_TOKENS and kind in _ALARMS
+                        and kind not in _WARNED):
+                    _WARNED.add(kind)
+                    logger.warning(_ALARMS[kind].format(share=share))
         nn_total = total("nn_total")
         if nn_total > 0:
             metrics.log_scalar("nn_total", nn_total)
@@ -123,26 +166,40 @@ class VMFNLLCriterion(ContinuousLossCriterion):
     """von Mises-Fisher negative log-likelihood (Kumar & Tsvetkov 2019, section 3, eq. 3 and reg1), or the
     variant of the authors' released code. log C_m(κ) is exact (float64 Bessel) unless --vmf-log-cm approx."""
 
-    def __init__(self, task, sentence_avg, vmf_variant="reg1", vmf_lambda1=0.2, vmf_lambda2=0.1,
+    def __init__(self, task, sentence_avg, vmf_variant="released", vmf_lambda1=0.2, vmf_lambda2=0.1,
                  vmf_released_lambda=0.2, vmf_log_cm="exact"):
         super().__init__(task, sentence_avg)
         variant = str(vmf_variant)
-        if not vmf_lambda1 >= 0:
-            raise OutlayersConfigError(f"--vmf-lambda1 must be >= 0, got {vmf_lambda1}")
-        if not 0 < vmf_lambda2 <= 1:
-            raise OutlayersConfigError(f"--vmf-lambda2 must be in (0, 1], got {vmf_lambda2}")
-        if not 0 <= vmf_released_lambda <= 1:
-            raise OutlayersConfigError(f"--vmf-released-lambda must be in [0, 1], got {vmf_released_lambda}")
+        check_vmf_options(variant, vmf_lambda1, vmf_lambda2, vmf_released_lambda)
         self.variant = variant
         self.released = variant == "released"
         self.released_lambda = vmf_released_lambda
         self.lambda1 = vmf_lambda1 if variant in ("reg1", "reg1+reg2") else 0.0
         self.lambda2 = vmf_lambda2 if variant in ("reg2", "reg1+reg2") else 1.0
         self.approximate = str(vmf_log_cm) == "approx"
-        if variant == "reg1+reg2" and vmf_lambda1 >= vmf_lambda2:
-            logger.warning(f"--vmf-variant reg1+reg2 with --vmf-lambda1 {vmf_lambda1} >= --vmf-lambda2 "
-                           f"{vmf_lambda2}: the loss grows with κ = |ê| for every direction, so |ê| collapses "
-                           "towards 0; use a smaller --vmf-lambda1 (e.g. 0.02) or --vmf-variant reg1/released")
+        self._bounds = {}  # m -> (κ_low, κ_high)
+
+    def kappa_bounds(self, m):
+        """(κ_low, κ_high) of the κ alarms for this loss at dimension m (``modules/vmf.kappa_alarm_bounds``)."""
+        if m not in self._bounds:
+            low, high = kappa_alarm_bounds(m, self.variant, self.lambda1, self.lambda2, self.released_lambda)
+            self._bounds[m] = (low, high)
+            what = f"--vmf-variant {self.variant}"
+            _ALARMS["low"] = (
+                f"κ alarm: {{share:.0%}} of the tokens have |ê| < {low:.3g}, where the norm encodes less agreement "
+                f"with the target than a random direction (the loss pulls ê to the origin: {what} with these "
+                f"lambdas makes unsure predictions collapse and their words are lost in decoding); use the "
+                f"default --vmf-variant released, or a smaller --vmf-lambda1")
+            _ALARMS["high"] = (
+                f"κ alarm: {{share:.0%}} of the tokens have |ê| > {high:.3g}, a concentration that claims a cosine "
+                f"within m^-1/2 of a perfect match (the norm runs away: each update turns ê by about 1/κ of its "
+                f"step and beam scores are one-hot); use the default --vmf-variant released (κ ≈ (m·cos)^1/2), "
+                f"or decode with --continuous-score-scale")
+        return self._bounds[m]
+
+    def kappa_alarm_counts(self, kappa, keep):
+        low, high = self.kappa_bounds(self._dim)
+        return ((kappa < low) & keep).sum(), ((kappa > high) & keep).sum()
 
     def token_losses(self, e_hat, target_ids, target_vectors, layer):
         if self.released:

@@ -181,6 +181,12 @@ def check_criterion(args, criterion=None):
             f"--criterion {criterion} needs --output-layer {needing} (a predicted word vector), but --output-layer "
             f"{spec.name} gives a softmax; use --criterion cross_entropy, label_smoothed_cross_entropy or "
             f"sampled_softmax, or --output-layer {needing}")
+    if criterion == "vmf_nll":  # a loss that cannot train is refused before any data is read
+        from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig, check_vmf_options
+
+        defaults = VMFNLLConfig()
+        check_vmf_options(*(_root_option(args, "criterion", name, getattr(defaults, name)) for name in
+                             ("vmf_variant", "vmf_lambda1", "vmf_lambda2", "vmf_released_lambda")))
 
 
 def _restore_path(args):

@@ -434,3 +434,57 @@ def candidate_log_probs(scores: torch.Tensor, ids: torch.Tensor, num_words: int,
         out.scatter_(1, ids[:, :1], logp[:, :1])
         ids, logp = ids[:, 1:], logp[:, 1:]
     return out.scatter_(1, ids, logp)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# what κ says about the cosine: the stationary point of each vMF loss in κ, and the κ alarms
+# ------------------------------------------------------------------------------------------------------------
+
+def implied_cosine(kappa: torch.Tensor, m: int, variant: str, lambda1: float = 0.0, lambda2: float = 1.0,
+                   released_lambda: float = 0.2) -> torch.Tensor:
+    """The cosine ĉ(κ) at which the κ-derivative of the loss vanishes, i.e. the expected cos(ê, e(w)) that a
+    prediction of norm κ stands for once the loss has settled κ (A_m = I_(m/2)/I_(m/2-1)):
+
+    * plain: A_m(κ) = ĉ;  reg1: A_m(κ) + λ1 = ĉ;  reg2: A_m(κ) = λ2 ĉ;  reg1+reg2: A_m(κ) + λ1 = λ2 ĉ;
+    * released: A_m(κ) + (λ - ĉ)/(1 + κ) = 0, so ĉ = λ + (1 + κ) A_m(κ).
+
+    Since A_m(κ) ≈ κ/m for κ ≪ m, the exact forms need κ ≈ m·ĉ (about 100-200 for m = 300) and the released
+    form only κ ≈ (m ĉ)^(1/2) (about 10). Float64."""
+    a = bessel_iv_ratio(m / 2 - 1, torch.as_tensor(kappa, dtype=torch.float64))
+    if variant == "released":
+        return released_lambda + (1 + torch.as_tensor(kappa, dtype=torch.float64)) * a
+    if variant in ("reg1", "reg1+reg2", "plain", "reg2"):
+        return (a + lambda1) / lambda2
+    raise ValueError(f"unknown vMF variant {variant!r}")
+
+
+def kappa_alarm_bounds(m: int, variant: str, lambda1: float = 0.0, lambda2: float = 1.0,
+                       released_lambda: float = 0.2) -> Tuple[float, float]:
+    """(κ_low, κ_high) of the κ alarms, from ``implied_cosine`` ĉ(κ) (increasing in κ) and the cosine of a
+    random direction in R^m, ε = m^(-1/2) (its standard deviation):
+
+    * κ < κ_low where ĉ(κ) - ĉ(0) < ε: the norm encodes less agreement with the target than a random direction
+      has; the loss has pulled ê to the origin, where its direction is whatever the last updates left (the
+      word is lost for nearest-neighbour decoding);
+    * κ > κ_high where ĉ(κ) > 1 - ε: the norm claims a cosine that no word of a table with that resolution can
+      be told apart from a perfect match by; beam scores log_softmax(êᵀe) are then one-hot and each update
+      turns ê by about 1/κ of its step (the norm has run away). inf when ĉ never gets there.
+    Found by bisection in float64."""
+    eps = m ** -0.5
+
+    def c(k):
+        return float(implied_cosine(torch.tensor([k], dtype=torch.float64), m, variant, lambda1, lambda2,
+                                    released_lambda)[0])
+
+    def solve(target):
+        lo, hi = 0.0, 1.0
+        while c(hi) < target:
+            hi *= 2
+            if hi > 1e12:
+                return math.inf
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if c(mid) < target else (lo, mid)
+        return hi
+
+    return solve(c(0.0) + eps), solve(1.0 - eps)
