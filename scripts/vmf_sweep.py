@@ -45,8 +45,21 @@ def last_valid(log_path):
 def run_one(row, seed, args, base_args, ref_path, lock):
     run_dir = os.path.join(args.out, f"{row['name']}.seed{seed}")
     meta_path = os.path.join(run_dir, "meta.json")
-    if os.path.exists(meta_path):
-        return json.load(open(meta_path))
+    record = os.path.join(args.records, f"{row['name']}.seed{seed}.json")
+    for done in (record, meta_path):
+        if os.path.exists(done):
+            meta = json.load(open(done))
+            if meta.get("args") == row["args"]:
+                if not os.path.exists(record):  # a run finished before records were kept
+                    os.makedirs(args.records, exist_ok=True)
+                    with open(record + ".tmp", "w") as f:
+                        json.dump(meta, f, indent=2)
+                    os.replace(record + ".tmp", record)
+                return meta
+            raise SystemExit(f"vmf_sweep: {done} was run with other options ('{meta.get('args')}'); rename the "
+                             f"row or move the record away")
+    if args.render_only:
+        return None
     os.makedirs(run_dir, exist_ok=True)
     log_path = os.path.join(run_dir, "train.log")
     with lock:
@@ -61,9 +74,14 @@ def run_one(row, seed, args, base_args, ref_path, lock):
         hyps = compare.translate(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.hyp"), beam,
                                  args.lenpen, args.batch_size)
         meta["bleu"][str(beam)], meta["signature"] = compare.score(hyps, ref_path, "en", args.lowercase)
-    tmp = meta_path + ".tmp"
-    json.dump(meta, open(tmp, "w"), indent=2)
-    os.replace(tmp, meta_path)
+    meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=ROOT).stdout.strip()
+    meta["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.jobs} job(s) x {args.threads} thread(s)"
+    for path in (meta_path, record):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(meta, f, indent=2)
+        os.replace(path + ".tmp", path)
     if not args.keep_checkpoints:
         for name in os.listdir(run_dir):
             if name.endswith(".pt") and name != "checkpoint_last.pt":
@@ -143,7 +161,10 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at the same time")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores/jobs)")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint_best.pt as well")
-    parser.add_argument("--out", default="work/vmf-sweep")
+    parser.add_argument("--out", default="work/vmf-sweep", help="checkpoints, logs, translations")
+    parser.add_argument("--records", default=os.path.join(ROOT, "docs", "continuous-sweep"),
+                        help="one small JSON record per finished run (committed: a rerun skips what is recorded)")
+    parser.add_argument("--render-only", action="store_true", help="write the table from the records; train nothing")
     args = parser.parse_args(argv)
 
     ref_path = os.path.join(args.raw_dir, f"{args.test_prefix}.en")
@@ -160,12 +181,13 @@ def main(argv=None):
             parser.error(f"{f}: data '{data_bin}' is not a directory; run scripts/prepare-multi30k.sh "
                          "--word-target first")
         for token in train_args:
-            if token.endswith((".vec", ".txt", ".bin")) and not token.startswith("-") and not os.path.exists(token):
+            if (token.endswith((".vec", ".txt", ".bin")) and not token.startswith("-") and not os.path.exists(token)
+                    and not args.render_only):
                 parser.error(f"{f}: file '{token}' does not exist")
         rows.append({"name": name, "args": " ".join(row_args), "data_bin": data_bin, "train_args": train_args})
     if len({r["name"] for r in rows}) != len(rows):
         parser.error("two row files have the same name (after the NN- prefix)")
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    threads = args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     base_args = shlex.split(args.base_args) if args.base_args else list(compare.DEMO_BASE_ARGS)
     os.makedirs(args.out, exist_ok=True)
@@ -180,7 +202,9 @@ def main(argv=None):
         for fut in concurrent.futures.as_completed(futures):
             key = futures[fut]
             try:
-                metas[key] = fut.result()
+                result = fut.result()
+                if result is not None:
+                    metas[key] = result
             except (SystemExit, Exception) as exc:  # one failed row must not stop the others
                 failed.append(key)
                 with lock:
