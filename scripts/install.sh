@@ -3,11 +3,18 @@
 # works on a fresh machine. Re-running it is quick: every step is skipped when its result is already there.
 #
 #   VENV=.venv PYTHON=python3 bash scripts/install.sh
+#   WHEELS=DIR bash scripts/install.sh      # offline: everything from DIR (see scripts/download_wheels.sh)
+#
+# A CUDA build of torch already in the venv (torch.version.cuda set, version >= TORCH_MIN) is kept; otherwise
+# torch==$TORCH_PIN is installed.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
+TORCH_PIN=2.13.0   # the CPU / default pin
+TORCH_MIN=2.1      # the oldest torch the package supports (setup.py)
+WHEELS=${WHEELS:-}
 
 die() { echo "install.sh: error: $*" >&2; exit 1; }
 step() { echo "==> $*"; }
@@ -29,19 +36,47 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip install --quiet)
+PIPDL=("$PY" -m pip download --quiet)
+if [ -n "$WHEELS" ]; then
+  [ -d "$WHEELS" ] || die "WHEELS=$WHEELS is not a directory (fill it with scripts/download_wheels.sh on a connected machine)"
+  WHEELS=$(cd "$WHEELS" && pwd)
+  step "offline install: every package from $WHEELS (pip --no-index)"
+  PIP+=(--no-index --find-links "$WHEELS")
+  PIPDL+=(--no-index --find-links "$WHEELS")
+fi
 have() { "$PY" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('$1').split('+')[0] == '$2' else 1)" 2>/dev/null; }
 have_any() { "$PY" -c "import importlib.metadata as m; m.version('$1')" 2>/dev/null; }
 
 # torch is pinned and installed first: an open range would let pip pull the newest CUDA build (several GB) on a
-# CPU machine; on a CUDA machine the same pin resolves to the CUDA build.
-have torch 2.13.0 || { step "installing torch==2.13.0"; "${PIP[@]}" torch==2.13.0; }
+# CPU machine. A CUDA build already installed (e.g. from https://download.pytorch.org/whl/cu124, or a cluster's
+# own) is kept when it is new enough, and every later pip call is pinned to it so nothing replaces it.
+cuda_torch=$("$PY" - "$TORCH_MIN" <<'PY' 2>/dev/null || true
+import importlib.metadata as m, sys
+try:
+    version = m.version("torch")
+    import torch
+except Exception:
+    sys.exit(0)
+def key(v):
+    return tuple(int(p) for p in v.split("+")[0].split(".")[:2])
+if getattr(torch.version, "cuda", None) and key(version) >= key(sys.argv[1]):
+    print(version, torch.version.cuda)
+PY
+)
+if [ -n "$cuda_torch" ]; then
+  TORCH_SPEC="torch==${cuda_torch%% *}"
+  step "keeping the installed CUDA build of torch ${cuda_torch%% *} (CUDA ${cuda_torch##* })"
+else
+  TORCH_SPEC="torch==$TORCH_PIN"
+  have torch "$TORCH_PIN" || { step "installing $TORCH_SPEC"; "${PIP[@]}" "$TORCH_SPEC"; }
+fi
 
 # Build tools that fairseq/fastBPE need inside this venv (no build isolation for fastBPE below).
 have_any Cython && have_any wheel || { step "installing build tools"; "${PIP[@]}" "cython>=3" wheel "setuptools<81" numpy; }
 
 # fairseq-fixed: official fairseq 0.12.2 does not import on Python >= 3.11 (mutable dataclass defaults);
 # this fork of fairseq main carries the 3.11/3.12 fixes. Pinned because the plugin hooks into its internals.
-have fairseq-fixed 0.12.3.1 || { step "installing fairseq-fixed==0.12.3.1 (compiles Cython extensions, a few minutes)"; "${PIP[@]}" fairseq-fixed==0.12.3.1 torch==2.13.0; }
+have fairseq-fixed 0.12.3.1 || { step "installing fairseq-fixed==0.12.3.1 (compiles Cython extensions, a few minutes)"; "${PIP[@]}" fairseq-fixed==0.12.3.1 "$TORCH_SPEC"; }
 
 # fastBPE: the sdist's pre-generated C++ does not compile on 3.11, so Cython must regenerate it, which needs
 # --no-build-isolation (Cython from this venv).
@@ -51,17 +86,18 @@ have_any fastBPE || { step "building fastBPE"; "${PIP[@]}" --no-build-isolation 
 if [ ! -x "$VENV/bin/fast" ]; then
   step "compiling the fastBPE learner ($VENV/bin/fast)"
   tmp=$(mktemp -d)
-  "$PY" -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" fastBPE==0.1.0
+  "${PIPDL[@]}" --no-deps --no-binary :all: -d "$tmp" fastBPE==0.1.0
   tar -xzf "$tmp"/fastBPE-0.1.0.tar.gz -C "$tmp"
   "$CXX" -std=c++11 -pthread -O3 "$tmp"/fastBPE-0.1.0/fastBPE/main.cc -I"$tmp"/fastBPE-0.1.0/fastBPE -o "$VENV/bin/fast"
   rm -rf "$tmp"
 fi
 
 # The package itself (editable) with its runtime deps (sacrebleu, scipy, sacremoses) and extras: systran-align
-# (fast_align), gensim (target vectors), matplotlib (plots), faiss-cpu (K-best decoding), pytest and mpmath (tests). The torch pin keeps pip from replacing it.
+# (fast_align), gensim (target vectors), matplotlib (plots), faiss-cpu (K-best decoding), pytest and mpmath
+# (tests). The torch pin ($TORCH_SPEC) keeps pip from replacing torch.
 if ! "$PY" -c "import fairseq_outlayers" 2>/dev/null || [ "$ROOT/setup.py" -nt "$VENV/.outlayers-installed" ]; then
   step "installing fairseq_outlayers (editable) with test extras"
-  "${PIP[@]}" -e "$ROOT[test,align,vectors,plot,faiss]" torch==2.13.0
+  "${PIP[@]}" -e "$ROOT[test,align,vectors,plot,faiss]" "$TORCH_SPEC"
   touch "$VENV/.outlayers-installed"
 fi
 

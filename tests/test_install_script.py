@@ -36,3 +36,73 @@ def test_rejects_missing_compiler(tmp_path):
     assert proc.returncode == 1
     assert "no C++ compiler (no-such-c++-compiler) found" in proc.stderr and "apt-get install g++" in proc.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def _fake_venv(tmp_path, torch_version, cuda):
+    """A venv whose python is the test's own, except that ``-m pip`` calls are logged instead of run, the final
+    import check is skipped, and a fake ``torch`` (``torch_version``, CUDA ``cuda``) shadows the real one."""
+    fakes = tmp_path / "fakes"
+    (fakes / "torch").mkdir(parents=True)
+    (fakes / "torch" / "__init__.py").write_text(
+        f"__version__ = {torch_version!r}\nclass version:\n    cuda = {cuda!r}\n")
+    dist = fakes / f"torch-{torch_version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch_version}\n")
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    log = tmp_path / "pip.log"
+    _fake(venv_bin, "python",
+          f'case "$1 $2" in "-m pip") echo "$*" >> {log}; exit 0;; esac\n'
+          'if [ "$1" = "-" ] && [ $# -eq 1 ]; then cat >/dev/null; exit 0; fi\n'
+          f'PYTHONPATH={fakes} exec {sys.executable} "$@"\n')
+    _fake(venv_bin, "fast", "exit 0\n")
+    return log
+
+
+def _pip_calls(tmp_path, env, torch_version, cuda):
+    log = _fake_venv(tmp_path, torch_version, cuda)
+    proc = _run(tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    return proc, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_keeps_an_installed_cuda_torch(tmp_path):
+    proc, calls = _pip_calls(tmp_path, {}, "2.4.1+cu121", "12.1")
+    assert "keeping the installed CUDA build of torch 2.4.1+cu121 (CUDA 12.1)" in proc.stdout
+    assert not any("torch==2.13.0" in c for c in calls), calls
+    assert all("torch==2.4.1+cu121" in c for c in calls if " install " in f" {c} " and "fastBPE" not in c
+               and "cython" not in c), calls
+
+
+def test_replaces_a_cpu_torch_of_another_version_with_the_pin(tmp_path):
+    proc, calls = _pip_calls(tmp_path, {}, "2.4.1+cpu", None)
+    assert "keeping" not in proc.stdout
+    assert any(c.endswith("install --quiet torch==2.13.0") for c in calls), calls
+
+
+def test_too_old_cuda_torch_is_not_kept(tmp_path):
+    proc, calls = _pip_calls(tmp_path, {}, "2.0.1+cu118", "11.8")
+    assert "keeping" not in proc.stdout
+    assert any(c.endswith("torch==2.13.0") for c in calls), calls
+
+
+def test_offline_wheels_dir(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    proc, calls = _pip_calls(tmp_path, {"WHEELS": str(wheels)}, "2.4.1+cpu", None)
+    assert f"offline install: every package from {wheels}" in proc.stdout
+    assert calls and all(f"--no-index --find-links {wheels}" in c for c in calls), calls
+
+
+def test_missing_wheels_dir_is_an_error(tmp_path):
+    _fake_venv(tmp_path, "2.13.0+cpu", None)
+    proc = _run(tmp_path, {"WHEELS": str(tmp_path / "nope")})
+    assert proc.returncode == 1 and "is not a directory" in proc.stderr
+
+
+def test_python_312_is_accepted():
+    text = open(SCRIPT).read()
+    assert "3.10|3.11|3.12)" in text
+    import re
+    setup = open(os.path.join(REPO, "setup.py")).read()
+    assert re.search(r'python_requires=">=3.10,<3.13"', setup)
