@@ -2,8 +2,11 @@
 
 ``make_corpus`` writes a small synthetic parallel corpus (a deterministic word-by-word translation with
 reordering, so a model can learn something in a few updates), ``preprocess`` binarises it with
-``fairseq-preprocess``, ``train`` runs ``fairseq-train --user-dir ...`` for a few updates on the CPU and
-``generate`` runs ``fairseq-generate`` and parses its hypotheses. Every call is a real subprocess.
+``fairseq-preprocess``, ``train`` runs ``fairseq-train --user-dir ...`` for a few updates and ``generate`` runs
+``fairseq-generate`` and parses its hypotheses. Every call is a real subprocess.
+
+Both run on the CPU (``--cpu``) unless a device is asked for: ``device="cuda"`` per call, or for every call the
+environment variable ``OUTLAYERS_TEST_DEVICE=cuda`` (which ``pytest --device cuda`` sets, see conftest.py).
 """
 import os
 import re
@@ -14,6 +17,16 @@ from typing import Dict, List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_outlayers")
 BIN = os.path.dirname(sys.executable)
+DEVICE_ENV = "OUTLAYERS_TEST_DEVICE"
+
+
+def device_args(device: Optional[str] = None) -> List[str]:
+    """``["--cpu"]`` for the CPU, nothing for CUDA (fairseq then uses the GPU); ``device`` defaults to
+    ``$OUTLAYERS_TEST_DEVICE`` or ``cpu``."""
+    device = device or os.environ.get(DEVICE_ENV) or "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"test device must be cpu or cuda, not {device!r}")
+    return ["--cpu"] if device == "cpu" else []
 
 
 def tool(name: str) -> str:
@@ -67,24 +80,25 @@ TINY_LSTM = ["--arch", "outlayers_lstm", "--encoder-embed-dim", "32", "--encoder
 
 
 def train_args(bin_dir: str, save_dir: str, arch_args: Optional[List[str]] = None,
-               extra: Optional[List[str]] = None, max_update: int = 4, user_dir: Optional[str] = USER_DIR
-               ) -> List[str]:
+               extra: Optional[List[str]] = None, max_update: int = 4, user_dir: Optional[str] = USER_DIR,
+               device: Optional[str] = None) -> List[str]:
     args = [bin_dir] + (["--user-dir", user_dir] if user_dir else []) + list(arch_args or TINY_TRANSFORMER) + [
         "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "600", "--max-update", str(max_update),
-        "--save-dir", save_dir, "--seed", "1", "--cpu", "--no-progress-bar", "--log-interval", "1",
+        "--save-dir", save_dir, "--seed", "1"] + device_args(device) + ["--no-progress-bar", "--log-interval", "1",
         "--log-format", "simple", "--num-workers", "0", "--no-epoch-checkpoints",
     ]
     return args + list(extra or [])
 
 
-def train(bin_dir: str, save_dir: str, arch_args=None, extra=None, max_update: int = 4, **kw):
-    return run([tool("fairseq-train")] + train_args(bin_dir, save_dir, arch_args, extra, max_update), **kw)
+def train(bin_dir: str, save_dir: str, arch_args=None, extra=None, max_update: int = 4, device=None, **kw):
+    return run([tool("fairseq-train")] + train_args(bin_dir, save_dir, arch_args, extra, max_update,
+                                                    device=device), **kw)
 
 
-def generate(bin_dir: str, checkpoint: str, extra: Optional[List[str]] = None, **kw):
+def generate(bin_dir: str, checkpoint: str, extra: Optional[List[str]] = None, device=None, **kw):
     """Run fairseq-generate on the test split; returns (process, {sentence id: hypothesis tokens})."""
     cmd = [tool("fairseq-generate"), bin_dir, "--user-dir", USER_DIR, "--path", checkpoint, "--beam", "2",
-           "--max-tokens", "2000", "--cpu", "--num-workers", "0"] + list(extra or [])
+           "--max-tokens", "2000"] + device_args(device) + ["--num-workers", "0"] + list(extra or [])
     proc = run(cmd, **kw)
     return proc, parse_hypotheses(proc.stdout)
 
