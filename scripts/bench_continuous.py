@@ -52,6 +52,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 USER_DIR = os.path.join(REPO, "fairseq_outlayers")
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(HERE, "lib"))
+import benchlib  # noqa: E402
 
 LAYER_METHODS = ("softmax", "vmf_nll", "cosine")
 CONTINUOUS_METHODS = LAYER_METHODS[1:]
@@ -420,6 +422,17 @@ def model_params(model):
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def matmul_params(model):
+    """Trained parameters that take part in a matmul: all but the input embedding tables (lookups); a tied
+    output matrix counts once, as the output layer."""
+    skip = {id(model.encoder.embed_tokens.weight)}
+    out = getattr(model.decoder, "output_projection", None)
+    tied = out is not None and any(p is model.decoder.embed_tokens.weight for p in out.parameters())
+    if not tied:
+        skip.add(id(model.decoder.embed_tokens.weight))
+    return sum(p.numel() for p in model.parameters() if p.requires_grad and id(p) not in skip)
+
+
 def run_model_benchmark(args, built, log=print):
     """Part 2: alternate full training steps of the two models; median step seconds -> target tokens/s."""
     steps = {name: train_step_fn(*b) for name, b in built.items()}
@@ -444,7 +457,9 @@ def run_model_benchmark(args, built, log=print):
     desc = (f"{a.encoder_layers}+{a.decoder_layers} layers, d = {a.decoder_embed_dim}, FFN "
             f"{a.decoder_ffn_embed_dim}, {a.decoder_attention_heads} heads, dropout {a.dropout}")
     return {name: {"step": statistics.median(t), "tok_s": ntokens / statistics.median(t), "n": len(t),
-                   "params": model_params(built[name][1]), "desc": desc} for name, t in times.items()}
+                   "params": model_params(built[name][1]), "desc": desc,
+                   "flops": benchlib.model_step_flops(ntokens, matmul_params(built[name][1]))}
+            for name, t in times.items()}
 
 
 def decode_generator(task, model, beam, length):
@@ -508,11 +523,19 @@ def _find(rows, method, vocab, dim):
     return next((r for r in rows if r["method"] == method and r["vocab"] == vocab and r["dim"] == dim), None)
 
 
-def layer_tables(rows, vocabs, dims, tokens):
+def step_flops(method, tokens, vocab, dim, m=300):
+    """FLOP of one fwd+bwd of part 1 (scripts/lib/benchlib.py): 6 N H V softmax, 6 N H m continuous."""
+    if method == "softmax":
+        return benchlib.softmax_step_flops(tokens, dim, vocab)
+    return benchlib.continuous_step_flops(tokens, dim, m)
+
+
+def layer_tables(rows, vocabs, dims, tokens, m=300):
     """Markdown lines: per-layer measurements and the ratio table of part 1, with the targets' verdicts."""
     lines = ["| V | H | layer + loss | token chunks | forward ms | backward ms | fwd+bwd ms | steps timed "
-             "| peak step MiB | peak step MiB, model | trained params | weights+frozen+Adam MiB | peak total MiB |",
-             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| peak step MiB | peak step MiB, model | trained params | weights+frozen+Adam MiB | peak total MiB "
+             "| achieved GFLOP/s |",
+             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for vocab in vocabs:
         for dim in dims:
             for method in LAYER_METHODS:
@@ -521,7 +544,7 @@ def layer_tables(rows, vocabs, dims, tokens):
                         "cosine": "continuous + cosine"}[method]
                 if r is None or "error" in r:
                     why = "not run" if r is None else r["error"]
-                    lines.append(f"| {vocab} | {dim} | {name} | | failed: {why} | | | | | | | | |")
+                    lines.append(f"| {vocab} | {dim} | {name} | | failed: {why} | | | | | | | | | |")
                     continue
                 model = (f"{softmax_peak_model(tokens, vocab, dim, r['chunks']) / MiB:.1f}"
                          if method == "softmax" else "")
@@ -529,7 +552,8 @@ def layer_tables(rows, vocabs, dims, tokens):
                 lines.append(f"| {vocab} | {dim} | {name} | {r['chunks']} | {r['fwd'] * 1e3:.1f} | "
                              f"{r['bwd'] * 1e3:.1f} | {r['total'] * 1e3:.1f} | {r['n_steps']} | "
                              f"{r['peak_step_bytes'] / MiB:.1f} | {model} | {r['trained_params']:,} | "
-                             f"{kept / MiB:.1f} | {r['peak_total_bytes'] / MiB:.1f} |")
+                             f"{kept / MiB:.1f} | {r['peak_total_bytes'] / MiB:.1f} | "
+                             f"{benchlib.gflops(step_flops(method, tokens, vocab, dim, m) / r['total'])} |")
     lines += ["", "Ratios (time: softmax / continuous, above 1 = continuous faster; memory: continuous / softmax, "
               "below 1 = continuous smaller). Where the softmax ran in token chunks, \"full\" compares with the "
               "full-batch softmax peak from the peak model (3 x tokens x V x 4 bytes):", "",
@@ -590,15 +614,17 @@ def target_verdicts(rows, vocabs, dims):
 
 def model_tables(train, decode, args):
     """Markdown lines of parts 2 and 3: one row per (architecture, model), ratios to the softmax model."""
-    lines = ["| arch | model | trained params | step ms (median) | target tokens/s | ratio continuous / softmax |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| arch | model | trained params | step ms (median) | target tokens/s | ratio continuous / softmax "
+             "| achieved GFLOP/s |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     verdicts = []
     for arch, t in train.items():
         s = t["softmax"]
         for name in ("softmax", "continuous"):
             r = t[name]
+            achieved = benchlib.gflops(r["flops"] / r["step"]) if "flops" in r else ""
             lines.append(f"| {arch} | {name} | {r['params']:,} | {r['step'] * 1e3:.1f} | {r['tok_s']:.0f} | "
-                         f"{ratio(r['tok_s'], s['tok_s']):.2f} |")
+                         f"{ratio(r['tok_s'], s['tok_s']):.2f} | {achieved} |")
         x = ratio(t["continuous"]["tok_s"], s["tok_s"])
         verdicts.append(f"- {arch}: whole-model training tokens/s >= {TARGET_TRAIN_SPEEDUP:.0f}x softmax: "
                         f"{x:.2f}x -> {met(x >= TARGET_TRAIN_SPEEDUP)}")
@@ -675,7 +701,10 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads):
             "the measured peaks can be read off the unchunked rows.",
             "",
         ]
-        lines += layer_tables(layer_rows, args.vocab, args.dims, args.tokens)
+        lines += [benchlib.flops_note(args.device, benchlib.matmul_flops(args.device)) + " Counts: 6 N H V for "
+                  f"the softmax, 6 N H m for the continuous layer (m = {args.continuous_dim}; the loss is O(N m)).",
+                  ""]
+        lines += layer_tables(layer_rows, args.vocab, args.dims, args.tokens, args.continuous_dim)
         lines += ["", "Targets of issue 6:", ""] + target_verdicts(layer_rows, args.vocab, args.dims) + [""]
     if train is not None:
         lines += [
@@ -704,6 +733,10 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads):
             "so the continuous model cannot decode faster when m >= d.",
             "",
         ]
+        lines += [benchlib.flops_note("cpu", benchlib.matmul_flops("cpu")) + " Training count: 6 x target "
+                  "tokens x trained parameters taking part in a matmul (input embedding lookups excluded; "
+                  "attention scores and the source side's shorter/longer length ignored). The decoding table has "
+                  "no FLOP column (beam search's cost is not a fixed matmul count).", ""]
         lines += model_tables(train, decode, args)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -746,8 +779,7 @@ def main(argv=None):
                         "shared machine)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (part 1; parts 2 and 3 run on the "
                         "CPU, as built with --cpu)")
-    parser.add_argument("--output", default=os.path.join(REPO, "docs", "benchmarks", "continuous_output.md"),
-                        help="markdown results file (written, replacing an earlier run's)")
+    benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks", "continuous_output.md"))
     parser.add_argument("--layer-probe", nargs=5, metavar=("METHOD", "V", "H", "CHUNKS", "STEPS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -761,6 +793,7 @@ def main(argv=None):
                                      int(steps), args.device)))
         return 0
 
+    benchlib.check_output(args.output, args.force)
     start, load0, env = time.time(), _loadavg(), environment()  # the commit measured is the one at the start
     layer_rows = train = decode = None
     if "layer" not in args.skip:
@@ -784,9 +817,7 @@ def main(argv=None):
                   (load0, _loadavg()))
     print()
     print(text)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-        f.write(text)
+    benchlib.write_output(args.output, text)
     print(f"written to {args.output}")
     return 0
 

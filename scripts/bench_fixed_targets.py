@@ -31,6 +31,8 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(HERE, "lib"))
+import benchlib  # noqa: E402
 
 from fairseq_outlayers.modules.fixed_random import FixedRandomOutput  # noqa: E402
 from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput  # noqa: E402
@@ -149,6 +151,11 @@ def memory_in_subprocess(args, method, vocab):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def step_flops(method, tokens, dim, vocab):
+    """fwd+bwd FLOP (scripts/lib/benchlib.py): the fixed layer's matrix is frozen, so no weight gradient."""
+    return benchlib.softmax_step_flops(tokens, dim, vocab, weight_grad=(method != "fixed"))
+
+
 def ratio(a, b):
     return a / b if b else float("nan")
 
@@ -162,8 +169,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: stable on a shared "
                         "machine)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    parser.add_argument("--output", default=os.path.join(REPO, "docs", "benchmarks", "fixed_targets.md"),
-                        help="markdown results file (written, replacing an earlier run's)")
+    benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks", "fixed_targets.md"))
     parser.add_argument("--memory-probe", nargs=2, metavar=("METHOD", "VOCAB"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -175,6 +181,8 @@ def main(argv=None):
         print(json.dumps(measure_memory(method, vocab, args.dim, args.tokens, args.device)))
         return 0
 
+    benchlib.check_output(args.output, args.force)
+    peak = benchlib.matmul_flops(args.device)
     rows = []
     for vocab in args.vocab:
         timing = time_methods(vocab, args.dim, args.tokens, args.reps, args.device)
@@ -208,14 +216,15 @@ def main(argv=None):
         "gradients and the optimiser state).",
         "",
         "| V | layer | forward ms | backward ms | fwd+bwd ms | peak step MiB | trained params | weight grad MiB "
-        "| Adam state MiB | fixed buffers MiB | weights+grad+Adam MiB |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| Adam state MiB | fixed buffers MiB | weights+grad+Adam MiB | achieved GFLOP/s |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(f"| {r['vocab']} | {r['method']} | {r['fwd'] * 1e3:.1f} | {r['bwd'] * 1e3:.1f} | "
                      f"{r['total'] * 1e3:.1f} | {r['peak_step_bytes'] / MiB:.1f} | {r['trained_params']:,} | "
                      f"{r['grad_bytes'] / MiB:.1f} | {r['adam_state_bytes'] / MiB:.1f} | "
-                     f"{r['fixed_buffer_bytes'] / MiB:.1f} | {r['resident_bytes'] / MiB:.1f} |")
+                     f"{r['fixed_buffer_bytes'] / MiB:.1f} | {r['resident_bytes'] / MiB:.1f} | "
+                     f"{benchlib.gflops(step_flops(r['method'], args.tokens, args.dim, r['vocab']) / r['total'])} |")
     lines += ["", "Ratios fixed / softmax (below 1: the fixed layer is cheaper):", "",
               "| V | forward | backward | fwd+bwd | peak step memory | Adam state | weights+grad+Adam |",
               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -225,12 +234,12 @@ def main(argv=None):
                      f"{ratio(f['total'], s['total']):.2f} | {ratio(f['peak_step_bytes'], s['peak_step_bytes']):.2f} "
                      f"| {ratio(f['adam_state_bytes'], s['adam_state_bytes']):.2f} "
                      f"| {ratio(f['resident_bytes'], s['resident_bytes']):.2f} |")
+    lines += ["", benchlib.flops_note(args.device, peak) + " Counts: 6 N d V for the learned softmax, 4 N d V for "
+              "the fixed layer (its frozen V x d matrix gets no weight gradient)."]
     text = "\n".join(lines) + "\n"
     print()
     print(text)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-        f.write(text)
+    benchlib.write_output(args.output, text)
     print(f"written to {args.output}")
     return 0
 

@@ -20,8 +20,14 @@ the smallest to the full softmax, so that the process's peak resident memory aft
 peak (CPU); on CUDA the allocator's peak is reset per configuration. Results: a markdown table with tokens/s, ratios to the tied model and to the same
 model's full softmax, and peak memory, written to ``--output``.
 
+Batches are realistic by default: 4096 target tokens (at a few hundred tokens, computing g_out(E) over the whole
+vocabulary once per step dominates and the joint layer looks slower than it is in training); on a GPU use the
+paper's d = 512 (the default). Each table has an achieved-GFLOP/s column, counted as in scripts/lib/benchlib.py
+(6 N H V for a softmax step, 6 (N d_j V + V d d_j + N H d_j) for the joint layer, with |V'| for sampling), next
+to the device's measured float32 matmul FLOP/s.
+
 Example (the CPU run in docs/benchmarks/joint_output.md):
-    python scripts/bench_joint_output.py --dim 128 --joint-dims 128 512 1024 --tokens 512
+    OMP_NUM_THREADS=1 python scripts/bench_joint_output.py --dim 128 --joint-dims 128 --vocab 32000 --threads 1
 """
 import argparse
 import json
@@ -34,6 +40,8 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
+import benchlib  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -126,7 +134,11 @@ def time_configs(models, vocab: int, args) -> list:
                     times[(c.label, r)].append(time.perf_counter() - t0)
     results = []
     for (label, r), ts in times.items():
+        model, dj = next((m, d) for lab, m, d in models if lab == label)
+        flops = (benchlib.joint_step_flops(args.tokens, args.dim, args.dim, dj, sizes[r]) if model == "joint"
+                 else benchlib.softmax_step_flops(args.tokens, args.dim, sizes[r]))
         results.append({"model": label, "vocab": vocab, "ratio": r, "tokens_per_s": args.tokens / min(ts),
+                        "gflops": flops / min(ts) / 1e9,
                         "tokens_per_s_median": args.tokens / statistics.median(ts), "step_s": min(ts),
                         "sampled_vocab": sizes[r]})
     del configs
@@ -204,8 +216,9 @@ def report(results: list, args, wall: float) -> str:
         lines += [f"## |V| = {vocab:,}", "",
                   "| model | " + " | ".join(f"{fmt_ratio(r)} tok/s" for r in ratios)
                   + " | " + " | ".join(f"{fmt_ratio(r)} vs full" for r in ratios if r < 1)
-                  + " | full vs tied | " + " | ".join(f"{fmt_ratio(r)} peak MiB" for r in ratios) + " |",
-                  "|" + "---|" * (1 + len(ratios) * 2 + len([r for r in ratios if r < 1]) + 1)]
+                  + " | full vs tied | " + " | ".join(f"{fmt_ratio(r)} peak MiB" for r in ratios)
+                  + " | " + " | ".join(f"{fmt_ratio(r)} GFLOP/s" for r in ratios) + " |",
+                  "|" + "---|" * (1 + len(ratios) * 3 + len([r for r in ratios if r < 1]) + 1)]
         for m in models:
             row = [by.get((m, vocab, r)) for r in ratios]
             if any(x is None for x in row):
@@ -216,6 +229,7 @@ def report(results: list, args, wall: float) -> str:
             cells += [f"{x['tokens_per_s'] / full['tokens_per_s']:.2f}x" for x in row if x["ratio"] < 1]
             cells.append(f"{full['tokens_per_s'] / tied_full['tokens_per_s']:.2f}" if tied_full else "-")
             cells += [f"{x['peak_mib']:,.0f}" for x in row]
+            cells += [f"{x['gflops']:,.1f}" for x in row]
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         sizes = [by[(models[0], vocab, r)]["sampled_vocab"] for r in ratios]
         lines += ["", "Sampled vocabulary |V'| per step: "
@@ -238,7 +252,8 @@ def report(results: list, args, wall: float) -> str:
                 q = s["tokens_per_s"] / f["tokens_per_s"]
                 lines.append(f"- |V| = {big:,}, {m}: 25 % sampling / full softmax speed = {q:.2f}x "
                              f"({'meets' if q >= 2 else 'does NOT meet'} the 2x target)")
-    lines.append("")
+    lines += ["", benchlib.flops_note(args.device, args.matmul_flops) + " Counts: 6 N d V (untied, tied), "
+              "6 (N d_j V + V d d_j + N d d_j) (joint), V = |V'| with sampling.", ""]
     return "\n".join(lines)
 
 
@@ -250,12 +265,11 @@ def main():
     parser.add_argument("--vocab", type=int, nargs="+", default=[32000, 128000], help="vocabulary sizes")
     parser.add_argument("--ratios", type=float, nargs="+", default=[1.0, 0.5, 0.25, 0.05],
                         help="sampling ratios, 1 = full softmax (default: 1 0.5 0.25 0.05)")
-    parser.add_argument("--tokens", type=int, default=1600, help="target tokens per batch (default: 1600)")
+    parser.add_argument("--tokens", type=int, default=4096, help="target tokens per batch (default: 4096)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration (default: 3)")
     parser.add_argument("--warmup", type=int, default=1, help="warm-up steps per configuration (default: 1)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    parser.add_argument("--output", default=os.path.join(REPO, "docs", "benchmarks", "joint_output.md"),
-                        help="markdown results file (default: docs/benchmarks/joint_output.md)")
+    benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks", "joint_output.md"))
     parser.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads (default: torch's choice; 1 is steadier on a busy machine)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -274,7 +288,9 @@ def main():
         args.ratios.append(1.0)
     models = [("untied", "untied", 0), ("tied", "tied", 0)] + [(f"joint-{dj}", "joint", dj) for dj in args.joint_dims]
     args.ratios = sorted(set(args.ratios), reverse=True)
+    benchlib.check_output(args.output, args.force)
     start = time.time()
+    args.matmul_flops = benchlib.matmul_flops(args.device)
     results = []
     for vocab in args.vocab:
         rows = time_configs(models, vocab, args)
@@ -292,9 +308,7 @@ def main():
                   f"|V'|={r['sampled_vocab']:,}, peak {r['peak_mib']:,.0f} MiB)", flush=True)
         results += rows
     text = report(results, args, time.time() - start)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-        f.write(text)
+    benchlib.write_output(args.output, text)
     print(text)
     print(f"written to {args.output}")
 

@@ -86,7 +86,10 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=3, help="steps per model per round")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--output", default=os.path.join(REPO, "docs", "benchmarks", "shared-private.md"))
+    sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
+    import benchlib
+
+    benchlib.add_output_args(p, os.path.join(REPO, "docs", "benchmarks", "shared-private.md"))
     args = p.parse_args(argv)
 
     sys.path.insert(0, REPO)
@@ -98,6 +101,8 @@ def main(argv=None):
     from fairseq_outlayers.params import parameter_report
 
     torch.set_num_threads(args.threads)
+    benchlib.check_output(args.output, args.force)
+    peak = benchlib.matmul_flops("cpu")
     torch.manual_seed(0)
     tmp = tempfile.mkdtemp(prefix="bench-sp-")
     if args.data:
@@ -160,24 +165,31 @@ def main(argv=None):
         f"Model: Transformer, {args.layers}+{args.layers} layers, d = {args.dim}, FFN {4 * args.dim}; batch "
         f"{B} x {L} tokens per side; median of {args.rounds} rounds x {args.steps} steps.",
         "",
-        "| model | embedding params | train ms/step | vs vanilla | vs decoder WT | score ms/batch | vs vanilla | vs decoder WT |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | embedding params | train ms/step | vs vanilla | vs decoder WT | score ms/batch | vs vanilla "
+        "| vs decoder WT | train GFLOP/s | score GFLOP/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for n, m in models.items():
         rep = parameter_report(m)
         emb = rep["embedding"] + (rep.get("output", 0) if n == "vanilla" else 0)
+        # matmul parameters: everything but the embedding tables, plus the V x d output matrix (tied or not)
+        matmul = sum(q.numel() for q in m.parameters()) - emb + len(tgt_dict) * args.dim
+        flops = benchlib.model_step_flops(B * L, matmul)
         lines.append(
             f"| {n} | {emb:,d} | {med[(n, 'train')]:.1f} | {med[(n, 'train')] / med[('vanilla', 'train')]:.3f} | "
             f"{med[(n, 'train')] / med[('decoder WT', 'train')]:.3f} | {med[(n, 'score')]:.1f} | "
-            f"{med[(n, 'score')] / med[('vanilla', 'score')]:.3f} | {med[(n, 'score')] / med[('decoder WT', 'score')]:.3f} |"
+            f"{med[(n, 'score')] / med[('vanilla', 'score')]:.3f} | {med[(n, 'score')] / med[('decoder WT', 'score')]:.3f} | "
+            f"{benchlib.gflops(flops / (med[(n, 'train')] / 1000))} | "
+            f"{benchlib.gflops(flops / 3 / (med[(n, 'score')] / 1000))} |"
         )
     lines += ["", "Embedding parameters count the source, target and output matrices (the output matrix is the "
-              "target embedding when tied), as the paper's 'Emb.' column."]
+              "target embedding when tied), as the paper's 'Emb.' column.", "",
+              benchlib.flops_note("cpu", peak) + " Count: 6 x target tokens x (parameters outside the embedding "
+              "tables + the V x d output matrix) for a training step, a third of it for scoring (forward only); "
+              "the source side has as many tokens as the target here, attention scores are left out."]
     text = "\n".join(lines) + "\n"
     print(text)
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(text)
+    benchlib.write_output(args.output, text)
     print(f"wrote {args.output}")
 
 

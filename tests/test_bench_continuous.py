@@ -146,8 +146,9 @@ def test_results_writer(bench):
             _row("softmax", 300000, 512, 40.0, 1000 * bench.MiB, chunks=2),
             _row("vmf_nll", 300000, 512, 0.1, 10 * bench.MiB), _row("cosine", 300000, 512, 0.08, 10 * bench.MiB)]
     lines = bench.layer_tables(rows, [50000, 300000], [512], 4096)
+    flops = 6 * 4096 * 512 * 50000 / 10.0 / 1e9  # 6 N H V over the 10 s step
     assert "| 50000 | 512 | softmax + cross_entropy | 1 | 5000.0 | 5000.0 | 10000.0 | 3 | 100.0 | 2343.8 | 10 | 0.0 " \
-           "| 100.0 |" in lines
+           f"| 100.0 | {flops:,.1f} |" in lines
     assert "| 50000 | 512 | 200.0x | 250.0x | 0.0200 | 0.0200 | 0.0400 |" in lines
     full = bench.softmax_peak_model(4096, 300000, 512, 1)
     assert (f"| 300000 | 512 | 400.0x | 500.0x | 0.0100 (chunked); {10 * bench.MiB / full:.4f} (full) | "
@@ -161,7 +162,17 @@ def test_results_writer(bench):
                       "continuous": {"step": 1.25, "tok_s": 1600.0, "params": 3, "desc": "d"}}}
     decode = {"tiny": {1: {"softmax": {"batch": 1.0, "sent_s": 32.0}, "continuous": {"batch": 0.5, "sent_s": 64.0}}}}
     text = "\n".join(bench.model_tables(train, decode, None))
-    assert "| tiny | continuous | 3 | 1250.0 | 1600 | 1.60 |" in text
+    assert "| tiny | continuous | 3 | 1250.0 | 1600 | 1.60 |  |" in text
     assert "- tiny: whole-model training tokens/s >= 2x softmax: 1.60x -> **not met**" in text
     assert "| tiny | 1 | continuous | 0.500 | 64.0 | 2.00 |" in text
     assert math.isnan(bench.ratio(1.0, 0))
+
+
+def test_output_exists_is_refused_before_any_work(bench, tmp_path):
+    out = tmp_path / "r.md"
+    out.write_text("old")
+    with pytest.raises(SystemExit, match="exists; choose another path or pass --force"):
+        bench.main(["--skip", "layer", "--skip", "model", "--output", str(out)])
+    assert out.read_text() == "old"
+    assert bench.main(["--skip", "layer", "--skip", "model", "--output", str(out), "--force"]) == 0
+    assert out.read_text().startswith("#") and not list(tmp_path.glob(".r.md.*"))

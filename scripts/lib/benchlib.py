@@ -1,0 +1,99 @@
+"""Shared by the benchmark scripts: the device's measured matmul FLOP/s, the FLOP count of one training step of
+each output layer, and the results file (checked before the run, written atomically, never clobbered without
+``--force``).
+
+FLOP counts (one multiply-add = 2 FLOP; backward = 2x forward for a matmul whose inputs both need gradients;
+element-wise work, the loss and the optimizer are left out). N target tokens, H = decoder output size, V the
+vocabulary (or the sampled |V'|), m the continuous output size, d_j the joint size, d the embedding size:
+
+* learned / tied / fixed softmax, fwd+bwd:      6 N H V     (fixed: the frozen V x H table needs no weight
+  gradient, so 4 N H V; the fixed benchmark reports both layers with their own count)
+* joint, full structure (eq. 15), fwd+bwd:      6 (N d_j V + V d d_j + N H d_j)
+                                                 (logits, g_out(E) = sigma(E U), g_inp(h) = sigma(V h))
+* continuous (H -> m, frozen V x m table):      6 N H m  for the projection; the loss is O(N m), decoding
+                                                 adds 2 N m V per step for the nearest-neighbour scores
+* whole model: 6 x tokens x matmul parameters   (Kaplan et al. 2020; attention scores left out)
+"""
+import os
+import time
+from typing import Optional
+
+_MATMUL_CACHE = {}
+
+
+def matmul_flops(device: str = "cpu", n: Optional[int] = None, repeats: int = 5) -> float:
+    """Best measured float32 FLOP/s of an n x n @ n x n matmul on ``device`` (once per process and device)."""
+    import torch
+
+    dev = torch.device(device)
+    n = n or (8192 if dev.type == "cuda" else 2048)
+    key = (str(dev), n)
+    if key not in _MATMUL_CACHE:
+        a = torch.randn(n, n, device=dev)
+        b = torch.randn(n, n, device=dev)
+        best = float("inf")
+        for i in range(repeats + 1):
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            a @ b
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            if i:  # the first is a warm-up
+                best = min(best, time.perf_counter() - t0)
+        _MATMUL_CACHE[key] = 2.0 * n ** 3 / best
+    return _MATMUL_CACHE[key]
+
+
+def softmax_step_flops(tokens: int, hidden: int, vocab: int, weight_grad: bool = True) -> float:
+    """6 N H V (forward 2 N H V, backward 4 N H V; 4 N H V when the V x H matrix is frozen)."""
+    return (6.0 if weight_grad else 4.0) * tokens * hidden * vocab
+
+
+def joint_step_flops(tokens: int, hidden: int, emb_dim: int, joint_dim: int, vocab: int) -> float:
+    """6 (N d_j V + V d d_j + N H d_j): joint logits, g_out over the V rows, g_inp over the N states."""
+    return 6.0 * (tokens * joint_dim * vocab + vocab * emb_dim * joint_dim + tokens * hidden * joint_dim)
+
+
+def continuous_step_flops(tokens: int, hidden: int, m: int) -> float:
+    """6 N H m: the H -> m projection; the vMF / cosine loss is O(N m)."""
+    return 6.0 * tokens * hidden * m
+
+
+def model_step_flops(tokens: int, matmul_params: int) -> float:
+    """6 x tokens x parameters that take part in a matmul (embedding lookups excluded)."""
+    return 6.0 * tokens * matmul_params
+
+
+def gflops(flops_per_s: float) -> str:
+    return f"{flops_per_s / 1e9:,.1f}"
+
+
+def flops_note(device: str, peak: float) -> str:
+    return (f"Achieved GFLOP/s = the step's FLOP count (formulas in scripts/lib/benchlib.py and the method's "
+            f"doc) / its time; the device's measured float32 matmul: {gflops(peak)} GFLOP/s on `{device}` "
+            "(best of 5 square matmuls, this run, same threads).")
+
+
+def check_output(path: str, force: bool, option: str = "--output"):
+    """Before the run: refuse an output that exists (without --force) or cannot be written (one line, exit 2)."""
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.outfiles import check_output_path
+
+    try:
+        check_output_path(path, force=force, option=option)
+    except OutlayersConfigError as e:
+        raise SystemExit(f"error: {e}")
+
+
+def write_output(path: str, text: str):
+    """The results file, complete or not at all."""
+    from fairseq_outlayers.outfiles import write_text
+
+    write_text(path, text)
+
+
+def add_output_args(parser, default: str):
+    parser.add_argument("--output", default=default, help=f"markdown results file (default: {os.path.relpath(default)})"
+                        " ; refused if it exists, unless --force")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --output file")
