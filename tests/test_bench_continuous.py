@@ -61,8 +61,10 @@ def test_vmf_nll_loss_is_the_default_criterion_with_exact_log_cm(bench):
     e_hat = features.detach().double() @ layer.proj.weight.detach().double().T + layer.proj.bias.detach().double()
     vectors = layer.target_table.double()[target]
     kappa = e_hat.norm(dim=-1)
-    ref = sum(-_log_cm_mpmath(k, M) - float(d) + 0.2 * k
-              for k, d in zip(kappa.tolist(), (e_hat * vectors).sum(-1).tolist()))
+    cos = (e_hat * vectors).sum(-1) / (kappa * vectors.norm(dim=-1))
+    # the released form: -log C_m(κ) + log(1 + κ)(λ - cos), λ = 0.2
+    ref = sum(-_log_cm_mpmath(k, M) + math.log1p(k) * (0.2 - c)
+              for k, c in zip(kappa.tolist(), cos.tolist()))
     assert loss == pytest.approx(ref, rel=1e-6)
     assert layer.proj.weight.grad is not None and features.grad is not None
 
