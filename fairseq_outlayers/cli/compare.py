@@ -133,14 +133,14 @@ def training_speed(log_path):
     return tokens / seconds if seconds else float("nan")
 
 
-def translate(data_bin, checkpoint, out_path, beam, lenpen, batch_size):
+def translate(data_bin, checkpoint, out_path, beam, lenpen, batch_size, subset="test", extra_args=()):
     cmd = [_bin("fairseq-generate"), data_bin, "--user-dir", _user_dir(), "--path", checkpoint,
-           "--gen-subset", "test", "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
+           "--gen-subset", subset, "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
            "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
            # at most 1.2 x source length + 10 tokens: an undertrained model that never ends a sentence would
            # otherwise run to fairseq's 200-token limit on every sentence
            "--max-len-a", "1.2", "--max-len-b", "10",
-           "--remove-bpe", "--num-workers", "0"]
+           "--remove-bpe", "--num-workers", "0", *extra_args]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"compare: fairseq-generate failed for {checkpoint}:\n{proc.stderr[-3000:]}")
