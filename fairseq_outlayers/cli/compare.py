@@ -94,6 +94,11 @@ def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_pat
     cmd = [_bin("fairseq-train"), data_bin, "--user-dir", _user_dir(), *merge_args(base_args, row_args),
            "--seed", str(seed), "--max-update", str(max_update), "--save-dir", save_dir,
            "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
+    return run_training(cmd, log_path, save_dir)
+
+
+def run_training(cmd, log_path, what):
+    """Run a fairseq-train command, its output to ``log_path`` with progress lines echoed; the wall seconds."""
     log("  " + " ".join(shlex.quote(c) for c in cmd))
     start = time.time()
     with open(log_path, "w") as out:
@@ -107,7 +112,7 @@ def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_pat
                     print(f"    {m.group(1)}", flush=True)
         proc.wait()
     if proc.returncode != 0:
-        raise SystemExit(f"compare: fairseq-train failed for {save_dir}; see {log_path}")
+        raise SystemExit(f"compare: fairseq-train failed for {what}; see {log_path}")
     return time.time() - start
 
 
@@ -133,23 +138,33 @@ def training_speed(log_path):
     return tokens / seconds if seconds else float("nan")
 
 
+def generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset="test"):
+    """fairseq-generate of every sentence of ``subset``, BPE removed (tokenised output)."""
+    return [_bin("fairseq-generate"), data_bin, "--user-dir", _user_dir(), "--path", checkpoint,
+            "--gen-subset", subset, "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
+            "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
+            # at most 1.2 x source length + 10 tokens: an undertrained model that never ends a sentence would
+            # otherwise run to fairseq's 200-token limit on every sentence
+            "--max-len-a", "1.2", "--max-len-b", "10",
+            "--remove-bpe", "--num-workers", "0"]
+
+
+def hypotheses_from(text):
+    """The hypotheses (``H-<id>`` lines) of fairseq-generate output, in sentence-id order."""
+    hyps = {}
+    for line in text.splitlines():
+        if line.startswith("H-"):
+            idx, _score, hyp = (line.split("\t", 2) + [""])[:3]
+            hyps[int(idx[2:])] = hyp
+    return [hyps[i] for i in sorted(hyps)]
+
+
 def translate(data_bin, checkpoint, out_path, beam, lenpen, batch_size):
-    cmd = [_bin("fairseq-generate"), data_bin, "--user-dir", _user_dir(), "--path", checkpoint,
-           "--gen-subset", "test", "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
-           "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
-           # at most 1.2 x source length + 10 tokens: an undertrained model that never ends a sentence would
-           # otherwise run to fairseq's 200-token limit on every sentence
-           "--max-len-a", "1.2", "--max-len-b", "10",
-           "--remove-bpe", "--num-workers", "0"]
+    cmd = generate_command(data_bin, checkpoint, beam, lenpen, batch_size)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"compare: fairseq-generate failed for {checkpoint}:\n{proc.stderr[-3000:]}")
-    hyps = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("H-"):
-            idx, _score, text = line.split("\t", 2)
-            hyps[int(idx[2:])] = text
-    lines = [hyps[i] for i in sorted(hyps)]
+    lines = hypotheses_from(proc.stdout)
     with open(out_path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return lines
