@@ -69,7 +69,9 @@ def paired_bootstrap(system: Dict[int, np.ndarray], baseline: Dict[int, np.ndarr
         raise ValueError("every run must have translated the same test sentences")
 
     def difference(idx):
-        pick = (lambda a: a) if idx is None else (lambda a: a[idx])
+        # the observed scores from exact (float64) sums, as sacreBLEU scores a corpus; the resamples from float32
+        # sums, as its bootstrap does
+        pick = (lambda a: a.astype(np.float64)) if idx is None else (lambda a: a[idx])
         sys_mean = sum(bleu_from_stats(pick(system[s]).sum(0)) for s in seeds) / len(seeds)
         base_mean = sum(bleu_from_stats(pick(baseline[s]).sum(0)) for s in seeds) / len(seeds)
         return sys_mean - base_mean
