@@ -194,21 +194,44 @@ def parameter_counts(checkpoint):
     return json.loads(proc.stdout[proc.stdout.index("{"):])
 
 
-def format_table(rows):
+def format_table(rows, converged=None):
+    """The table; with ``converged`` ({method: [figure, ...]}, from the results ledger) a last column gives, beside
+    each quick row, the ledger's converged figure for the same method, or "none yet"."""
     head = ("| method | seeds | BLEU | total params | trained params | embedding | output layer | "
             "train tok/s | train time (s) |")
-    lines = [head, "|" + "---|" * 9]
+    columns = 9
+    if converged is not None:
+        head += " converged (results ledger) |"
+        columns += 1
+    lines = [head, "|" + "---|" * columns]
     for r in rows:
         bleus = r["bleu"]
         mean = sum(bleus) / len(bleus)
         spread = f" ± {(max(bleus) - min(bleus)) / 2:.2f}" if len(bleus) > 1 else ""
         p = r["params"]
-        lines.append(
+        line = (
             f"| {r['name']} | {len(bleus)} | {mean:.2f}{spread} | {p['total']:,} | {p['trained']:,} | "
             f"{p['embedding']:,} | {p.get('output', 0):,} | {sum(r['speed']) / len(r['speed']):,.0f} | "
             f"{sum(r['time']) / len(r['time']):.0f} |"
         )
+        if converged is not None:
+            line += f" {'; '.join(converged.get(r['name'], [])) or 'none yet'} |"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def converged_for(ledger):
+    """The ``converged`` argument of format_table: None without --ledger (the table keeps its 9 columns)."""
+    return None if ledger is None else ledger_figures(ledger)
+
+
+def ledger_figures(ledger):
+    """{method: [figure, ...]} from the results ledger (docs/results/runs), {} when it has no record yet."""
+    if not ledger or not os.path.isdir(ledger):
+        return {}
+    from fairseq_outlayers.ledger.render import converged_figures
+
+    return converged_figures(ledger)
 
 
 def write_plot(results, path):
@@ -259,6 +282,8 @@ def main(argv=None):
     parser.add_argument("--lenpen", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--title", default="Output-layer comparison")
+    parser.add_argument("--ledger", default=None, help="results ledger (e.g. docs/results/runs): add a column with "
+                        "its converged figure for each row's method (python -m fairseq_outlayers.ledger)")
     args = parser.parse_args(argv)
 
     if not os.path.isdir(args.data_bin):
@@ -314,12 +339,13 @@ def main(argv=None):
             row["time"].append(meta["seconds"])
             row["params"] = meta["params"]
             row["signature"] = meta["signature"]
-        print(format_table([r for r in rows if r["bleu"]]), flush=True)
+        print(format_table([r for r in rows if r["bleu"]], converged_for(args.ledger)), flush=True)
     results = [{k: v for k, v in r.items() if k != "train_args"} for r in rows]
+    converged = converged_for(args.ledger)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    table = format_table(results)
+    table = format_table(results, converged)
     hardware = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
     try:
         import torch
@@ -336,6 +362,12 @@ def main(argv=None):
           f"BLEU: sacreBLEU on detokenised output against `{ref_path}`"
           f"{' (lowercased)' if args.lowercase else ''}; signature `{results[0].get('signature', '')}`.", "",
           "Rows:", ""] + [f"- **{r['name']}**: `{r['args']}`" for r in results]
+    if converged is not None:
+        md += ["", f"*converged (results ledger)*: the same method trained to convergence (docs/results.md, "
+               f"\"Converged protocol\"): mean ± sample standard deviation of sacreBLEU on the test set over the "
+               f"seeds recorded in `{args.ledger}` (ledger table/row named; its model and budget are in "
+               "docs/results/ledger.md); \"none yet\" where the ledger has no run of that method. The figures "
+               "of this table come from a few hundred updates and say little about a method's quality."]
     if write_plot(results, os.path.join(args.out, "results.png")):
         md += ["", "![BLEU against trained parameters](results.png)"]
     with open(os.path.join(args.out, "results.md"), "w") as f:
