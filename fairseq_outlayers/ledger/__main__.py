@@ -12,6 +12,7 @@ reported and the others go on. ``render`` writes the tables from the records alo
 import argparse
 import glob
 import os
+import shlex
 import sys
 
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -45,7 +46,7 @@ def _run(args) -> int:
         for row in rows:
             if args.dry_run:
                 options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
-                print(f"{row.name} seed {seed}: fairseq-train {' '.join(options)}")
+                print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}")
                 continue
             try:
                 record, skipped = runner.run(row, seed, settings)
