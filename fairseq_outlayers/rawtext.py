@@ -105,7 +105,9 @@ class Preparation:
         sys.stdout.flush()
         saved = os.dup(1)  # fastBPE prints "Loading codes ..." on the C++ stdout: keep it off ours
         try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
             bpe = fastBPE.fastBPE(self.bpe_codes)
             return bpe.apply(lines)
         finally:

@@ -181,3 +181,39 @@ def test_large_hypotheses_are_gzipped_reproducibly(tmp_path, monkeypatch):
     first = (tmp_path / name).read_bytes()
     records.write_lines(str(tmp_path), "x.hyp", HYP_A)
     assert (tmp_path / name).read_bytes() == first
+
+
+def test_raw_test_set_specs_and_raw_text_errors(tmp_path):
+    from fairseq_outlayers.evaluation import parse_raw_sets
+    from fairseq_outlayers.rawtext import Preparation, read_text
+
+    src, ref = tmp_path / "a.de", tmp_path / "a.en"
+    src.write_text("Ein Hund.\n")
+    ref.write_text("A dog.\n")
+    assert parse_raw_sets([f"news={src},{ref}"]) == {"news": (str(src), str(ref))}
+    for spec, message in ((f"news={src}", "expected NAME=SRC_FILE,REF_FILE"),
+                          (f"={src},{ref}", "expected NAME=SRC_FILE,REF_FILE"),
+                          (f"news={src},{tmp_path / 'no.en'}", "no.en' does not exist")):
+        with pytest.raises(OutlayersConfigError, match=message):
+            parse_raw_sets([spec])
+    with pytest.raises(OutlayersConfigError, match="'news' is given twice"):
+        parse_raw_sets([f"news={src},{ref}", f"news={src},{ref}"])
+    bad = tmp_path / "bad.de"
+    bad.write_bytes(b"gut\nnicht \xff gut\n")
+    with pytest.raises(OutlayersConfigError, match=r"bad.de:2: --input is not valid UTF-8"):
+        read_text(str(bad), "--input")
+    (tmp_path / "empty.de").write_text("")
+    with pytest.raises(OutlayersConfigError, match="is empty"):
+        read_text(str(tmp_path / "empty.de"), "--input")
+    # the preparation is read from the data directory: case from .done, joint or source-side BPE codes
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.de-en.de.idx").write_bytes(b"")
+    (data / ".done").write_text("origin: x\nlowercase: 1\n")
+    (data / "bpecodes.de").write_text("e n 5\n")
+    prep = Preparation.from_data(str(data))
+    assert (prep.src, prep.tgt, prep.lowercase, prep.target_bpe) == ("de", "en", True, False)
+    assert prep.bpe_codes.endswith("bpecodes.de")
+    assert prep.tokenise(["Ein Hund, der läuft."], "de") == ["ein hund , der läuft ."]
+    with pytest.raises(OutlayersConfigError, match="holds no binarised split"):
+        Preparation.from_data(str(tmp_path))

@@ -4,7 +4,6 @@ BPE, skips it on a rerun, and the translate command turns raw text into raw text
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -16,8 +15,6 @@ from fairseq_outlayers.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.rawtext import Preparation
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {"PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +52,7 @@ def prepared(tmp_path_factory):
 
 def ledger_args(prepared, ledger, rows):
     raw = prepared["raw"]
-    return ["run", "--rows", rows, "--seeds", "1", "--max-epoch", "2", "--patience", "1", "--beam", "2",
+    return ["run", "--rows", rows, "--seeds", "1", "--max-epoch", "1", "--patience", "1", "--beam", "2",
             "--test-ref", os.path.join(raw, "test.en"), "--test-set", f"heldout={raw}/valid.de,{raw}/valid.en",
             "--ledger", ledger, "--work", str(prepared["root"] / "work")]
 
@@ -67,11 +64,10 @@ def test_extra_raw_test_set_is_scored_end_to_end_and_a_recorded_run_is_skipped(p
                                            "--num-workers", "0", "--output-layer", "tied"])
     (rows / "20-tied.args").write_text(f"# tiny tied Transformer\n--data-bin {prepared['data']} {options}\n")
     ledger = str(tmp_path / "runs")
-    run([sys.executable, "-m", "fairseq_outlayers.ledger"] + ledger_args(prepared, ledger, str(rows / "*.args")),
-        env=ENV)
+    assert ledger_main(ledger_args(prepared, ledger, str(rows / "*.args"))) == 0
 
     record = json.load(open(os.path.join(ledger, "tied.seed1.json")))
-    assert record["validation"]["metric"] == "bleu" and record["epochs"] == 2 and record["updates"] > 0
+    assert record["validation"]["metric"] == "bleu" and record["epochs"] == 1 and record["updates"] > 0
     assert "--eval-bleu-remove-bpe" in record["options"] and "--patience" in record["options"]
     assert record["params"]["trained"] > 0 and record["device"] == "cpu"
     assert set(record["test"]) == {"test2016", "heldout"}
@@ -117,8 +113,8 @@ def test_extra_raw_test_set_is_scored_end_to_end_and_a_recorded_run_is_skipped(p
     text = tmp_path / "in.de"
     text.write_text("".join(x + "\n" for x in [src[0], ""] + [src[1].upper()] + src[2:]))
     out = tmp_path / "out.en"
-    run([sys.executable, "-m", "fairseq_outlayers", "translate", "--checkpoint", ckpt, "--data", prepared["data"],
-         "--input", str(text), "--output", str(out), "--beam", "2"], env=ENV)
+    assert translate_main(["--checkpoint", ckpt, "--data", prepared["data"], "--input", str(text), "--output",
+                           str(out), "--beam", "2"]) == 0
     lines = out.read_text().split("\n")[:-1]
     test_hyps = records.read_lines(ledger, record["test"]["test2016"]["hypotheses"])
     assert len(lines) == 25 and lines[1] == "" and lines[:1] + lines[2:] == test_hyps
