@@ -217,3 +217,15 @@ def test_raw_test_set_specs_and_raw_text_errors(tmp_path):
     assert prep.tokenise(["Ein Hund, der läuft."], "de") == ["ein hund , der läuft ."]
     with pytest.raises(OutlayersConfigError, match="holds no binarised split"):
         Preparation.from_data(str(tmp_path))
+
+
+def test_a_partial_run_with_other_options_is_not_resumed(tmp_path):
+    from fairseq_outlayers.ledger.rows import LedgerRow
+    from fairseq_outlayers.ledger.runner import Settings, run
+
+    row = LedgerRow("tied", "rows/20-tied.args", "data", ["--output-layer", "tied"])
+    partial = tmp_path / "work" / "tied.seed1"
+    partial.mkdir(parents=True)
+    (partial / "options.json").write_text('["data", "--output-layer", "softmax"]\n')
+    with pytest.raises(OutlayersConfigError, match="tied.seed1 holds a partial run made with other options"):
+        run(row, 1, Settings(ledger=str(tmp_path / "runs"), work=str(tmp_path / "work"), test_ref="ref"))

@@ -5,13 +5,14 @@ against the row's options), else after:
 
 1. ``fairseq-train`` with the row's options, the protocol (``rows.protocol_options``: ``--patience`` on validation
    BLEU or loss within ``--max-epoch``), the seed, and ``--save-dir WORK/ROW.seedN`` (an interrupted run resumes
-   from its ``checkpoint_last.pt``, fairseq's own behaviour);
+   from its ``checkpoint_last.pt``, fairseq's own behaviour; ``options.json`` there makes sure it is the same run);
 2. epochs, updates, training time and the best validation score from the checkpoints fairseq wrote; target
    tokens per second from its log; parameter counts of ``checkpoint_best.pt``;
 3. ``checkpoint_best.pt`` on the data's test split against the raw references (``--test-ref``), and on each extra
    raw test set (``NAME=SRC_FILE,REF_FILE``, prepared with the training data's tokeniser, case and BPE);
 4. the record and the detokenised hypotheses written into the ledger (``records.write_record``).
 """
+import json
 import os
 import platform
 import shlex
@@ -21,9 +22,11 @@ from dataclasses import dataclass, field
 from typing import Dict, Tuple
 
 from fairseq_outlayers.cli import compare
+from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.evaluation import evaluate
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.rows import LedgerRow, row_options
+from fairseq_outlayers.outfiles import write_text
 from fairseq_outlayers.rawtext import Preparation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -91,6 +94,11 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         return done, True
     run_dir = os.path.join(s.work, f"{row.name}.seed{seed}")
     os.makedirs(run_dir, exist_ok=True)
+    claim = os.path.join(run_dir, "options.json")  # fairseq resumes from run_dir: only a run of these options
+    if os.path.exists(claim) and json.load(open(claim, encoding="utf-8")) != options:
+        raise OutlayersConfigError(f"{run_dir} holds a partial run made with other options ({claim}); remove that "
+                                   "directory (or give another --work) to start this one afresh")
+    write_text(claim, json.dumps(options) + "\n")
     log_path = os.path.join(run_dir, "train.log")
     cmd = [compare._bin("fairseq-train"), options[0], "--user-dir", compare._user_dir(), *options[1:],
            "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
