@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="train and record every row x seed not recorded yet")
     p.add_argument("--rows", nargs="+", required=True, help="ledger row files or glob patterns (*.args)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="every row runs with the first "
+                   "seed before any row runs with the next")
     p.add_argument("--data", default=None, help="data of a row that names no --data-bin")
     p.add_argument("--test-ref", default="work/multi30k/raw/test_2016_flickr.en",
                    help="raw (untokenised) reference of the data's test split")
