@@ -1,5 +1,7 @@
 """``python -m fairseq_outlayers user-dir`` prints the path to pass as ``--user-dir``;
-``python -m fairseq_outlayers params CHECKPOINT`` prints a checkpoint's parameter report."""
+``python -m fairseq_outlayers params CHECKPOINT`` prints a checkpoint's parameter report;
+``python -m fairseq_outlayers translate --checkpoint CKPT --data DIR --input raw.txt --output out.txt`` translates
+raw text (tokenised, BPE'd and detokenised as the training data was)."""
 import sys
 
 
@@ -14,6 +16,10 @@ def main(argv=None):
         from .cli.params import main as params_main
 
         return params_main(argv[1:])
+    if argv[:1] == ["translate"]:
+        from .cli.translate import main as translate_main
+
+        return translate_main(argv[1:])
     print(__doc__.strip(), file=sys.stderr)
     return 2
 

@@ -8,15 +8,30 @@ Setting ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` would make it work by letting *an
 Instead, when the plugin is imported, we allow-list exactly the classes a fairseq checkpoint's pickle names.
 ``torch.serialization.get_unsafe_globals_in_checkpoint`` on checkpoints of this package and of plain fairseq
 (written by ``fairseq-train`` and by ``fairseq-hydra-train``, which stores plain dicts) lists only
-``argparse.Namespace``; ``tests/test_checkpoint_safety.py`` re-checks that on every run. Anything else -- e.g.
-``os.system`` in a crafted pickle -- is still refused.
+``argparse.Namespace``; ``tests/test_checkpoint_safety.py`` re-checks that on every run. A run with fairseq's
+``--eval-bleu`` also stores numpy arrays (the BLEU n-gram counts among the saved metrics), pickled as
+``numpy.ndarray`` rebuilt by ``numpy.core.multiarray._reconstruct`` with a ``numpy.dtype`` (whose class, with
+numpy >= 1.25, is one of ``numpy.dtypes``): those are allow-listed too, for boolean and numeric dtypes only
+(numpy's array reconstruction creates only arrays of them; no object arrays). ``tests/test_ledger_raw_sets.py`` checks a ``--eval-bleu`` checkpoint. Anything else --
+e.g. ``os.system`` in a crafted pickle -- is still refused.
 """
 import argparse
 
+import numpy
 import torch
 
+try:  # numpy >= 2
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # pragma: no cover  (numpy 1.x)
+    from numpy.core.multiarray import _reconstruct
+
+#: numpy's dtype classes of booleans and numbers (numpy >= 1.25; none before, where numpy.dtype is enough)
+NUMERIC_DTYPES = tuple(getattr(getattr(numpy, "dtypes", None), name) for name in (
+    "BoolDType", "Int8DType", "UInt8DType", "Int16DType", "UInt16DType", "Int32DType", "UInt32DType", "Int64DType",
+    "UInt64DType", "LongLongDType", "ULongLongDType", "Float16DType", "Float32DType", "Float64DType",
+    "LongDoubleDType") if hasattr(getattr(numpy, "dtypes", None), name))
 #: the classes fairseq checkpoints need beyond torch's default weights-only set
-ALLOWED_GLOBALS = (argparse.Namespace,)
+ALLOWED_GLOBALS = (argparse.Namespace, numpy.ndarray, numpy.dtype, _reconstruct) + NUMERIC_DTYPES
 
 
 def install():

@@ -11,7 +11,9 @@
 #    fastText, skipped when present);
 # 3. the shared-private word pairing (python -m fairseq_outlayers.pairing, skipped when present);
 # 4. python -m fairseq_outlayers.cli.compare: one fairseq-train + fairseq-generate + sacreBLEU per row file
-#    (default configs/demo/*.args) and seed; prints the table and writes OUT/results.md (default work/demo).
+#    (default configs/demo/*.args) and seed; prints the table and writes OUT/results.md (default work/demo),
+#    with, beside each row, the converged figure of the same method from the results ledger (docs/results/runs,
+#    python -m fairseq_outlayers.ledger) or "none yet".
 #    Finished rows are reused, so an interrupted run resumes; delete OUT (or choose another --out) to start over.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -58,4 +60,4 @@ log "training one model per output layer and seed ($SEEDS), $UPDATES updates eac
 # shellcheck disable=SC2086  # ROWS holds glob patterns and SEEDS a list: both are split (and globbed) on purpose
 "$PY" -m fairseq_outlayers.cli.compare --data-bin "$DATA" --raw-dir work/multi30k/raw \
   $([ "$LOWER" = 1 ] && echo --lowercase) --rows $ROWS --max-update "$UPDATES" --seeds $SEEDS --out "$OUT" \
-  --title "$TITLE"
+  --title "$TITLE" --ledger docs/results/runs

@@ -5,6 +5,7 @@
 #   bash scripts/evaluate.sh CHECKPOINT DATA_BIN [--beam 5] [--lenpen 1.0] [--replace-unk [LEXICON]] [--raw-ref FILE]
 #                            [--src de] [--tgt en] [--lowercase] [--subset test] [--batch-size 128] [--rare-f1 TRAIN_TEXT]
 #                            [--tok-ref FILE] [--out DIR] [--force] [--cpu] [--gen-args "more fairseq-generate options"]
+#                            [--test-set NAME=SRC_FILE,REF_FILE ...]
 #
 #   --beam/--lenpen  beam size and length penalty (papers: 5/1.0; Liu et al. 2019 on WMT en-de: 4/0.6;
 #                    Kumar & Tsvetkov 2019: 1, greedy nearest-neighbour decoding)
@@ -32,6 +33,13 @@
 #                    eval-CHECKPOINTNAME-SUBSET-beamB-lenpenL/); if any file listed under "Writes" exists
 #                    there the script stops before translating, unless --force; every file is written to a
 #                    temporary file and renamed, so a failed or interrupted run leaves earlier results intact
+#   --test-set NAME=SRC_FILE,REF_FILE
+#                    (repeatable) also translate and score an extra test set given as untokenised text: the source
+#                    is prepared with the training data's own tokeniser, case and BPE (read from DATA_BIN: .done and
+#                    bpecodes, as scripts/prepare-*.sh leave them), binarised with DATA_BIN's dictionaries and
+#                    translated with the same --beam/--lenpen (and --max-len-a 1.2 --max-len-b 10, not --gen-args);
+#                    writes OUT/testset-NAME/{hyp.detok,scores.json}
+#                    (python -m fairseq_outlayers.cli.score_raw)
 #   --gen-args STR   extra fairseq-generate options, e.g. "--max-len-a 1.2 --max-len-b 10" or
 #                    "--model-overrides {'continuous_score_scale':10}"
 # Every sentence of the subset is translated (--required-batch-size-multiple 1: with fairseq's default of 8 and
@@ -47,7 +55,7 @@ usage() { echo "$PROG: $*" >&2; echo "usage: bash scripts/evaluate.sh CHECKPOINT
 arg() { [ $# -ge 2 ] && [ -n "$2" ] || usage "option '$1' needs a value"; printf '%s' "$2"; }
 
 BEAM=5; LENPEN=1.0; REPLACE_UNK=0; RAW_REF=; TGT=en; LOWER=0; SUBSET=test; BATCH=128; OUT=; FORCE=0; CPU=()
-RARE=; POS=(); GEN_ARGS=; TOK_REF=; SRC=; UNK_LEXICON=
+RARE=; POS=(); GEN_ARGS=; TOK_REF=; SRC=; UNK_LEXICON=; TEST_SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --beam) BEAM=$(arg "$@"); shift 2;; --lenpen) LENPEN=$(arg "$@"); shift 2;;
@@ -58,6 +66,7 @@ while [ $# -gt 0 ]; do
     --batch-size) BATCH=$(arg "$@"); shift 2;; --out) OUT=$(arg "$@"); shift 2;; --force) FORCE=1; shift;;
     --rare-f1) RARE=$(arg "$@"); shift 2;; --cpu) CPU=(--cpu); shift;;
     --gen-args) GEN_ARGS=$(arg "$@"); shift 2;; --tok-ref) TOK_REF=$(arg "$@"); shift 2;;
+    --test-set) TEST_SETS+=("$(arg "$@")"); shift 2;;
     -h|--help) awk 'NR == 1 { next } /^#/ { print; next } { exit }' "$0"; exit 0;;
     --*) usage "unknown option '$1'";;
     *) POS+=("$1"); shift;;
@@ -81,6 +90,10 @@ OUT=${OUT:-$(dirname "$CKPT")/eval-$NAME-$SUBSET-beam$BEAM-lenpen$LENPEN}
 # every file this script writes: none is overwritten without --force, each is written to a temporary file in
 # $OUT and renamed into place, so an interrupted run leaves the previous file or the complete new one
 OUTPUTS=(generate.out generate.err hyp.tok ref.tok hyp.detok bleu.txt scores.json)
+for t in ${TEST_SETS[@]+"${TEST_SETS[@]}"}; do
+  case "$t" in *=*,*) ;; *) usage "--test-set '$t': expected NAME=SRC_FILE,REF_FILE";; esac
+  OUTPUTS+=("testset-${t%%=*}/scores.json")
+done
 if [ "$FORCE" = 0 ]; then
   for f in "${OUTPUTS[@]}"; do
     if [ -e "$OUT/$f" ]; then die "$OUT/$f already exists; pass --force to overwrite the results in $OUT, or --out DIR"; fi
@@ -112,3 +125,7 @@ mv -f "$TMP_OUT" "$OUT/generate.out"
 python "$ROOT/scripts/lib/score_translations.py" --out "$OUT" --tgt "$TGT" --lowercase "$LOWER" --raw-ref "$RAW_REF" \
   --rare-f1 "$RARE" --checkpoint "$CKPT" --beam "$BEAM" --lenpen "$LENPEN" --tok-ref "$TOK_REF" --replace-unk "$REPLACE_UNK" \
   --unk-lexicon "$UNK_LEXICON"
+for t in ${TEST_SETS[@]+"${TEST_SETS[@]}"}; do
+  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python -m fairseq_outlayers.cli.score_raw --checkpoint "$CKPT" --data "$DATA_BIN" --out "$OUT" \
+    --test-set "testset-$t" --beam "$BEAM" --lenpen "$LENPEN" --batch-size "$BATCH" || die "--test-set '$t' failed"
+done

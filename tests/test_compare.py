@@ -43,3 +43,21 @@ def test_a_row_can_name_its_own_data():
     assert row_data_bin(["--output-layer", "tied"], "w/bpe") == ("w/bpe", ["--output-layer", "tied"])
     with pytest.raises(SystemExit, match="needs a path"):
         row_data_bin(["--output-layer", "tied", "--data-bin"], "w/bpe")
+
+
+def test_demo_table_shows_the_ledgers_converged_figure_or_none_yet(tmp_path):
+    from test_ledger import HYP_A, fake_record
+
+    from fairseq_outlayers.cli.compare import ledger_figures
+
+    params = {"total": 10, "trained": 8, "embedding": 4, "output": 2}
+    rows = [{"name": n, "bleu": [20.0], "speed": [100.0], "time": [5], "params": params} for n in ("softmax", "tied")]
+    ledger = str(tmp_path / "runs")
+    assert ledger_figures(ledger) == {}  # no ledger yet
+    for seed, bleu in ((1, 33.0), (2, 34.0)):
+        fake_record(ledger, "softmax", seed, bleu, HYP_A, table="multi30k")
+    table = format_table(rows, ledger_figures(ledger))
+    # the quick figures are unchanged; the converged one is beside them
+    assert "| softmax | 1 | 20.00 | 10 | 8 | 4 | 2 | 100 | 5 | 33.50 ± 0.71 (2 seeds, multi30k/softmax) |" in table
+    assert "| tied | 1 | 20.00 | 10 | 8 | 4 | 2 | 100 | 5 | none yet |" in table
+    assert format_table(rows) == format_table(rows, None) and "converged" not in format_table(rows)

@@ -94,6 +94,11 @@ def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_pat
     cmd = [_bin("fairseq-train"), data_bin, "--user-dir", _user_dir(), *merge_args(base_args, row_args),
            "--seed", str(seed), "--max-update", str(max_update), "--save-dir", save_dir,
            "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
+    return run_training(cmd, log_path, save_dir)
+
+
+def run_training(cmd, log_path, what):
+    """Run a fairseq-train command, its output to ``log_path`` with progress lines echoed; the wall seconds."""
     log("  " + " ".join(shlex.quote(c) for c in cmd))
     start = time.time()
     with open(log_path, "w") as out:
@@ -107,7 +112,7 @@ def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_pat
                     print(f"    {m.group(1)}", flush=True)
         proc.wait()
     if proc.returncode != 0:
-        raise SystemExit(f"compare: fairseq-train failed for {save_dir}; see {log_path}")
+        raise SystemExit(f"compare: fairseq-train failed for {what}; see {log_path}")
     return time.time() - start
 
 
@@ -133,23 +138,33 @@ def training_speed(log_path):
     return tokens / seconds if seconds else float("nan")
 
 
+def generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset="test"):
+    """fairseq-generate of every sentence of ``subset``, BPE removed (tokenised output)."""
+    return [_bin("fairseq-generate"), data_bin, "--user-dir", _user_dir(), "--path", checkpoint,
+            "--gen-subset", subset, "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
+            "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
+            # at most 1.2 x source length + 10 tokens: an undertrained model that never ends a sentence would
+            # otherwise run to fairseq's 200-token limit on every sentence
+            "--max-len-a", "1.2", "--max-len-b", "10",
+            "--remove-bpe", "--num-workers", "0"]
+
+
+def hypotheses_from(text):
+    """The hypotheses (``H-<id>`` lines) of fairseq-generate output, in sentence-id order."""
+    hyps = {}
+    for line in text.splitlines():
+        if line.startswith("H-"):
+            idx, _score, hyp = (line.split("\t", 2) + [""])[:3]
+            hyps[int(idx[2:])] = hyp
+    return [hyps[i] for i in sorted(hyps)]
+
+
 def translate(data_bin, checkpoint, out_path, beam, lenpen, batch_size, subset="test", extra_args=()):
-    cmd = [_bin("fairseq-generate"), data_bin, "--user-dir", _user_dir(), "--path", checkpoint,
-           "--gen-subset", subset, "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
-           "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
-           # at most 1.2 x source length + 10 tokens: an undertrained model that never ends a sentence would
-           # otherwise run to fairseq's 200-token limit on every sentence
-           "--max-len-a", "1.2", "--max-len-b", "10",
-           "--remove-bpe", "--num-workers", "0", *extra_args]
+    cmd = generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset) + list(extra_args)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"compare: fairseq-generate failed for {checkpoint}:\n{proc.stderr[-3000:]}")
-    hyps = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("H-"):
-            idx, _score, text = line.split("\t", 2)
-            hyps[int(idx[2:])] = text
-    lines = [hyps[i] for i in sorted(hyps)]
+    lines = hypotheses_from(proc.stdout)
     with open(out_path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return lines
@@ -179,21 +194,44 @@ def parameter_counts(checkpoint):
     return json.loads(proc.stdout[proc.stdout.index("{"):])
 
 
-def format_table(rows):
+def format_table(rows, converged=None):
+    """The table; with ``converged`` ({method: [figure, ...]}, from the results ledger) a last column gives, beside
+    each quick row, the ledger's converged figure for the same method, or "none yet"."""
     head = ("| method | seeds | BLEU | total params | trained params | embedding | output layer | "
             "train tok/s | train time (s) |")
-    lines = [head, "|" + "---|" * 9]
+    columns = 9
+    if converged is not None:
+        head += " converged (results ledger) |"
+        columns += 1
+    lines = [head, "|" + "---|" * columns]
     for r in rows:
         bleus = r["bleu"]
         mean = sum(bleus) / len(bleus)
         spread = f" ± {(max(bleus) - min(bleus)) / 2:.2f}" if len(bleus) > 1 else ""
         p = r["params"]
-        lines.append(
+        line = (
             f"| {r['name']} | {len(bleus)} | {mean:.2f}{spread} | {p['total']:,} | {p['trained']:,} | "
             f"{p['embedding']:,} | {p.get('output', 0):,} | {sum(r['speed']) / len(r['speed']):,.0f} | "
             f"{sum(r['time']) / len(r['time']):.0f} |"
         )
+        if converged is not None:
+            line += f" {'; '.join(converged.get(r['name'], [])) or 'none yet'} |"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def converged_for(ledger):
+    """The ``converged`` argument of format_table: None without --ledger (the table keeps its 9 columns)."""
+    return None if ledger is None else ledger_figures(ledger)
+
+
+def ledger_figures(ledger):
+    """{method: [figure, ...]} from the results ledger (docs/results/runs), {} when it has no record yet."""
+    if not ledger or not os.path.isdir(ledger):
+        return {}
+    from fairseq_outlayers.ledger.render import converged_figures
+
+    return converged_figures(ledger)
 
 
 def write_plot(results, path):
@@ -244,6 +282,8 @@ def main(argv=None):
     parser.add_argument("--lenpen", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--title", default="Output-layer comparison")
+    parser.add_argument("--ledger", default=None, help="results ledger (e.g. docs/results/runs): add a column with "
+                        "its converged figure for each row's method (python -m fairseq_outlayers.ledger)")
     args = parser.parse_args(argv)
 
     if not os.path.isdir(args.data_bin):
@@ -299,12 +339,13 @@ def main(argv=None):
             row["time"].append(meta["seconds"])
             row["params"] = meta["params"]
             row["signature"] = meta["signature"]
-        print(format_table([r for r in rows if r["bleu"]]), flush=True)
+        print(format_table([r for r in rows if r["bleu"]], converged_for(args.ledger)), flush=True)
     results = [{k: v for k, v in r.items() if k != "train_args"} for r in rows]
+    converged = converged_for(args.ledger)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    table = format_table(results)
+    table = format_table(results, converged)
     hardware = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
     try:
         import torch
@@ -321,6 +362,12 @@ def main(argv=None):
           f"BLEU: sacreBLEU on detokenised output against `{ref_path}`"
           f"{' (lowercased)' if args.lowercase else ''}; signature `{results[0].get('signature', '')}`.", "",
           "Rows:", ""] + [f"- **{r['name']}**: `{r['args']}`" for r in results]
+    if converged is not None:
+        md += ["", f"*converged (results ledger)*: the same method trained to convergence (docs/results.md, "
+               f"\"Converged protocol\"): mean ± sample standard deviation of sacreBLEU on the test set over the "
+               f"seeds recorded in `{args.ledger}` (ledger table/row named; its model and budget are in "
+               "docs/results/ledger.md); \"none yet\" where the ledger has no run of that method. The figures "
+               "of this table come from a few hundred updates and say little about a method's quality."]
     if write_plot(results, os.path.join(args.out, "results.png")):
         md += ["", "![BLEU against trained parameters](results.png)"]
     with open(os.path.join(args.out, "results.md"), "w") as f:

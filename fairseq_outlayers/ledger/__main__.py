@@ -1,0 +1,126 @@
+"""python -m fairseq_outlayers.ledger {run,render}: converged runs into the ledger, tables out of it.
+
+    python -m fairseq_outlayers.ledger run --rows "configs/ledger/multi30k-fixed/*.args" --seeds 1 2 3 \\
+        [--patience 5] [--max-epoch 50] [--test-ref work/multi30k/raw/test_2016_flickr.en] \\
+        [--test-set flickr2017=SRC_FILE,REF_FILE ...] [--ledger docs/results/runs] [--work work/ledger]
+    python -m fairseq_outlayers.ledger render [--ledger docs/results/runs] [--out docs/results/ledger.md]
+
+``run`` trains every row with the first seed before any row with the next one, skips each run already recorded
+(and stops when a record was made with other options), and writes one record per finished run; a failed run is
+reported and the others go on. ``render`` writes the tables from the records alone.
+"""
+import argparse
+import glob
+import os
+import shlex
+import sys
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+LEDGER = "docs/results/runs"
+
+
+def _run(args) -> int:
+    from fairseq_outlayers.cli.compare import log
+    from fairseq_outlayers.evaluation import parse_raw_sets
+    from fairseq_outlayers.ledger import rows as ledger_rows
+    from fairseq_outlayers.ledger import runner
+
+    files = sorted(set(f for p in args.rows for f in (glob.glob(p) or [p])))
+    rows = [ledger_rows.read_ledger_row(f, args.data) for f in files]
+    for warning in ledger_rows.check_rows(rows):
+        log(f"warning: {warning}")
+    for row in rows:
+        if not args.dry_run and not os.path.isdir(row.data_bin):
+            raise OutlayersConfigError(f"{row.path}: data '{row.data_bin}' is not a directory; prepare it first "
+                                       "(scripts/prepare-multi30k.sh)")
+    settings = runner.Settings(ledger=args.ledger, work=args.work, test_ref=args.test_ref, test_name=args.test_name,
+                               extra_sets=parse_raw_sets(args.test_set), patience=args.patience,
+                               max_epoch=args.max_epoch, beam=args.beam, lenpen=args.lenpen,
+                               batch_size=args.batch_size)
+    if not args.dry_run and not os.path.isfile(args.test_ref):
+        raise OutlayersConfigError(f"--test-ref '{args.test_ref}' does not exist; give the raw reference of the "
+                                   "data's test split (scripts/prepare-multi30k.sh writes work/multi30k/raw/)")
+    failed = []
+    for seed in args.seeds:
+        for row in rows:
+            if args.dry_run:
+                options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
+                print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}")
+                continue
+            try:
+                record, skipped = runner.run(row, seed, settings)
+            except OutlayersConfigError:
+                raise  # a record made with other options, bad input: stop
+            except (SystemExit, Exception) as exc:  # one failed run must not stop the others
+                failed.append(f"{row.name} seed {seed}")
+                log(f"{row.name} seed {seed} FAILED: {exc}")
+                continue
+            log(("recorded already: " if skipped else "recorded: ") + runner.summary(record, args.test_name))
+    if failed:
+        print(f"ledger: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _render(args) -> int:
+    from fairseq_outlayers.ledger.render import render
+    from fairseq_outlayers.outfiles import write_text
+
+    text = render(args.ledger, seeds=args.seeds, test=args.test_name, title=args.title)
+    if args.out == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        write_text(args.out, text + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fairseq_outlayers.ledger",
+                                     description=__doc__.strip().splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="train and record every row x seed not recorded yet")
+    p.add_argument("--rows", nargs="+", required=True, help="ledger row files or glob patterns (*.args)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="every row runs with the first "
+                   "seed before any row runs with the next")
+    p.add_argument("--data", default=None, help="data of a row that names no --data-bin")
+    p.add_argument("--test-ref", default="work/multi30k/raw/test_2016_flickr.en",
+                   help="raw (untokenised) reference of the data's test split")
+    p.add_argument("--test-name", default="test2016", help="name of that test set in the records")
+    p.add_argument("--test-set", nargs="*", default=[], metavar="NAME=SRC_FILE,REF_FILE",
+                   help="extra raw test sets, prepared with each row's own tokeniser, case and BPE")
+    p.add_argument("--patience", type=int, default=5, help="fairseq --patience: validations without improvement")
+    p.add_argument("--max-epoch", type=int, default=50, help="the ceiling on training epochs")
+    p.add_argument("--beam", type=int, default=5, help="beam of validation BLEU and of the test translations")
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--ledger", default=LEDGER, help="where records and hypotheses are written (committed)")
+    p.add_argument("--work", default="work/ledger", help="checkpoints and logs (not committed)")
+    p.add_argument("--dry-run", action="store_true", help="print each run's fairseq-train options; train nothing")
+    p.set_defaults(func=_run)
+    p = sub.add_parser("render", help="write the Markdown tables from the records alone")
+    p.add_argument("--ledger", default=LEDGER)
+    p.add_argument("--out", default="docs/results/ledger.md", help="Markdown file ('-': standard output)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds every row should have "
+                   "(a recorded seed outside them is shown too)")
+    p.add_argument("--test-name", default="test2016")
+    p.add_argument("--title", default="Results ledger: converged runs")
+    p.set_defaults(func=_render)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    for option in ("patience", "max_epoch", "beam"):
+        if getattr(args, option, 1) < 1:
+            raise SystemExit(f"ledger: --{option.replace('_', '-')} must be a positive integer")
+    try:
+        return args.func(args)
+    except OutlayersConfigError as e:
+        print(f"ledger: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

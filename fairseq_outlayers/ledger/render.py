@@ -1,0 +1,147 @@
+"""Markdown tables from the ledger's records alone, regenerated bit for bit (no dates, no machine state).
+
+One table per ``table`` of the records; one line per row: the test score per seed (a seed without a record reads
+"missing" and is not averaged in), mean ± sample standard deviation over the recorded seeds, tokenised BLEU, the
+difference from the row's baseline and the p-value of the paired bootstrap test (``stats.paired_bootstrap`` on the
+hypotheses and references kept in the ledger), the extra test sets, parameter counts, epochs, updates, speed and
+the device. ``converged_figures`` gives the same means to ``make demo``'s table.
+"""
+import shlex
+from typing import Dict, List, Optional, Sequence
+
+from fairseq_outlayers.ledger import records as rec
+from fairseq_outlayers.ledger.stats import N_SAMPLES, SEED, mean_sd, paired_bootstrap, sentence_stats
+
+DEFAULT_SEEDS = (1, 2, 3)
+
+
+def _fmt(value: Optional[float], digits: int = 2) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def mean_pm_sd(values: Sequence[float]) -> str:
+    mean, sd = mean_sd(values)
+    if mean is None:
+        return "—"
+    return f"{mean:.2f}" + (f" ± {sd:.2f}" if sd is not None else " (1 seed)")
+
+
+def group(records: List[Dict]) -> Dict[str, Dict[str, Dict[int, Dict]]]:
+    """{table: {row: {seed: record}}}, tables and rows in order (rows by their row file's name)."""
+    tables: Dict[str, Dict[str, Dict[int, Dict]]] = {}
+    for r in sorted(records, key=lambda r: (r["table"], r.get("row_file", ""), r["row"], r["seed"])):
+        tables.setdefault(r["table"], {}).setdefault(r["row"], {})[r["seed"]] = r
+    return tables
+
+
+def _stats_by_seed(ledger: str, runs: Dict[int, Dict], test: str, cache: Dict) -> Dict[int, object]:
+    out = {}
+    for seed, r in runs.items():
+        entry = r["test"].get(test)
+        if not entry:
+            continue
+        key = (entry["hypotheses"], entry["reference"])
+        if key not in cache:
+            cache[key] = sentence_stats(rec.read_lines(ledger, entry["hypotheses"]),
+                                        rec.read_lines(ledger, entry["reference"]), r.get("lowercase", False))
+        out[seed] = cache[key]
+    return out
+
+
+def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test: str, cache: Dict) -> List[str]:
+    """[Δ vs baseline, p-value] cells of one row."""
+    baseline = next(iter(rows[name].values())).get("baseline")
+    if not baseline:
+        return ["(baseline)", ""]
+    if baseline not in rows:
+        return [f"{baseline}: no records", "—"]
+    devices = {r["device"] for r in rows[name].values()} | {r["device"] for r in rows[baseline].values()}
+    if len(devices) > 1:
+        return ["—", "— (devices differ)"]
+    system = _stats_by_seed(ledger, rows[name], test, cache)
+    base = _stats_by_seed(ledger, rows[baseline], test, cache)
+    if not set(system) & set(base):
+        return ["—", "— (no common seed)"]
+    diff, p, seeds = paired_bootstrap(system, base)
+    note = "" if set(seeds) == set(system) == set(base) else f" (seeds {', '.join(map(str, seeds))})"
+    return [f"{diff:+.2f}", f"{p:.3f}{note}"]
+
+
+def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
+    extra = sorted({t for runs in rows.values() for r in runs.values() for t in r["test"]} - {test})
+    head = (["row", "baseline", f"{test} sacreBLEU per seed ({' / '.join(map(str, seeds))})", "mean ± sd",
+             "tokenised BLEU", "Δ vs baseline", "p (paired bootstrap)"] + [f"{t} mean ± sd" for t in extra]
+            + ["trained params", "total params", "embedding", "output layer", "epochs (best)", "updates",
+               "train tok/s", "device"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, runs in rows.items():
+        first = runs[min(runs)]
+        done = [runs[s] for s in sorted(runs)]
+        per_seed = " / ".join(_fmt(runs[s]["test"].get(test, {}).get("sacrebleu")) if s in runs else "missing"
+                              for s in seeds)
+
+        def over(key, t=test):
+            return mean_pm_sd([r["test"][t][key] for r in done if t in r["test"]])
+
+        p = first["params"]
+        cells = [name, first.get("baseline") or "", per_seed, over("sacrebleu"), over("tokenized_bleu")]
+        cells += significance(ledger, rows, name, test, cache)
+        cells += [over("sacrebleu", t) for t in extra]
+        epochs = mean_sd([r["epochs"] for r in done])[0]
+        best = mean_sd([r["best_epoch"] for r in done])[0]
+        cells += [f"{p['trained']:,}", f"{p['total']:,}", f"{p['embedding']:,}", f"{p.get('output', 0):,}",
+                  f"{_fmt(epochs, 1)} ({_fmt(best, 1)})", f"{mean_sd([r['updates'] for r in done])[0]:,.0f}",
+                  _fmt(mean_sd([r["tokens_per_second"] for r in done if r.get("tokens_per_second")])[0], 0),
+                  ", ".join(sorted({r["device"] for r in done}))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2016",
+           title: str = "Results ledger") -> str:
+    records = rec.read_records(ledger)
+    md = [f"# {title}", "",
+          f"Generated by `python -m fairseq_outlayers.ledger render` from the records in `{ledger}` alone "
+          "(docs/results.md, \"Converged protocol\"). Scores: sacreBLEU on detokenised output (signature below); "
+          "tokenised BLEU on Moses-tokenised text as in the papers. mean ± sd: mean and sample standard deviation "
+          "over the recorded seeds; a seed without a record reads \"missing\" and is not averaged in. "
+          f"p: paired bootstrap resampling of the test sentences ({N_SAMPLES} resamples, seed {SEED}, the same "
+          "draw for every seed of both systems, the statistic being the difference of mean BLEU over the seeds "
+          "both have; with one seed it is `sacrebleu --paired-bs`). Epochs: trained (of the best checkpoint).", ""]
+    if not records:
+        md += ["The ledger holds no record yet.", ""]
+        return "\n".join(md)
+    cache: Dict = {}
+    for name, rows in group(records).items():
+        present = sorted({s for runs in rows.values() for s in runs})
+        md += [f"## {name}", ""] + table(ledger, rows, sorted(set(seeds) | set(present)), test, cache) + [""]
+        signatures = sorted({r["test"][test]["sacrebleu_signature"] for runs in rows.values()
+                             for r in runs.values() if test in r["test"]})
+        commits = sorted({r["commit"] for runs in rows.values() for r in runs.values()})
+        md += [f"sacreBLEU signature: {', '.join(f'`{s}`' for s in signatures)}; commits: {', '.join(commits)}.",
+               "", "Rows (fairseq-train options; validation metric):", ""]
+        for row, runs in rows.items():
+            r = runs[min(runs)]
+            v = r["validation"]
+            why = f" — {v['reason']}" if v.get("reason") else ""
+            options = " ".join(shlex.quote(o) for o in r["options"][:-2])  # without --seed N
+            md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; early stopping on validation "
+                      f"{v['metric']}{why}")
+        md.append("")
+    return "\n".join(md)
+
+
+def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:
+    """{method: ["33.10 ± 0.40 (3 seeds, TABLE)", ...]}: the ledger's figure for each method, for make demo."""
+    out: Dict[str, List[str]] = {}
+    for table_name, rows in group(rec.read_records(ledger)).items():
+        for name, runs in rows.items():
+            values = [r["test"][test]["sacrebleu"] for r in runs.values() if test in r["test"]]
+            if values:
+                method = next(iter(runs.values())).get("method") or name
+                mean, sd = mean_sd(values)
+                spread = "" if sd is None else f" ± {sd:.2f}"
+                n = len(values)
+                out.setdefault(method, []).append(
+                    f"{mean:.2f}{spread} ({n} seed{'s' if n > 1 else ''}, {table_name}/{name})")
+    return out

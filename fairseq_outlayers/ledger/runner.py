@@ -1,0 +1,150 @@
+"""One converged run: train a row with one seed under the protocol, evaluate its best checkpoint, record it.
+
+``run(row, seed, settings)`` returns the record, from the ledger when the run is recorded already (checked
+against the row's options), else after:
+
+1. ``fairseq-train`` with the row's options, the protocol (``rows.protocol_options``: ``--patience`` on validation
+   BLEU or loss within ``--max-epoch``), the seed, and ``--save-dir WORK/ROW.seedN`` (an interrupted run resumes
+   from its ``checkpoint_last.pt``, fairseq's own behaviour; ``options.json`` there makes sure it is the same run);
+2. epochs, updates, training time and the best validation score from the checkpoints fairseq wrote; target
+   tokens per second from its log; parameter counts of ``checkpoint_best.pt``;
+3. ``checkpoint_best.pt`` on the data's test split against the raw references (``--test-ref``), and on each extra
+   raw test set (``NAME=SRC_FILE,REF_FILE``, prepared with the training data's tokeniser, case and BPE);
+4. the record and the detokenised hypotheses written into the ledger (``records.write_record``).
+"""
+import json
+import os
+import platform
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Tuple
+
+from fairseq_outlayers.cli import compare
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.evaluation import evaluate
+from fairseq_outlayers.ledger import records
+from fairseq_outlayers.ledger.rows import LedgerRow, row_options
+from fairseq_outlayers.outfiles import write_text
+from fairseq_outlayers.rawtext import Preparation
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclass
+class Settings:
+    ledger: str
+    work: str
+    test_ref: str
+    test_name: str = "test2016"
+    extra_sets: Dict[str, Tuple[str, str]] = field(default_factory=dict)
+    patience: int = 5
+    max_epoch: int = 50
+    beam: int = 5
+    lenpen: float = 1.0
+    batch_size: int = 128
+
+
+def machine() -> Tuple[str, str]:
+    """(machine description, device) of this process: the device fairseq-train picks (CUDA when present)."""
+    import torch
+
+    desc = (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    device = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "cpu"
+    return desc, device
+
+
+def git_commit() -> str:
+    """The short commit of the package's checkout, with "-dirty" when tracked files differ from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                            text=True, cwd=ROOT)
+    return (head.stdout.strip() or "unknown") + ("-dirty" if status.stdout.strip() else "")
+
+
+def checkpoint_state(path: str) -> Dict:
+    """Completed epochs, updates, fairseq's cumulative training time and the best validation value saved in a
+    checkpoint (fairseq saves the iterator of the next epoch, position 0, at the end of an epoch)."""
+    import torch
+
+    import fairseq_outlayers  # noqa: F401  (allow-lists what fairseq checkpoints hold for weights-only loading)
+
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    extra = state.get("extra_state") or {}
+    iterator = extra.get("train_iterator") or {}
+    epoch = iterator.get("epoch", 1) - (0 if iterator.get("iterations_in_epoch") else 1)
+    return {"epoch": epoch,
+            "updates": state["optimizer_history"][-1]["num_updates"],
+            "training_seconds": round(extra.get("previous_training_time", 0.0), 1),
+            "best": extra.get("best")}
+
+
+def finite(value: float):
+    """``value`` rounded, or None when it is not a number (JSON has no NaN)."""
+    return round(value, 1) if value == value and abs(value) != float("inf") else None
+
+
+def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
+    """(record, True when it was already in the ledger)."""
+    options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
+    done = records.recorded(s.ledger, row.name, seed, options, row.path)
+    if done is not None:
+        return done, True
+    run_dir = os.path.join(s.work, f"{row.name}.seed{seed}")
+    os.makedirs(run_dir, exist_ok=True)
+    claim = os.path.join(run_dir, "options.json")  # fairseq resumes from run_dir: only a run of these options
+    if os.path.exists(claim) and json.load(open(claim, encoding="utf-8")) != options:
+        raise OutlayersConfigError(f"{run_dir} holds a partial run made with other options ({claim}); remove that "
+                                   "directory (or give another --work) to start this one afresh")
+    write_text(claim, json.dumps(options) + "\n")
+    log_path = os.path.join(run_dir, "train.log")
+    cmd = [compare._bin("fairseq-train"), options[0], "--user-dir", compare._user_dir(), *options[1:],
+           "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
+           "--no-progress-bar"]
+    resumed = os.path.exists(os.path.join(run_dir, "checkpoint_last.pt"))
+    seconds = compare.run_training(cmd, log_path, run_dir)
+    best_ckpt = os.path.join(run_dir, "checkpoint_best.pt")
+    last, best = checkpoint_state(os.path.join(run_dir, "checkpoint_last.pt")), checkpoint_state(best_ckpt)
+
+    prep = Preparation.from_data(row.data_bin)
+    tests, hyps, refs = {}, {}, {}
+    sets = [(s.test_name, None, s.test_ref)] + [(n, src, ref) for n, (src, ref) in sorted(s.extra_sets.items())]
+    for name, src, ref in sets:
+        tests[name], hyps[name], refs[name] = evaluate(prep, row.data_bin, best_ckpt,
+                                                       os.path.join(run_dir, f"eval-{name}"), ref, src, s.beam,
+                                                       s.lenpen, s.batch_size)
+        tests[name].update(source=src, reference_file=ref)
+        tests[name]["generate"] = " ".join(shlex.quote(c) for c in tests[name]["generate"])
+    desc, device = machine()
+    record = {
+        "row": row.name, "seed": seed, "table": row.table, "method": row.method, "baseline": row.baseline,
+        "row_file": os.path.relpath(row.path, ROOT) if os.path.abspath(row.path).startswith(ROOT) else row.path,
+        "description": row.description,
+        "validation": {"metric": row.validate, "reason": row.validate_reason, "patience": s.patience,
+                       "max_epoch": s.max_epoch, "best": best["best"]},
+        "options": options,
+        "command": " ".join(shlex.quote(c) for c in cmd),
+        "preparation": prep.describe(),
+        "commit": git_commit(), "machine": desc, "device": device,
+        "epochs": last["epoch"], "updates": last["updates"], "best_epoch": best["epoch"],
+        "best_updates": best["updates"], "wall_seconds": round(seconds, 1),
+        "training_seconds": last["training_seconds"], "resumed": resumed,
+        "tokens_per_second": finite(compare.training_speed(log_path)),
+        "params": compare.parameter_counts(best_ckpt),
+        "decoding": {"beam": s.beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10},
+        "lowercase": prep.lowercase,
+        "test": tests,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    records.write_record(s.ledger, record, hyps, refs)
+    return record, False
+
+
+def summary(record: Dict, test_name: str) -> str:
+    scores = record["test"].get(test_name, {})
+    return (f"{record['row']} seed {record['seed']}: sacreBLEU {scores.get('sacrebleu')} (tokenised "
+            f"{scores.get('tokenized_bleu')}), {record['epochs']} epochs, {record['updates']} updates, best valid "
+            f"{record['validation']['metric']} {record['validation']['best']}")
+

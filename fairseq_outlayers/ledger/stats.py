@@ -1,0 +1,84 @@
+"""Statistics of the ledger tables: mean and sample standard deviation over seeds, and a paired bootstrap test.
+
+``paired_bootstrap`` is sacreBLEU's paired bootstrap resampling (``sacrebleu --paired-bs``, after Koehn 2004 and
+Moses' bootstrap-hypothesis-difference-significance.pl) extended to several seeds per system: each resample draws
+the test sentences once (numpy ``default_rng(seed).choice``, as sacreBLEU does) and applies the same draw to every
+seed of both systems; the statistic is the difference of the mean BLEU over the seeds both systems have. The
+p-value is sacreBLEU's: the resampled absolute differences are centred on their mean, and p = (number above the
+observed absolute difference + 1) / (resamples + 1). With one seed it is exactly sacreBLEU's own test (same seed,
+same resamples: tests/test_ledger_stats.py checks it against ``sacrebleu.significance.PairedTest``).
+"""
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+#: sacreBLEU's defaults for the paired bootstrap (``--paired-bs-n 1000``, ``SACREBLEU_SEED=12345``)
+N_SAMPLES = 1000
+SEED = 12345
+
+
+def mean_sd(values: Sequence[float]) -> Tuple[Optional[float], Optional[float]]:
+    """Mean and sample standard deviation (n - 1 in the denominator); the deviation is None below 2 values."""
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def sentence_stats(hyps: List[str], refs: List[str], lowercase: bool) -> np.ndarray:
+    """sacreBLEU's sufficient statistics per sentence: [hyp length, ref length, 4 matches, 4 totals]."""
+    from fairseq_outlayers.evaluation import bleu_metric
+
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    import logging
+
+    bleu = bleu_metric(lowercase)
+    rows = []
+    logger = logging.getLogger("sacrebleu")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # its advice on smoothing sentence scores: only the raw counts are used here
+    try:
+        for h, r in zip(hyps, refs):
+            s = bleu.sentence_score(h, [r])
+            rows.append([s.sys_len, s.ref_len, *s.counts, *s.totals])
+    finally:
+        logger.setLevel(level)
+    return np.array(rows, dtype="float32")
+
+
+def bleu_from_stats(sums: np.ndarray) -> float:
+    """Corpus BLEU (sacreBLEU's default exponential smoothing) from summed sentence statistics."""
+    from sacrebleu.metrics import BLEU
+
+    return BLEU.compute_bleu(correct=sums[2:6], total=sums[6:10], sys_len=int(sums[0]), ref_len=int(sums[1]),
+                             smooth_method="exp").score
+
+
+def paired_bootstrap(system: Dict[int, np.ndarray], baseline: Dict[int, np.ndarray], n_samples: int = N_SAMPLES,
+                     seed: int = SEED) -> Tuple[float, float, List[int]]:
+    """(observed difference of mean BLEU, p-value, the seeds used) over the seeds both systems have."""
+    seeds = sorted(set(system) & set(baseline))
+    if not seeds:
+        raise ValueError("the system and its baseline have no seed in common")
+    n = len(system[seeds[0]])
+    if any(len(system[s]) != n or len(baseline[s]) != n for s in seeds):
+        raise ValueError("every run must have translated the same test sentences")
+
+    def difference(idx):
+        # the observed scores from exact (float64) sums, as sacreBLEU scores a corpus; the resamples from float32
+        # sums, as its bootstrap does
+        pick = (lambda a: a.astype(np.float64)) if idx is None else (lambda a: a[idx])
+        sys_mean = sum(bleu_from_stats(pick(system[s]).sum(0)) for s in seeds) / len(seeds)
+        base_mean = sum(bleu_from_stats(pick(baseline[s]).sum(0)) for s in seeds) / len(seeds)
+        return sys_mean - base_mean
+
+    observed = difference(None)
+    idxs = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
+    diffs = np.abs(np.array([difference(idx) for idx in idxs]))
+    centred = diffs - diffs.mean()
+    p = (np.sum(centred > abs(observed)).item() + 1) / (n_samples + 1)
+    return observed, p, seeds

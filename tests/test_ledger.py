@@ -1,0 +1,231 @@
+"""The results ledger without training: rows and their directives, records, mean ± sd over seeds, missing seeds,
+the paired bootstrap against sacreBLEU's own and against an independent computation, bit-for-bit rendering."""
+import math
+import os
+
+import numpy as np
+import pytest
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.ledger import records
+from fairseq_outlayers.ledger.__main__ import main as ledger_main
+from fairseq_outlayers.ledger.render import converged_figures, render
+from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
+from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap, sentence_stats
+
+REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
+        "a woman sells fruit at a market .", "children are running on the beach .",
+        "a black cat sleeps on a sofa .", "the old man reads a newspaper in the park .",
+        "a girl in a blue dress jumps .", "three people sit around a table ."]
+HYP_A = ["a man rides a red bike on the street .", "two dogs play in snow .", "a woman sells fruit at market .",
+         "children run on the beach .", "a black cat sleeps on the sofa .", "an old man reads a paper in a park .",
+         "a girl in blue dress jumps .", "three people are sitting at a table ."]
+HYP_B = ["a man is riding a bike down the street .", "two dogs are playing in the snow .",
+         "a lady sells fruits in a market .", "kids are running on the beach .", "a cat sleeps on a couch .",
+         "the old man reads a newspaper in the park .", "a girl jumps .", "three persons sit around a table ."]
+
+
+def fake_record(ledger, row, seed, bleu, hyps, baseline=None, device="cpu", table="t", tok=None):
+    rec = {"row": row, "seed": seed, "table": table, "method": row, "baseline": baseline,
+           "row_file": f"configs/x/{row}.args", "description": row,
+           "validation": {"metric": "bleu", "reason": "", "patience": 5, "max_epoch": 50, "best": 1.0},
+           "options": ["data", "--output-layer", row, "--seed", str(seed)], "command": "fairseq-train ...",
+           "commit": "abc1234", "machine": "test", "device": device, "epochs": 10, "updates": 1000,
+           "best_epoch": 8, "best_updates": 800, "wall_seconds": 1.0, "training_seconds": 1.0, "resumed": False,
+           "tokens_per_second": 1000.0, "params": {"total": 10, "trained": 8, "embedding": 4, "output": 2},
+           "lowercase": False,
+           "test": {"test2016": {"sentences": len(hyps), "sacrebleu": bleu, "sacrebleu_signature": "sig",
+                                 "tokenized_bleu": bleu if tok is None else tok,
+                                 "tokenized_bleu_signature": "tsig"}}}
+    records.write_record(ledger, rec, {"test2016": hyps}, {"test2016": REFS})
+    return rec
+
+
+def _row_line(text, name):
+    return next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
+
+
+def test_three_seeds_give_mean_and_sample_deviation(tmp_path):
+    ledger = str(tmp_path)
+    for seed, bleu in ((1, 30.0), (2, 31.0), (3, 35.0)):
+        fake_record(ledger, "softmax", seed, bleu, HYP_A)
+    line = _row_line(render(ledger), "softmax")
+    # mean 32, sample deviation sqrt((4 + 1 + 9) / 2) = sqrt(7) = 2.6458
+    assert "| 30.00 / 31.00 / 35.00 | 32.00 ± 2.65 |" in line
+    assert mean_sd([30.0, 31.0, 35.0]) == (32.0, math.sqrt(7.0))
+    assert mean_sd([30.0]) == (30.0, None) and mean_sd([]) == (None, None)
+    assert converged_figures(ledger) == {"softmax": ["32.00 ± 2.65 (3 seeds, t/softmax)"]}
+
+
+def test_a_missing_seed_is_shown_and_not_averaged(tmp_path):
+    ledger = str(tmp_path)
+    fake_record(ledger, "softmax", 1, 30.0, HYP_A)
+    fake_record(ledger, "softmax", 3, 35.0, HYP_A)
+    line = _row_line(render(ledger), "softmax")
+    # mean of the two recorded seeds, deviation sqrt(2 * 2.5^2 / 1) = 3.54; seed 2 reads missing
+    assert "| 30.00 / missing / 35.00 | 32.50 ± 3.54 |" in line
+    fake_record(ledger, "tied", 1, 29.0, HYP_B, baseline="softmax")
+    text = render(ledger, seeds=[1, 2, 3, 4])
+    assert "| 29.00 / missing / missing / missing | 29.00 (1 seed) |" in _row_line(text, "tied")
+    assert "(seeds 1)" in _row_line(text, "tied")  # the test used the one seed both rows have
+
+
+def test_render_is_deterministic_and_written_atomically(tmp_path):
+    ledger = str(tmp_path / "runs")
+    for seed in (1, 2):
+        fake_record(ledger, "softmax", seed, 30.0 + seed, HYP_A)
+        fake_record(ledger, "tied", seed, 29.0 + seed, HYP_B, baseline="softmax")
+    out = tmp_path / "ledger.md"
+    assert ledger_main(["render", "--ledger", ledger, "--out", str(out)]) == 0
+    first = out.read_bytes()
+    assert ledger_main(["render", "--ledger", ledger, "--out", str(out)]) == 0
+    assert out.read_bytes() == first
+    assert "(baseline)" in _row_line(first.decode(), "softmax")
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_empty_ledger_renders_and_says_so(tmp_path):
+    assert "The ledger holds no record yet." in render(str(tmp_path))
+
+
+def test_paired_bootstrap_is_sacrebleus_with_one_seed(monkeypatch):
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    monkeypatch.setenv("SACREBLEU_SEED", "12345")
+    test = PairedTest([("base", HYP_B), ("sys", HYP_A)], {"BLEU": BLEU()}, [REFS], test_type="bs", n_samples=200)
+    _, scores = test()
+    expected = scores["BLEU"][1]
+    diff, p, seeds = paired_bootstrap({1: sentence_stats(HYP_A, REFS, False)}, {1: sentence_stats(HYP_B, REFS, False)},
+                                      n_samples=200, seed=12345)
+    assert seeds == [1]
+    assert p == expected.p_value
+    assert diff == pytest.approx(expected.score - scores["BLEU"][0].score, abs=1e-9)
+
+
+def test_paired_bootstrap_over_seeds_matches_an_independent_computation():
+    from sacrebleu.metrics import BLEU
+
+    system = {1: HYP_A, 2: HYP_B[:4] + HYP_A[4:]}
+    baseline = {1: HYP_B, 2: HYP_A[:4] + HYP_B[4:], 3: HYP_B}  # seed 3 has no partner: not used
+    n = 100
+    diff, p, seeds = paired_bootstrap({s: sentence_stats(h, REFS, False) for s, h in system.items()},
+                                      {s: sentence_stats(h, REFS, False) for s, h in baseline.items()},
+                                      n_samples=n, seed=7)
+    assert seeds == [1, 2]
+
+    # reference: corpus BLEU of the resampled sentences themselves, seed by seed, through sacreBLEU's corpus_score
+    def mean_bleu(hyps_by_seed, idx):
+        bleu = BLEU()
+        return np.mean([bleu.corpus_score([hyps_by_seed[s][i] for i in idx], [[REFS[i] for i in idx]]).score
+                        for s in (1, 2)])
+
+    everything = list(range(len(REFS)))
+    observed = mean_bleu(system, everything) - mean_bleu(baseline, everything)
+    draws = np.random.default_rng(7).choice(len(REFS), size=(n, len(REFS)), replace=True)
+    sample = np.abs([mean_bleu(system, idx) - mean_bleu(baseline, idx) for idx in draws])
+    expected_p = (np.sum(sample - sample.mean() > abs(observed)) + 1) / (n + 1)
+    assert diff == pytest.approx(observed, abs=1e-6)
+    assert p == pytest.approx(expected_p, abs=1e-12)
+
+
+def test_devices_are_not_mixed_in_a_comparison(tmp_path):
+    ledger = str(tmp_path)
+    fake_record(ledger, "softmax", 1, 30.0, HYP_A, device="cpu")
+    fake_record(ledger, "tied", 1, 29.0, HYP_B, baseline="softmax", device="cuda: H100")
+    assert "— (devices differ)" in _row_line(render(ledger), "tied")
+
+
+def test_rows_directives_and_protocol(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "bpecodes").write_text("a b 1\n")
+    row = tmp_path / "40-fixed.args"
+    row.write_text("# fixed random targets\n# baseline: softmax\n# method: fixed\n"
+                   f"--data-bin {tmp_path / 'data'} --output-layer fixed\n")
+    r = read_ledger_row(str(row))
+    assert (r.name, r.baseline, r.method, r.table, r.validate) == ("fixed", "softmax", "fixed", tmp_path.name, "bleu")
+    assert r.description == "fixed random targets" and r.train_args == ["--output-layer", "fixed"]
+    opts = protocol_options(r, patience=5, max_epoch=40, beam=5)
+    for option in ("--eval-bleu", "--eval-bleu-remove-bpe", "--maximize-best-checkpoint-metric"):
+        assert option in opts
+    assert opts[:4] == ["--patience", "5", "--max-epoch", "40"]
+    assert row_options(r, 3, 5, 40, 5)[-2:] == ["--seed", "3"]
+    row.write_text("# continuous\n# validate: loss -- no BLEU\n--data-bin d --criterion vmf_nll\n")
+    r = read_ledger_row(str(row))
+    assert (r.validate, r.validate_reason) == ("loss", "no BLEU")
+    assert protocol_options(r, 5, 40, 5)[-2:] == ["--best-checkpoint-metric", "loss"]
+    row.write_text("# x\n# validate: loss\n--data-bin d\n")
+    with pytest.raises(OutlayersConfigError, match=r"40-fixed.args:2: '# validate: loss' needs the reason"):
+        read_ledger_row(str(row))
+    row.write_text("# x\n--output-layer tied\n")
+    with pytest.raises(OutlayersConfigError, match="names no --data-bin"):
+        read_ledger_row(str(row))
+
+
+def test_a_record_made_with_other_options_is_an_error_naming_both(tmp_path):
+    ledger = str(tmp_path)
+    fake_record(ledger, "softmax", 1, 30.0, HYP_A)
+    same = ["data", "--output-layer", "softmax", "--seed", "1"]
+    assert records.recorded(ledger, "softmax", 1, same, "rows/10-softmax.args")["seed"] == 1
+    assert records.recorded(ledger, "softmax", 2, same, "rows/10-softmax.args") is None
+    with pytest.raises(OutlayersConfigError, match=r"softmax.seed1.json was run with `data --output-layer softmax "
+                       r"--seed 1` but rows/10-softmax.args now gives `data --output-layer tied --seed 1`"):
+        records.recorded(ledger, "softmax", 1, ["data", "--output-layer", "tied", "--seed", "1"],
+                         "rows/10-softmax.args")
+
+
+def test_large_hypotheses_are_gzipped_reproducibly(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "GZIP_ABOVE", 10)
+    name = records.write_lines(str(tmp_path), "x.hyp", HYP_A)
+    assert name == "x.hyp.gz" and records.read_lines(str(tmp_path), name) == HYP_A
+    first = (tmp_path / name).read_bytes()
+    records.write_lines(str(tmp_path), "x.hyp", HYP_A)
+    assert (tmp_path / name).read_bytes() == first
+
+
+def test_raw_test_set_specs_and_raw_text_errors(tmp_path):
+    from fairseq_outlayers.evaluation import parse_raw_sets
+    from fairseq_outlayers.rawtext import Preparation, read_text
+
+    src, ref = tmp_path / "a.de", tmp_path / "a.en"
+    src.write_text("Ein Hund.\n")
+    ref.write_text("A dog.\n")
+    assert parse_raw_sets([f"news={src},{ref}"]) == {"news": (str(src), str(ref))}
+    for spec, message in ((f"news={src}", "expected NAME=SRC_FILE,REF_FILE"),
+                          (f"={src},{ref}", "expected NAME=SRC_FILE,REF_FILE"),
+                          (f"news={src},{tmp_path / 'no.en'}", "no.en' does not exist")):
+        with pytest.raises(OutlayersConfigError, match=message):
+            parse_raw_sets([spec])
+    with pytest.raises(OutlayersConfigError, match="'news' is given twice"):
+        parse_raw_sets([f"news={src},{ref}", f"news={src},{ref}"])
+    bad = tmp_path / "bad.de"
+    bad.write_bytes(b"gut\nnicht \xff gut\n")
+    with pytest.raises(OutlayersConfigError, match=r"bad.de:2: --input is not valid UTF-8"):
+        read_text(str(bad), "--input")
+    (tmp_path / "empty.de").write_text("")
+    with pytest.raises(OutlayersConfigError, match="is empty"):
+        read_text(str(tmp_path / "empty.de"), "--input")
+    # the preparation is read from the data directory: case from .done, joint or source-side BPE codes
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.de-en.de.idx").write_bytes(b"")
+    (data / ".done").write_text("origin: x\nlowercase: 1\n")
+    (data / "bpecodes.de").write_text("e n 5\n")
+    prep = Preparation.from_data(str(data))
+    assert (prep.src, prep.tgt, prep.lowercase, prep.target_bpe) == ("de", "en", True, False)
+    assert prep.bpe_codes.endswith("bpecodes.de")
+    assert prep.tokenise(["Ein Hund, der läuft."], "de") == ["ein hund , der läuft ."]
+    with pytest.raises(OutlayersConfigError, match="holds no binarised split"):
+        Preparation.from_data(str(tmp_path))
+
+
+def test_a_partial_run_with_other_options_is_not_resumed(tmp_path):
+    from fairseq_outlayers.ledger.rows import LedgerRow
+    from fairseq_outlayers.ledger.runner import Settings, run
+
+    row = LedgerRow("tied", "rows/20-tied.args", "data", ["--output-layer", "tied"])
+    partial = tmp_path / "work" / "tied.seed1"
+    partial.mkdir(parents=True)
+    (partial / "options.json").write_text('["data", "--output-layer", "softmax"]\n')
+    with pytest.raises(OutlayersConfigError, match="tied.seed1 holds a partial run made with other options"):
+        run(row, 1, Settings(ledger=str(tmp_path / "runs"), work=str(tmp_path / "work"), test_ref="ref"))

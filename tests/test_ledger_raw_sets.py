@@ -1,0 +1,123 @@
+"""End to end on a tiny model: the ledger runner trains a row under the converged protocol (validation BLEU,
+patience, max epochs), records it with an extra raw test set prepared with the data's own tokeniser, case and
+BPE, skips it on a rerun, and the translate command turns raw text into raw text."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from harness import TINY_TRANSFORMER, make_corpus, run, tool
+
+from fairseq_outlayers.cli.translate import main as translate_main
+from fairseq_outlayers.evaluation import bleu_metric
+from fairseq_outlayers.ledger.__main__ import main as ledger_main
+from fairseq_outlayers.ledger import records
+from fairseq_outlayers.rawtext import Preparation
+
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A data directory made the way scripts/prepare-multi30k.sh makes one: tokenised, lowercased, joint BPE
+    (fastBPE), binarised, with bpecodes and .done beside the data; the raw (cased) text kept."""
+    root = tmp_path_factory.mktemp("prepared")
+    raw = make_corpus(str(root / "raw"))
+    prep = Preparation("de", "en", lowercase=True, bpe_codes=None, target_bpe=True)
+    tok = root / "tok"
+    tok.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang in ("de", "en"):
+            lines = open(os.path.join(raw, f"{split}.{lang}"), encoding="utf-8").read().splitlines()
+            (tok / f"{split}.{lang}").write_text("".join(x + "\n" for x in prep.tokenise(lines, lang)))
+    codes = root / "codes"
+    with open(codes, "w") as f:
+        subprocess.run([tool("fast"), "learnbpe", "20", str(tok / "train.de"), str(tok / "train.en")], stdout=f,
+                       check=True)
+    data = root / "data"
+    data.mkdir()
+    (data / "bpecodes").write_text(codes.read_text())
+    prep.bpe_codes = str(data / "bpecodes")
+    bpe = root / "bpe"
+    bpe.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang in ("de", "en"):
+            lines = (tok / f"{split}.{lang}").read_text().splitlines()
+            (bpe / f"{split}.{lang}").write_text("".join(x + "\n" for x in prep._bpe(lines)))
+    run([tool("fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--trainpref", str(bpe / "train"),
+         "--validpref", str(bpe / "valid"), "--testpref", str(bpe / "test"), "--destdir", str(data), "--workers", "1"])
+    (data / ".done").write_text("origin: synthetic\nlowercase: 1\nbpe_merges: 20\n")
+    return {"root": root, "raw": raw, "data": str(data), "bpe": str(bpe)}
+
+
+def ledger_args(prepared, ledger, rows):
+    raw = prepared["raw"]
+    return ["run", "--rows", rows, "--seeds", "1", "--max-epoch", "1", "--patience", "1", "--beam", "2",
+            "--test-ref", os.path.join(raw, "test.en"), "--test-set", f"heldout={raw}/valid.de,{raw}/valid.en",
+            "--ledger", ledger, "--work", str(prepared["root"] / "work")]
+
+
+def test_extra_raw_test_set_is_scored_end_to_end_and_a_recorded_run_is_skipped(prepared, tmp_path, capsys):
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    options = " ".join(TINY_TRANSFORMER + ["--optimizer", "adam", "--lr", "0.003", "--max-tokens", "600", "--cpu",
+                                           "--num-workers", "0", "--output-layer", "tied"])
+    (rows / "20-tied.args").write_text(f"# tiny tied Transformer\n--data-bin {prepared['data']} {options}\n")
+    ledger = str(tmp_path / "runs")
+    assert ledger_main(ledger_args(prepared, ledger, str(rows / "*.args"))) == 0
+
+    record = json.load(open(os.path.join(ledger, "tied.seed1.json")))
+    assert record["validation"]["metric"] == "bleu" and record["epochs"] == 1 and record["updates"] > 0
+    assert "--eval-bleu-remove-bpe" in record["options"] and "--patience" in record["options"]
+    assert record["params"]["trained"] > 0 and record["device"] == "cpu"
+    assert set(record["test"]) == {"test2016", "heldout"}
+    raw = prepared["raw"]
+    for name, ref_file in (("test2016", "test.en"), ("heldout", "valid.en")):
+        scores = record["test"][name]
+        hyps = records.read_lines(ledger, scores["hypotheses"])
+        refs = open(os.path.join(raw, ref_file), encoding="utf-8").read().splitlines()
+        assert records.read_lines(ledger, scores["reference"]) == refs and len(hyps) == len(refs) == 24
+        # the recorded score is sacreBLEU (case-insensitive: the data is lowercased) of the kept hypotheses
+        assert "case:lc" in scores["sacrebleu_signature"]
+        assert scores["sacrebleu"] == round(bleu_metric(True).corpus_score(hyps, [refs]).score, 2)
+    # the extra set went through the training data's own tokenisation, case and BPE
+    prepared_src = open(prepared["root"] / "work" / "tied.seed1" / "eval-heldout" / "data" / "text.de").read()
+    assert prepared_src == open(os.path.join(prepared["bpe"], "valid.de")).read()
+
+    # a checkpoint trained with --eval-bleu loads under weights-only with the plugin's allow-list only
+    import torch
+
+    from fairseq_outlayers.checkpoint_safety import ALLOWED_GLOBALS
+
+    ckpt = str(prepared["root"] / "work" / "tied.seed1" / "checkpoint_best.pt")
+    allowed = {f"{c.__module__}.{c.__qualname__}" for c in ALLOWED_GLOBALS} | {"numpy._core.multiarray._reconstruct"}
+    assert set(torch.serialization.get_unsafe_globals_in_checkpoint(ckpt)) <= allowed
+
+    # rerun: recorded, so skipped (no training, the record unchanged)
+    before = open(os.path.join(ledger, "tied.seed1.json"), "rb").read()
+    capsys.readouterr()
+    assert ledger_main(ledger_args(prepared, ledger, str(rows / "*.args"))) == 0
+    out = capsys.readouterr().out
+    assert "recorded already: tied seed 1" in out and "fairseq-train" not in out
+    assert open(os.path.join(ledger, "tied.seed1.json"), "rb").read() == before
+    # the same row name with other options: one line naming both, nothing run
+    (rows / "20-tied.args").write_text(f"# changed\n--data-bin {prepared['data']} {options} --lr 0.001\n")
+    assert ledger_main(ledger_args(prepared, ledger, str(rows / "*.args"))) == 2
+    err = capsys.readouterr().err
+    assert "tied.seed1.json was run with" in err and "20-tied.args now gives" in err
+
+    # translate a user's raw text file: one line out per line in, an empty line kept empty, the text cased
+    # differently from the lowercased training data; the test set's own translations come out (all 24 sentences
+    # in one batch, as in the test-set run: an untrained model's length limit depends on the batch)
+    src = open(os.path.join(raw, "test.de"), encoding="utf-8").read().splitlines()
+    text = tmp_path / "in.de"
+    text.write_text("".join(x + "\n" for x in [src[0], ""] + [src[1].upper()] + src[2:]))
+    out = tmp_path / "out.en"
+    assert translate_main(["--checkpoint", ckpt, "--data", prepared["data"], "--input", str(text), "--output",
+                           str(out), "--beam", "2"]) == 0
+    lines = out.read_text().split("\n")[:-1]
+    test_hyps = records.read_lines(ledger, record["test"]["test2016"]["hypotheses"])
+    assert len(lines) == 25 and lines[1] == "" and lines[:1] + lines[2:] == test_hyps
+    assert translate_main(["--checkpoint", ckpt, "--data", prepared["data"], "--input", str(tmp_path / "no.de"),
+                           "--output", str(tmp_path / "o")]) == 2
+    assert "translate: error: --input" in capsys.readouterr().err
