@@ -51,10 +51,9 @@ def run_one(row, seed, args, base_args, ref_path, lock):
             meta = json.load(open(done))
             if meta.get("args") == row["args"]:
                 if not os.path.exists(record):  # a run finished before records were kept
-                    os.makedirs(args.records, exist_ok=True)
-                    with open(record + ".tmp", "w") as f:
-                        json.dump(meta, f, indent=2)
-                    os.replace(record + ".tmp", record)
+                    _write_json(record, meta)
+                if not args.render_only:
+                    _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock)
                 return meta
             raise SystemExit(f"vmf_sweep: {done} was run with other options ('{meta.get('args')}'); rename the "
                              f"row or move the record away")
@@ -78,10 +77,8 @@ def run_one(row, seed, args, base_args, ref_path, lock):
                                     cwd=ROOT).stdout.strip()
     meta["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.jobs} job(s) x {args.threads} thread(s)"
     for path in (meta_path, record):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            json.dump(meta, f, indent=2)
-        os.replace(path + ".tmp", path)
+        _write_json(path, meta)
+    _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock)
     if not args.keep_checkpoints:
         for name in os.listdir(run_dir):
             if name.endswith(".pt") and name != "checkpoint_last.pt":
@@ -90,6 +87,53 @@ def run_one(row, seed, args, base_args, ref_path, lock):
         compare.log(f"{row['name']} seed {seed}: BLEU " + " / ".join(
             f"beam {b} {meta['bleu'][str(b)]:.2f}" for b in args.beams) + f", valid {meta['valid']}")
     return meta
+
+
+def _write_json(path, meta):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(meta, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def scaled_key(beam, scale):
+    """The ``bleu`` key of a decode at ``beam`` with ``--continuous-score-scale scale``: ``"5@40"``."""
+    return f"{beam}@{scale:g}"
+
+
+def _scaled_decodes(meta, row, run_dir, args, ref_path, paths, lock):
+    """Add the ``--scaled-decodes`` BLEU figures a run lacks (its checkpoint must still be there); the scale
+    replaces κ in the beam-search scores (``--model-overrides``), chosen on validation beforehand with
+    scripts/tune_continuous_decoding.py."""
+    ckpt = os.path.join(run_dir, "checkpoint_last.pt")
+    missing = [(b, s) for b, s in args.scaled_decodes if scaled_key(b, s) not in meta["bleu"]]
+    if not missing or "--output-layer continuous" not in row["args"]:
+        return
+    if not os.path.exists(ckpt):
+        with lock:
+            compare.log(f"{row['name']} seed {meta['seed']}: no checkpoint in {run_dir}; scaled decodes skipped")
+        return
+    for beam, scale in missing:
+        hyps = compare.translate(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.scale{scale:g}.hyp"),
+                                 beam, args.lenpen, args.batch_size,
+                                 extra_args=["--model-overrides", repr({"continuous_score_scale": scale})])
+        meta["bleu"][scaled_key(beam, scale)], _ = compare.score(hyps, ref_path, "en", args.lowercase)
+        with lock:
+            compare.log(f"{row['name']} seed {meta['seed']}: beam {beam}, scale {scale:g}: BLEU "
+                        f"{meta['bleu'][scaled_key(beam, scale)]:.2f}")
+    for path in paths:
+        _write_json(path, meta)
+
+
+def _parse_scaled(text):
+    try:
+        beam, scale = text.split(":")
+        beam, scale = int(beam), float(scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not BEAM:SCALE (e.g. 5:40)") from None
+    if beam < 1 or not scale > 0:
+        raise argparse.ArgumentTypeError(f"'{text}': the beam must be >= 1 and the scale > 0")
+    return beam, scale
 
 
 def _mean(values):
@@ -101,19 +145,21 @@ def _fmt(v, digits=2):
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def table(rows, metas, seeds, beams):
+def table(rows, metas, seeds, beams, scaled=()):
     """Markdown table: per row the mean over the seeds that finished (and each seed's BLEU)."""
-    head = (["row"] + [f"BLEU beam {b} (mean)" for b in beams] + [f"beam {b} per seed" for b in beams]
+    keys = [str(b) for b in beams] + [scaled_key(b, s) for b, s in scaled]
+    names = [f"beam {b}" for b in beams] + [f"beam {b}, scale {s:g}" for b, s in scaled]
+    head = (["row"] + [f"BLEU {n} (mean)" for n in names] + [f"{n} per seed" for n in names]
             + ["κ (mean ‖ê‖)", "cos", "nn_acc %", "κ low %", "κ high %", "train tok/s"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         runs = [metas.get((row["name"], s)) for s in seeds]
         done = [r for r in runs if r]
         cells = [row["name"]]
-        for b in beams:
-            cells.append(_fmt(_mean([r["bleu"][str(b)] for r in done])))
-        for b in beams:
-            cells.append(" / ".join(_fmt(r["bleu"][str(b)]) if r else "missing" for r in runs))
+        for k in keys:
+            cells.append(_fmt(_mean([r["bleu"].get(k) for r in done])))
+        for k in keys:
+            cells.append(" / ".join(_fmt(r["bleu"].get(k)) if r else "missing" for r in runs))
         for key, digits in (("norm", 1), ("cos", 3), ("nn_acc", 1), ("kappa_low", 1), ("kappa_high", 1)):
             cells.append(_fmt(_mean([r["valid"].get(key) for r in done]), digits))
         cells.append(_fmt(_mean([r["speed"] for r in done]), 0))
@@ -130,7 +176,7 @@ def write_report(path, rows, metas, args, base_args, ref_path):
           f"Base options: `{' '.join(base_args)}`; BLEU: sacreBLEU on detokenised output against `{ref_path}`"
           f"{' (lowercased)' if args.lowercase else ''}. Validation figures (κ, cos, nn_acc, κ alarms) are the "
           "last validation of each run, averaged over seeds.", "",
-          table(rows, metas, args.seeds, args.beams), "", "Rows:", ""]
+          table(rows, metas, args.seeds, args.beams, args.scaled_decodes), "", "Rows:", ""]
     md += [f"- **{r['name']}**: `{r['args']}`" for r in rows]
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -154,6 +200,9 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--max-update", type=int, default=800)
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
+    parser.add_argument("--scaled-decodes", type=_parse_scaled, nargs="+", default=[], metavar="BEAM:SCALE",
+                        help="also decode continuous rows at BEAM with --continuous-score-scale SCALE (chosen on "
+                             "validation with scripts/tune_continuous_decoding.py), added to finished runs too")
     parser.add_argument("--lenpen", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--base-args", default=None, help="fairseq-train options of every row (default: the "
@@ -211,7 +260,7 @@ def main(argv=None):
                     compare.log(f"{key[0]} seed {key[1]} FAILED: {exc}")
             with lock:
                 write_report(report, rows, metas, args, base_args, ref_path)
-    print(table(rows, metas, args.seeds, args.beams))
+    print(table(rows, metas, args.seeds, args.beams, args.scaled_decodes))
     compare.log(f"wrote {report}")
     if failed:
         raise SystemExit(f"vmf_sweep: {len(failed)} run(s) failed: {failed}")
