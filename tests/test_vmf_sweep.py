@@ -1,0 +1,44 @@
+"""scripts/vmf_sweep.py: the table from run records (means over finished seeds, missing seeds shown, scaled
+decodes as their own columns) and its option parsing."""
+import argparse
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    spec = importlib.util.spec_from_file_location("vmf_sweep", os.path.join(ROOT, "scripts", "vmf_sweep.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _meta(bleu, norm, speed):
+    return {"bleu": bleu, "valid": {"norm": norm, "cos": 0.5, "nn_acc": 60.0}, "speed": speed}
+
+
+def test_table_means_missing_seeds_and_scaled_columns(sweep):
+    rows = [{"name": "a"}, {"name": "b"}]
+    metas = {("a", 1): _meta({"1": 20.0, "5": 21.0, "5@40": 22.0}, 10.0, 100.0),
+             ("a", 2): _meta({"1": 22.0, "5": 23.0, "5@40": 25.0}, 14.0, 300.0),
+             ("b", 1): _meta({"1": 30.0, "5": 31.0}, 20.0, 50.0)}
+    lines = sweep.table(rows, metas, [1, 2], [1, 5], [(5, 40.0)]).splitlines()
+    assert lines[0].split(" | ")[1:4] == ["BLEU beam 1 (mean)", "BLEU beam 5 (mean)", "BLEU beam 5, scale 40 (mean)"]
+    a = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert a[:7] == ["a", "21.00", "22.00", "23.50", "20.00 / 22.00", "21.00 / 23.00", "22.00 / 25.00"]
+    assert a[7] == "12.0" and a[-1] == "200"
+    b = [c.strip() for c in lines[3].strip("|").split("|")]
+    # seed 2 of b is missing: shown, never averaged in; a decode a run lacks is a dash
+    assert b[1:7] == ["30.00", "31.00", "—", "30.00 / missing", "31.00 / missing", "— / missing"]
+
+
+def test_scaled_decode_option(sweep):
+    assert sweep._parse_scaled("5:40") == (5, 40.0) and sweep.scaled_key(5, 40.0) == "5@40"
+    assert sweep.scaled_key(5, 12.5) == "5@12.5"
+    for bad in ("5", "5:x", "0:40", "5:0", "5:-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            sweep._parse_scaled(bad)
