@@ -11,7 +11,7 @@ from fairseq.data import Dictionary
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput, TargetVectorEmbedding
-from fairseq_outlayers.modules.vmf import nearest_neighbours
+from fairseq_outlayers.modules.nn_search import nearest_neighbours
 from fairseq_outlayers.vectors import SPECIAL_SEED, load_target_table
 from harness import TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
 
@@ -295,7 +295,7 @@ def _criterion_checks(model, task):
 
     from fairseq_outlayers.criterions.continuous_losses import (CosineCriterion, L2Criterion, MaxMarginCriterion,
                                                                 VMFNLLCriterion)
-    from fairseq_outlayers.modules import vmf
+    from fairseq_outlayers.modules import vmf_losses as vmf
 
     ds = task.dataset("test")
     sample = ds.collater([ds[i] for i in range(6)])

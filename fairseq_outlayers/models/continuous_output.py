@@ -1,6 +1,6 @@
 """Registrations for continuous outputs (Kumar & Tsvetkov 2019): ``--output-layer continuous``, the tied input
 embeddings ``--embeddings target-vectors`` (section 4.4), and presets. The modules are in
-``modules/continuous_output.py``, the maths in ``modules/vmf.py``, the vector loading in ``vectors.py``.
+``modules/continuous_output.py``, the maths in ``modules/bessel.py``, ``vmf_losses.py`` and ``nn_search.py``, the vector loading in ``vectors.py``.
 
 The frozen target table is read from ``--target-vectors`` when a model is built for training; it is a buffer of
 the model, so it is saved in every checkpoint. A model rebuilt from a checkpoint (``fairseq-generate``,
@@ -132,7 +132,7 @@ def decoding_options(args, task):
                        f"K = {MIN_TOPK}")
         topk = MIN_TOPK
     if args.continuous_search == "faiss":
-        from fairseq_outlayers.modules.vmf import import_faiss
+        from fairseq_outlayers.modules.nn_search import import_faiss
 
         import_faiss()  # fail now, not at the first decoding step
     return dict(score_scale=args.continuous_score_scale, search=args.continuous_search,

@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .output_layer import OutputLayer, TiedReference
-from .vmf import FaissInnerProductIndex, candidate_log_probs, nearest_neighbours
+from .nn_search import FaissInnerProductIndex, candidate_log_probs, nearest_neighbours
 
 SEARCHES = ("exact", "faiss")
 #: K of --continuous-search faiss when --continuous-topk is not given
