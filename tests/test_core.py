@@ -1,4 +1,6 @@
 """Unit tests of the model core: output layers, tying, parameter counts, Luong attention, bad options."""
+import copy
+
 import pytest
 import torch
 
@@ -60,6 +62,13 @@ def test_tied_weight_is_one_tensor(tiny_bin):
         model.decoder.embed_tokens.weight[5].fill_(0.25)  # an update of the embedding is an update of the output
     feats = torch.ones(1, 1, D)
     assert torch.allclose(out(feats)[0, 0, 5], torch.tensor(0.25 * D))
+    # held unregistered (modules/output_layer.py, TiedReference): saved once, under the embedding's name ...
+    assert not any(k.startswith("decoder.output_projection.") for k in model.state_dict())
+    # ... and it follows the embedding when the model is converted or copied
+    model.double()
+    assert out.target_weights()[0] is model.decoder.embed_tokens.weight and out(feats.double()).dtype == torch.float64
+    twin = copy.deepcopy(model)
+    assert twin.decoder.output_projection.tied_embedding is twin.decoder.embed_tokens
 
 
 def test_three_way_tying_shares_one_matrix(tiny_bin_joined):
