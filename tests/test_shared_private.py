@@ -155,6 +155,16 @@ def test_model_forward_after_writes_through_data_is_fresh(tiny_bin, tiny_pairing
         assert torch.equal(model(src, lengths, prev)[0], fresh(src, lengths, prev)[0])
 
 
+def test_state_dict_keys_are_the_release_ones(tiny_bin, tiny_pairing):
+    """Checkpoints of release 2026-11 load only while the embeddings' keys stay as they are."""
+    _, model = _build(tiny_bin, ["--output-layer", "tied", "--embeddings", "shared-private", "--pairing", tiny_pairing])
+    names = [f"shared.{i}" for i in range(3)] + [f"{s}_private.{i}" for s in ("src", "tgt") for i in range(3)] + [
+        "src_rows", "src_unpaired", "tgt_rows", "tgt_unpaired"]
+    expected = [f"{side}.embed_tokens.core.{n}" for side in ("encoder", "decoder") for n in names]
+    keys = [k for k in model.state_dict() if ".layers." not in k and "layer_norm" not in k]
+    assert sorted(keys) == sorted(expected + ["decoder.version", "encoder.version"])
+
+
 def test_bad_lambdas_and_non_one_to_one():
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
         SharedPrivateEmbeddings(V_SRC, V_TGT, DIM, PAIRS, (0.9, 1.5, 0.5))
