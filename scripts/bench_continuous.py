@@ -539,7 +539,8 @@ def layer_tables(rows, vocabs, dims, tokens, m=300):
                 full = softmax_peak_model(tokens, vocab, dim, 1)
                 full_total = s["param_bytes"] + s["adam_state_bytes"] + full
                 step_txt = (f"{step_mem:.4f} (chunked); {benchlib.ratio(v['peak_step_bytes'], full):.4f} (full)")
-                total_txt = (f"{total_mem:.4f} (chunked); {benchlib.ratio(v['peak_total_bytes'], full_total):.4f} (full)")
+                total_txt = (f"{total_mem:.4f} (chunked); "
+                             f"{benchlib.ratio(v['peak_total_bytes'], full_total):.4f} (full)")
                 cos_txt = f"{cos_mem:.4f} (chunked); {benchlib.ratio(c['peak_step_bytes'], full):.4f} (full)"
             else:
                 step_txt, total_txt, cos_txt = f"{step_mem:.4f}", f"{total_mem:.4f}", f"{cos_mem:.4f}"

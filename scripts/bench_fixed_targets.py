@@ -195,10 +195,9 @@ def main(argv=None):
               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for vocab in args.vocab:
         s, f = (next(r for r in rows if r["vocab"] == vocab and r["method"] == m) for m in METHODS)
-        lines.append(f"| {vocab} | {benchlib.ratio(f['fwd'], s['fwd']):.2f} | {benchlib.ratio(f['bwd'], s['bwd']):.2f} | "
-                     f"{benchlib.ratio(f['total'], s['total']):.2f} | {benchlib.ratio(f['peak_step_bytes'], s['peak_step_bytes']):.2f} "
-                     f"| {benchlib.ratio(f['adam_state_bytes'], s['adam_state_bytes']):.2f} "
-                     f"| {benchlib.ratio(f['resident_bytes'], s['resident_bytes']):.2f} |")
+        cells = [benchlib.ratio(f[k], s[k]) for k in ("fwd", "bwd", "total", "peak_step_bytes", "adam_state_bytes",
+                                                      "resident_bytes")]
+        lines.append(f"| {vocab} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
     lines += ["", benchlib.flops_note(args.device, peak) + " Counts: 6 N d V for the learned softmax, 4 N d V for "
               "the fixed layer (its frozen V x d matrix gets no weight gradient)."]
     text = "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """Registrations for continuous outputs (Kumar & Tsvetkov 2019): ``--output-layer continuous``, the tied input
 embeddings ``--embeddings target-vectors`` (section 4.4), and presets. The modules are in
-``modules/continuous_output.py``, the maths in ``modules/bessel.py``, ``vmf_losses.py`` and ``nn_search.py``, the vector loading in ``vectors.py``.
+``modules/continuous_output.py``, the maths in ``modules/bessel.py`` (log C_m), ``modules/vmf_losses.py`` and
+``modules/nn_search.py``, the vector loading in ``vectors.py``.
 
 The frozen target table is read from ``--target-vectors`` when a model is built for training; it is a buffer of
 the model, so it is saved in every checkpoint. A model rebuilt from a checkpoint (``fairseq-generate``,

@@ -30,8 +30,7 @@ applies to ``full`` only.
 Cost: g_out(E) is a |V| x d_j matrix. Training computes it once per forward pass (one batch, not per token);
 in evaluation mode with gradients off (validation, ``fairseq-generate``) it is computed once and reused while
 the weights it depends on hold the same values (compared with a copy), so beam search does not recompute it at
-every decoding step. Under negative
-sampling only the sampled rows are projected (``target_weights(ids)``).
+every decoding step. Under negative sampling only the sampled rows are projected (``target_weights(ids)``).
 """
 from typing import Dict, Optional, Tuple
 
