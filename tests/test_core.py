@@ -145,6 +145,18 @@ def test_bad_options_fail_early(tiny_bin):
         build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "tied", "--decoder-output-dim", "16"])
     with pytest.raises(SystemExit):  # argparse: invalid choice
         build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "nonsense"])
+    # fairseq's own Transformer checks, kept by the package's build_model
+    with pytest.raises(OutlayersConfigError, match="--share-all-embeddings requires a joined dictionary"):
+        build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "tied", "--share-all-embeddings"])
+    with pytest.raises(OutlayersConfigError, match="--merge-src-tgt-embed is not supported"):
+        build_model(tiny_bin, TINY_TRANSFORMER, ["--merge-src-tgt-embed"])
+
+
+def test_fairseq_transformer_options_reach_the_model(tiny_bin):
+    """build_model applies fairseq's own option handling (here: offloading implies activation checkpointing)."""
+    _, model = build_model(tiny_bin, TINY_TRANSFORMER + ["--decoder-layers", "2", "--offload-activations"])
+    assert len(model.decoder.layers) == 2 and model.cfg.checkpoint_activations
+    assert model.encoder.max_source_positions == 1024 and model.decoder.max_target_positions == 1024
 
 
 def test_lstm_decoder_deeper_than_encoder(tiny_bin):
