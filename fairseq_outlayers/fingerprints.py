@@ -14,11 +14,11 @@ A difference is an error naming both sides; ``--outlayers-allow-mismatch`` (trai
 ``--model-overrides "{'outlayers_allow_mismatch': True}"`` (decoding) turns it into a warning. Checkpoints written
 before fingerprints existed are not checked (shared-private ones still are, by the dictionary hashes they record).
 """
-import contextlib
 import hashlib
 import logging
 import os
 
+from fairseq_outlayers import model_args
 from fairseq_outlayers.errors import OutlayersConfigError
 
 logger = logging.getLogger(__name__)
@@ -56,13 +56,6 @@ def describe(fp: dict) -> str:
     return f"{where} ({size}sha256 {fp['sha256'][:12]})"
 
 
-def _set(args, name, value):
-    from omegaconf import OmegaConf, open_dict
-
-    with open_dict(args) if OmegaConf.is_config(args) else contextlib.nullcontext():
-        setattr(args, name, value)
-
-
 def recorded(args) -> dict:
     """The fingerprints stored in ``args`` (a checkpoint's, or those of this build so far)."""
     from omegaconf import OmegaConf
@@ -79,7 +72,7 @@ def recorded(args) -> dict:
 def record(args, key: str, fp: dict):
     fps = recorded(args)
     fps[key] = fp
-    _set(args, ARG, fps)
+    model_args.record(args, **{ARG: fps})
 
 
 def note_file(args, key: str, path: str):

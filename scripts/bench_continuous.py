@@ -159,11 +159,6 @@ def sub_sample(features, target, lo, hi):
     return {"net_input": {"features": features[lo:hi]}, "target": target[lo:hi], "ntokens": hi - lo}
 
 
-def sync(device):
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def layer_step(model, criterion, features, target, chunks=1, device="cpu"):
     """One forward + backward of the criterion on all tokens (in ``chunks`` token chunks, gradients accumulated).
     Returns (summed loss, forward seconds, backward seconds)."""
@@ -171,24 +166,18 @@ def layer_step(model, criterion, features, target, chunks=1, device="cpu"):
     bounds = [round(i * n / chunks) for i in range(chunks + 1)]
     total, fwd, bwd = 0.0, 0.0, 0.0
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        sync(device)
+        benchlib.sync(device)
         t0 = time.perf_counter()
         loss, _, _ = criterion(model, sub_sample(features, target, lo, hi))
-        sync(device)
+        benchlib.sync(device)
         t1 = time.perf_counter()
         loss.backward()
-        sync(device)
+        benchlib.sync(device)
         t2 = time.perf_counter()
         total += loss.item()
         fwd, bwd = fwd + t1 - t0, bwd + t2 - t1
         del loss
     return total, fwd, bwd
-
-
-def clear_grads(model, features):
-    features.grad = None
-    for p in model.parameters():
-        p.grad = None
 
 
 def softmax_peak_model(tokens, vocab, dim, chunks=1, bytes_per=4):
@@ -212,14 +201,6 @@ def choose_chunks(tokens, vocab, dim, max_bytes):
     return chunks
 
 
-def _proc_status(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{key} not in /proc/self/status")
-
-
 def layer_probe(method, vocab, dim, tokens, m=300, chunks=1, steps=1, device="cpu"):
     """One measurement (meant for a fresh process): a small warm-up (64 tokens; lazy initialisation), one
     full step whose peak memory and time are measured, then ``steps - 1`` more timed steps.
@@ -233,27 +214,16 @@ def layer_probe(method, vocab, dim, tokens, m=300, chunks=1, steps=1, device="cp
     features, target = make_sample(vocab, dim, tokens, dictionary, device)
     warm = min(64, tokens)
     layer_step(model, criterion, features[:warm].detach().requires_grad_(True), target[:warm], 1, device)
-    clear_grads(model, features)
+    benchlib.clear_grads(model, features)
     gc.collect()
-    cuda = str(device).startswith("cuda")
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        base = _proc_status("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the resident-set high-water mark to the current size
-    loss, fwd, bwd = layer_step(model, criterion, features, target, chunks, device)
-    if cuda:
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        peak = _proc_status("VmHWM") - base
+    with benchlib.peak_memory(device) as measured:
+        loss, fwd, bwd = layer_step(model, criterion, features, target, chunks, device)
+    peak = measured["bytes"]
     times = [(fwd, bwd)]
     trained = [p for p in model.parameters() if p.requires_grad]
     grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in trained if p.grad is not None)
     for _ in range(steps - 1):
-        clear_grads(model, features)
+        benchlib.clear_grads(model, features)
         _, fwd, bwd = layer_step(model, criterion, features, target, chunks, device)
         times.append((fwd, bwd))
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -511,10 +481,6 @@ def build_models(args, data_dir, arch):
 # results file
 # ------------------------------------------------------------------------------------------------------------
 
-def ratio(a, b):
-    return a / b if b else float("nan")
-
-
 def met(ok):
     return "**met**" if ok else "**not met**"
 
@@ -566,19 +532,20 @@ def layer_tables(rows, vocabs, dims, tokens, m=300):
             if any(r is None or "error" in r for r in (s, v, c)):
                 lines.append(f"| {vocab} | {dim} | n/a | n/a | n/a | n/a | n/a |")
                 continue
-            step_mem = ratio(v["peak_step_bytes"], s["peak_step_bytes"])
-            total_mem = ratio(v["peak_total_bytes"], s["peak_total_bytes"])
-            cos_mem = ratio(c["peak_step_bytes"], s["peak_step_bytes"])
+            step_mem = benchlib.ratio(v["peak_step_bytes"], s["peak_step_bytes"])
+            total_mem = benchlib.ratio(v["peak_total_bytes"], s["peak_total_bytes"])
+            cos_mem = benchlib.ratio(c["peak_step_bytes"], s["peak_step_bytes"])
             if s["chunks"] > 1:
                 full = softmax_peak_model(tokens, vocab, dim, 1)
                 full_total = s["param_bytes"] + s["adam_state_bytes"] + full
-                step_txt = (f"{step_mem:.4f} (chunked); {ratio(v['peak_step_bytes'], full):.4f} (full)")
-                total_txt = (f"{total_mem:.4f} (chunked); {ratio(v['peak_total_bytes'], full_total):.4f} (full)")
-                cos_txt = f"{cos_mem:.4f} (chunked); {ratio(c['peak_step_bytes'], full):.4f} (full)"
+                step_txt = (f"{step_mem:.4f} (chunked); {benchlib.ratio(v['peak_step_bytes'], full):.4f} (full)")
+                total_txt = (f"{total_mem:.4f} (chunked); "
+                             f"{benchlib.ratio(v['peak_total_bytes'], full_total):.4f} (full)")
+                cos_txt = f"{cos_mem:.4f} (chunked); {benchlib.ratio(c['peak_step_bytes'], full):.4f} (full)"
             else:
                 step_txt, total_txt, cos_txt = f"{step_mem:.4f}", f"{total_mem:.4f}", f"{cos_mem:.4f}"
-            lines.append(f"| {vocab} | {dim} | {ratio(s['total'], v['total']):.1f}x | "
-                         f"{ratio(s['total'], c['total']):.1f}x | {step_txt} | {total_txt} | {cos_txt} |")
+            lines.append(f"| {vocab} | {dim} | {benchlib.ratio(s['total'], v['total']):.1f}x | "
+                         f"{benchlib.ratio(s['total'], c['total']):.1f}x | {step_txt} | {total_txt} | {cos_txt} |")
     return lines
 
 
@@ -592,7 +559,7 @@ def target_verdicts(rows, vocabs, dims):
         for dim in dims:
             s, v = _find(rows, "softmax", vocab, dim), _find(rows, "vmf_nll", vocab, dim)
             if s and v and "error" not in s and "error" not in v:
-                got.append((dim, ratio(s["total"], v["total"])))
+                got.append((dim, benchlib.ratio(s["total"], v["total"])))
         if got:
             txt = ", ".join(f"{x:.1f}x at H = {d}" for d, x in got)
             lines.append(f"- vmf_nll fwd+bwd speed-up >= {target:.0f}x at V = {vocab}: {txt} -> "
@@ -602,8 +569,8 @@ def target_verdicts(rows, vocabs, dims):
         for dim in dims:
             s, v = _find(rows, "softmax", 300000, dim), _find(rows, "vmf_nll", 300000, dim)
             if s and v and "error" not in s and "error" not in v:
-                got.append((dim, ratio(v["peak_total_bytes"], s["peak_total_bytes"]),
-                            ratio(v["peak_step_bytes"], s["peak_step_bytes"])))
+                got.append((dim, benchlib.ratio(v["peak_total_bytes"], s["peak_total_bytes"]),
+                            benchlib.ratio(v["peak_step_bytes"], s["peak_step_bytes"])))
         if got:
             txt = ", ".join(f"{t:.4f} total / {st:.4f} step at H = {d}" for d, t, st in got)
             lines.append(f"- vmf_nll peak memory <= {TARGET_MEMORY_300K}x softmax at V = 300000 (against the "
@@ -624,8 +591,8 @@ def model_tables(train, decode, args):
             r = t[name]
             achieved = benchlib.gflops(r["flops"] / r["step"]) if "flops" in r else ""
             lines.append(f"| {arch} | {name} | {r['params']:,} | {r['step'] * 1e3:.1f} | {r['tok_s']:.0f} | "
-                         f"{ratio(r['tok_s'], s['tok_s']):.2f} | {achieved} |")
-        x = ratio(t["continuous"]["tok_s"], s["tok_s"])
+                         f"{benchlib.ratio(r['tok_s'], s['tok_s']):.2f} | {achieved} |")
+        x = benchlib.ratio(t["continuous"]["tok_s"], s["tok_s"])
         verdicts.append(f"- {arch}: whole-model training tokens/s >= {TARGET_TRAIN_SPEEDUP:.0f}x softmax: "
                         f"{x:.2f}x -> {met(x >= TARGET_TRAIN_SPEEDUP)}")
     lines += ["", "Target of issue 6:", ""] + verdicts + [""]
@@ -638,7 +605,7 @@ def model_tables(train, decode, args):
                 d = by_beam[beam]
                 for name in ("softmax", "continuous"):
                     lines.append(f"| {arch} | {beam} | {name} | {d[name]['batch']:.3f} | {d[name]['sent_s']:.1f} | "
-                                 f"{ratio(d[name]['sent_s'], d['softmax']['sent_s']):.2f} |")
+                                 f"{benchlib.ratio(d[name]['sent_s'], d['softmax']['sent_s']):.2f} |")
     return lines
 
 
@@ -784,8 +751,7 @@ def main(argv=None):
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error("--device cuda asked for, but torch sees no CUDA device")
+    benchlib.check_device(parser, args.device)
 
     if args.layer_probe:  # internal: one measurement in a fresh process
         method, vocab, dim, chunks, steps = args.layer_probe
@@ -811,14 +777,10 @@ def main(argv=None):
                 del built
                 gc.collect()
 
-    command = "python scripts/bench_continuous.py" + ("" if argv is None and len(sys.argv) == 1 else
-                                                      " " + " ".join(sys.argv[1:] if argv is None else argv))
+    command = benchlib.command_line("bench_continuous.py", argv)
     text = render(args, command, env, layer_rows, train, decode, time.time() - start,
                   (load0, _loadavg()))
-    print()
-    print(text)
-    benchlib.write_output(args.output, text)
-    print(f"written to {args.output}")
+    benchlib.finish(args.output, text)
     return 0
 
 

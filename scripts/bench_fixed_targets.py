@@ -60,17 +60,6 @@ def loss_of(layer, features, targets):
     return F.nll_loss(lprobs, targets, reduction="sum")
 
 
-def clear_grads(layer, features):
-    features.grad = None
-    for p in layer.parameters():
-        p.grad = None
-
-
-def sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def time_methods(vocab, dim, tokens, reps, device):
     """Median forward and backward seconds per method; the methods alternate within every repetition."""
     layers = {m: make_layer(m, vocab, dim, device) for m in METHODS}
@@ -79,14 +68,14 @@ def time_methods(vocab, dim, tokens, reps, device):
     for rep in range(reps + 1):  # repetition 0 warms up
         for method in (METHODS if rep % 2 == 0 else METHODS[::-1]):
             layer = layers[method]
-            clear_grads(layer, features)
-            sync(device)
+            benchlib.clear_grads(layer, features)
+            benchlib.sync(device)
             t0 = time.perf_counter()
             loss = loss_of(layer, features, targets)
-            sync(device)
+            benchlib.sync(device)
             t1 = time.perf_counter()
             loss.backward()
-            sync(device)
+            benchlib.sync(device)
             t2 = time.perf_counter()
             if rep > 0:
                 times[method]["fwd"].append(t1 - t0)
@@ -95,34 +84,16 @@ def time_methods(vocab, dim, tokens, reps, device):
     return {m: {k: statistics.median(v) for k, v in times[m].items()} for m in METHODS}
 
 
-def _proc_status(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{key} not in /proc/self/status")
-
-
 def measure_memory(method, vocab, dim, tokens, device):
     """Peak bytes above the pre-step level during one forward+backward, and the layer's steady-state memory."""
     layer = make_layer(method, vocab, dim, device)
     features, targets = make_inputs(vocab, dim, tokens, device)
     loss_of(layer, features, targets).backward()  # warm-up: lazy initialisation happens outside the measurement
-    clear_grads(layer, features)
+    benchlib.clear_grads(layer, features)
     gc.collect()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+    with benchlib.peak_memory(device) as measured:
         loss_of(layer, features, targets).backward()
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        base = _proc_status("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the resident-set high-water mark to the current size
-        loss_of(layer, features, targets).backward()
-        peak = _proc_status("VmHWM") - base
+    peak = measured["bytes"]
     params = [p for p in layer.parameters() if p.requires_grad]
     grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
     state_bytes = 0
@@ -156,10 +127,6 @@ def step_flops(method, tokens, dim, vocab):
     return benchlib.softmax_step_flops(tokens, dim, vocab, weight_grad=(method != "fixed"))
 
 
-def ratio(a, b):
-    return a / b if b else float("nan")
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--vocab", type=int, nargs="+", default=[8000, 32000, 64000], help="vocabulary sizes")
@@ -173,8 +140,7 @@ def main(argv=None):
     parser.add_argument("--memory-probe", nargs=2, metavar=("METHOD", "VOCAB"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error("--device cuda asked for, but torch sees no CUDA device")
+    benchlib.check_device(parser, args.device)
 
     if args.memory_probe:  # internal: one measurement in a fresh process
         method, vocab = args.memory_probe[0], int(args.memory_probe[1])
@@ -196,8 +162,7 @@ def main(argv=None):
                   f"peak {row['peak_step_bytes'] / MiB:8.1f} MiB  Adam state {row['adam_state_bytes'] / MiB:7.1f} MiB",
                   flush=True)
 
-    command = "python scripts/bench_fixed_targets.py" + ("" if argv is None and len(sys.argv) == 1 else
-                                                         " " + " ".join(sys.argv[1:] if argv is None else argv))
+    command = benchlib.command_line("bench_fixed_targets.py", argv)
     lines = [
         "# Benchmark: fixed random classifier vs learned softmax (output layer + loss)",
         "",
@@ -230,17 +195,13 @@ def main(argv=None):
               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for vocab in args.vocab:
         s, f = (next(r for r in rows if r["vocab"] == vocab and r["method"] == m) for m in METHODS)
-        lines.append(f"| {vocab} | {ratio(f['fwd'], s['fwd']):.2f} | {ratio(f['bwd'], s['bwd']):.2f} | "
-                     f"{ratio(f['total'], s['total']):.2f} | {ratio(f['peak_step_bytes'], s['peak_step_bytes']):.2f} "
-                     f"| {ratio(f['adam_state_bytes'], s['adam_state_bytes']):.2f} "
-                     f"| {ratio(f['resident_bytes'], s['resident_bytes']):.2f} |")
+        cells = [benchlib.ratio(f[k], s[k]) for k in ("fwd", "bwd", "total", "peak_step_bytes", "adam_state_bytes",
+                                                      "resident_bytes")]
+        lines.append(f"| {vocab} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
     lines += ["", benchlib.flops_note(args.device, peak) + " Counts: 6 N d V for the learned softmax, 4 N d V for "
               "the fixed layer (its frozen V x d matrix gets no weight gradient)."]
     text = "\n".join(lines) + "\n"
-    print()
-    print(text)
-    benchlib.write_output(args.output, text)
-    print(f"written to {args.output}")
+    benchlib.finish(args.output, text)
     return 0
 
 

@@ -193,7 +193,7 @@ def report(results: list, args, wall: float) -> str:
     lines = [
         "# Joint input-output output layer: training speed and memory (mirror of Pappas et al. 2018, Table 4)",
         "",
-        f"Command: `python scripts/bench_joint_output.py {' '.join(sys.argv[1:])}`",
+        f"Command: `{benchlib.command_line('bench_joint_output.py')}`",
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, device `{args.device}`; "
@@ -308,9 +308,7 @@ def main():
                   f"|V'|={r['sampled_vocab']:,}, peak {r['peak_mib']:,.0f} MiB)", flush=True)
         results += rows
     text = report(results, args, time.time() - start)
-    benchlib.write_output(args.output, text)
-    print(text)
-    print(f"written to {args.output}")
+    benchlib.finish(args.output, text)
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ def main(argv=None):
     lines = [
         "# Shared-private embeddings: speed against vanilla and decoder WT (same run)",
         "",
-        f"Command: `python scripts/bench_shared_private.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+        f"Command: `{benchlib.command_line('bench_shared_private.py', argv)}`",
         "",
         f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
         f"CPU; {os.cpu_count()} cores (shared with other jobs: the models are timed in interleaved rounds).",
@@ -188,9 +188,7 @@ def main(argv=None):
               "tables + the V x d output matrix) for a training step, a third of it for scoring (forward only); "
               "the source side has as many tokens as the target here, attention scores are left out."]
     text = "\n".join(lines) + "\n"
-    print(text)
-    benchlib.write_output(args.output, text)
-    print(f"wrote {args.output}")
+    benchlib.finish(args.output, text)
 
 
 if __name__ == "__main__":

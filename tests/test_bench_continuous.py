@@ -82,7 +82,7 @@ def test_token_chunks_give_the_same_loss_and_gradients(bench):
     model, criterion, features, target = _setup(bench, "softmax")
     whole, _, _ = bench.layer_step(model, criterion, features, target, chunks=1)
     grads = (features.grad.clone(), model.decoder.output_projection.weight.grad.clone())
-    bench.clear_grads(model, features)
+    bench.benchlib.clear_grads(model, features)
     chunked, _, _ = bench.layer_step(model, criterion, features, target, chunks=4)
     assert chunked == pytest.approx(whole, rel=1e-5)
     torch.testing.assert_close(features.grad, grads[0])
@@ -167,7 +167,7 @@ def test_results_writer(bench):
     assert "| tiny | continuous | 3 | 1250.0 | 1600 | 1.60 |  |" in text
     assert "- tiny: whole-model training tokens/s >= 2x softmax: 1.60x -> **not met**" in text
     assert "| tiny | 1 | continuous | 0.500 | 64.0 | 2.00 |" in text
-    assert math.isnan(bench.ratio(1.0, 0))
+    assert math.isnan(bench.benchlib.ratio(1.0, 0))
 
 
 def test_output_exists_is_refused_before_any_work(bench, tmp_path):

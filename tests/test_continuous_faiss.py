@@ -12,7 +12,7 @@ from fairseq.data import Dictionary
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import _FAISS_INDEXES, ContinuousOutput
-from fairseq_outlayers.modules.vmf import candidate_log_probs
+from fairseq_outlayers.modules.nn_search import candidate_log_probs
 from harness import TINY_TRANSFORMER, generate, train
 
 faiss = pytest.importorskip("faiss")
@@ -103,6 +103,42 @@ def test_faiss_index_is_built_once_and_follows_the_table():
 
     gc.collect()
     assert len(_FAISS_INDEXES) == n - 1  # the index goes away with its model
+
+
+def test_faiss_settings_are_local_to_a_search():
+    """faiss's thread count and BLAS threshold are process-wide: a search sets them for itself only and gives the
+    caller's values back, also when the search fails."""
+    from fairseq_outlayers.modules.nn_search import BLAS_MIN_QUERIES, FAISS_THREADS, FaissInnerProductIndex
+
+    index = FaissInnerProductIndex(torch.randn(50, M))
+    before = faiss.omp_get_max_threads(), faiss.cvar.distance_compute_blas_threshold
+    faiss.omp_set_num_threads(FAISS_THREADS + 2)
+    faiss.cvar.distance_compute_blas_threshold = BLAS_MIN_QUERIES + 1000
+    seen = []
+    search = index.index.search
+
+    def recording_search(q, k):
+        seen.append((faiss.omp_get_max_threads(), faiss.cvar.distance_compute_blas_threshold))
+        return search(q, k)
+
+    try:
+        index.index.search = recording_search
+        index.search(torch.randn(3, M), 4)
+        assert seen == [(FAISS_THREADS, BLAS_MIN_QUERIES)]  # the search's own settings while it runs ...
+        assert faiss.omp_get_max_threads() == FAISS_THREADS + 2  # ... and the caller's afterwards
+        assert faiss.cvar.distance_compute_blas_threshold == BLAS_MIN_QUERIES + 1000
+
+        def failing_search(q, k):
+            raise RuntimeError("search failed")
+
+        index.index.search = failing_search
+        with pytest.raises(RuntimeError, match="search failed"):
+            index.search(torch.randn(3, M), 4)
+        assert faiss.omp_get_max_threads() == FAISS_THREADS + 2
+        assert faiss.cvar.distance_compute_blas_threshold == BLAS_MIN_QUERIES + 1000
+    finally:
+        faiss.omp_set_num_threads(before[0])
+        faiss.cvar.distance_compute_blas_threshold = before[1]
 
 
 def test_option_errors(tiny_bin, monkeypatch):

@@ -11,7 +11,7 @@ from fairseq.data import Dictionary
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput, TargetVectorEmbedding
-from fairseq_outlayers.modules.vmf import nearest_neighbours
+from fairseq_outlayers.modules.nn_search import nearest_neighbours
 from fairseq_outlayers.vectors import SPECIAL_SEED, load_target_table
 from harness import TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
 
@@ -260,6 +260,22 @@ def _greedy_nearest_neighbour(ckpt, bin_dir, max_len):
     return model, task, out
 
 
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied-input"])
+def test_state_dict_keys_are_the_release_ones(tiny_bin, tiny_vectors, tied):
+    """Checkpoints of release 2026-11 load only while these keys stay as they are."""
+    from harness import build_model
+
+    extra = ["--tie-input-to-target-vectors"] if tied else []
+    _, model = build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "continuous", "--target-vectors",
+                                                        tiny_vectors, "--criterion", "cosine"] + extra)
+    keys = sorted(k for k in model.state_dict() if ".layers." not in k and "layer_norm" not in k)
+    embedding = ["decoder.embed_tokens.proj.weight", "decoder.embed_tokens.table"] if tied else [
+        "decoder.embed_tokens.weight", "decoder.output_projection.table"]
+    assert keys == sorted(embedding + ["decoder.output_projection.decodable", "decoder.output_projection.proj.bias",
+                                       "decoder.output_projection.proj.weight", "decoder.version",
+                                       "encoder.embed_tokens.weight", "encoder.version"])
+
+
 def test_train_then_generate_greedy_is_nearest_neighbour(tiny_bin, tiny_vectors, tmp_path):
     vec = str(tmp_path / "en.vec")
     shutil.copy(tiny_vectors, vec)
@@ -295,7 +311,7 @@ def _criterion_checks(model, task):
 
     from fairseq_outlayers.criterions.continuous_losses import (CosineCriterion, L2Criterion, MaxMarginCriterion,
                                                                 VMFNLLCriterion)
-    from fairseq_outlayers.modules import vmf
+    from fairseq_outlayers.modules import vmf_losses as vmf
 
     ds = task.dataset("test")
     sample = ds.collater([ds[i] for i in range(6)])

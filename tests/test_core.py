@@ -1,4 +1,6 @@
 """Unit tests of the model core: output layers, tying, parameter counts, Luong attention, bad options."""
+import copy
+
 import pytest
 import torch
 
@@ -60,6 +62,34 @@ def test_tied_weight_is_one_tensor(tiny_bin):
         model.decoder.embed_tokens.weight[5].fill_(0.25)  # an update of the embedding is an update of the output
     feats = torch.ones(1, 1, D)
     assert torch.allclose(out(feats)[0, 0, 5], torch.tensor(0.25 * D))
+    # held unregistered (modules/output_layer.py, TiedReference): saved once, under the embedding's name ...
+    assert not any(k.startswith("decoder.output_projection.") for k in model.state_dict())
+    # ... and it follows the embedding when the model is converted or copied
+    model.double()
+    assert out.target_weights()[0] is model.decoder.embed_tokens.weight and out(feats.double()).dtype == torch.float64
+    twin = copy.deepcopy(model)
+    assert twin.decoder.output_projection.tied_embedding is twin.decoder.embed_tokens
+
+
+# the keys of the checkpoints written by release 2026-11 outside fairseq's own Transformer layers: a checkpoint of
+# that release loads only while these stay as they are
+RELEASE_KEYS = {
+    "softmax": ["decoder.output_projection.weight"],
+    "tied": ["decoder.output_projection.bias"],  # with --output-bias
+    "joint": ["decoder.output_projection.bias", "decoder.output_projection.ctx_proj.bias",
+              "decoder.output_projection.ctx_proj.weight", "decoder.output_projection.out_proj.bias",
+              "decoder.output_projection.out_proj.weight"],
+    "fixed": ["decoder.output_projection.bias", "decoder.output_projection.weight"],
+}
+
+
+@pytest.mark.parametrize("layer", sorted(RELEASE_KEYS))
+def test_state_dict_keys_are_the_release_ones(tiny_bin, layer):
+    extra = ["--output-bias"] if layer == "tied" else []
+    _, model = build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", layer] + extra)
+    keys = sorted(k for k in model.state_dict() if ".layers." not in k and "layer_norm" not in k)
+    assert keys == sorted(RELEASE_KEYS[layer] + ["decoder.embed_tokens.weight", "decoder.version",
+                                                 "encoder.embed_tokens.weight", "encoder.version"])
 
 
 def test_three_way_tying_shares_one_matrix(tiny_bin_joined):
@@ -115,6 +145,18 @@ def test_bad_options_fail_early(tiny_bin):
         build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "tied", "--decoder-output-dim", "16"])
     with pytest.raises(SystemExit):  # argparse: invalid choice
         build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "nonsense"])
+    # fairseq's own Transformer checks, kept by the package's build_model
+    with pytest.raises(OutlayersConfigError, match="--share-all-embeddings requires a joined dictionary"):
+        build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "tied", "--share-all-embeddings"])
+    with pytest.raises(OutlayersConfigError, match="--merge-src-tgt-embed is not supported"):
+        build_model(tiny_bin, TINY_TRANSFORMER, ["--merge-src-tgt-embed"])
+
+
+def test_fairseq_transformer_options_reach_the_model(tiny_bin):
+    """build_model applies fairseq's own option handling (here: offloading implies activation checkpointing)."""
+    _, model = build_model(tiny_bin, TINY_TRANSFORMER + ["--decoder-layers", "2", "--offload-activations"])
+    assert len(model.decoder.layers) == 2 and model.cfg.checkpoint_activations
+    assert model.encoder.max_source_positions == 1024 and model.decoder.max_target_positions == 1024
 
 
 def test_lstm_decoder_deeper_than_encoder(tiny_bin):

@@ -15,7 +15,7 @@ import pytest
 import torch
 from fairseq.data import Dictionary
 
-from fairseq_outlayers.modules.vmf import bessel_iv_ratio, log_cm, log_cm_float64
+from fairseq_outlayers.modules.bessel import bessel_iv_ratio, log_cm, log_cm_float64
 from harness import TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
 
 DEVICE = os.environ.get("OUTLAYERS_CUDA_TEST_DEVICE", "cuda")

@@ -179,16 +179,31 @@ def test_output_matrix_cache_hit_and_invalidation():
         layer.out_proj.bias.add_(0.5)  # a change of b_u as well
         fourth = layer(h)
         assert layer.cache_stats["misses"] == 3
-        emb.weight.data = emb.weight.data.clone()  # new storage (e.g. a loaded or moved weight)
+        emb.weight.data = emb.weight.data.clone()  # new storage, same values: g_out(E) is still valid
         layer(h)
-        assert layer.cache_stats["misses"] == 4
-    layer.train()  # the optimiser writes through .data, which does not bump _version: train() must invalidate
+        assert layer.cache_stats == {"hits": 2, "misses": 3}
+    layer.train()  # training drops the cache
+    assert layer._cache is None
     layer.eval()
     with torch.no_grad():
         fifth = layer(h)
-    assert layer.cache_stats["misses"] == 5
+    assert layer.cache_stats["misses"] == 4
     expected = joint_logits(emb.weight, h, layer.out_proj, layer.ctx_proj, layer.bias)
     assert not torch.equal(fourth, third) and torch.allclose(fifth, expected.detach(), atol=1e-6)
+
+
+def test_output_matrix_cache_sees_writes_through_data():
+    """Evaluation forward, then E, U or b_u changed in place through ``.data`` (as fairseq's optimizers write; the
+    version counter does not move), forward again: the logits are those of the new weights."""
+    emb, layer = _layer("full")
+    h = torch.randn(2, 1, DH)
+    layer.eval()
+    with torch.no_grad():
+        for tensor in (emb.weight, layer.out_proj.weight, layer.out_proj.bias):
+            layer(h)
+            tensor.data.add_(0.5)
+            expected = joint_logits(emb.weight, h, layer.out_proj, layer.ctx_proj, layer.bias)
+            assert torch.equal(layer(h), expected)
 
 
 # -- through fairseq -----------------------------------------------------------------------------------------------

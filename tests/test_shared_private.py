@@ -1,5 +1,5 @@
-"""Shared-private bilingual embeddings (Liu et al. 2019): parameter counts, special cases, gradients, the
-per-step assembly cache, and the method through fairseq-train / fairseq-generate."""
+"""Shared-private bilingual embeddings (Liu et al. 2019): parameter counts, special cases, gradients, no stale
+assembly after updates, and the method through fairseq-train / fairseq-generate."""
 import os
 import re
 import shutil
@@ -83,42 +83,86 @@ def test_gradient_of_shared_feature_reaches_both_rows():
     assert core.shared[0].grad[0].abs().sum() == 0 and core.shared[1].grad.abs().sum() == 0
 
 
-def test_assembly_cache_once_per_step_and_gradient_accumulation():
+def test_assembly_follows_every_update_and_gradient_accumulation():
     core = _core()
     core.train()
     tgt = SharedPrivateEmbedding(core, "tgt", 1)
-    w1 = tgt.weight
-    assert tgt.weight is w1  # embedding lookup and tied output layer reuse one assembly per step
     tokens = torch.tensor([[4, 5, 10]])
+    w1 = tgt.weight
     (tgt(tokens).sum() + (tgt.weight ** 2).sum()).backward()
     used = [p for p in core.parameters() if p.grad is not None]  # the target side's blocks
     assert len(used) == 7
     g1 = [p.grad.clone() for p in used]
-    w2 = tgt.weight  # graph consumed by backward: re-assembled, same values, no error on a second backward
-    assert w2 is not w1 and torch.equal(w1, w2)
+    w2 = tgt.weight  # assembled again: same values, no error on a second backward
+    assert torch.equal(w1, w2)
     (tgt(tokens).sum() + (tgt.weight ** 2).sum()).backward()  # --update-freq 2
     for g, p in zip(g1, used):
         assert torch.allclose(p.grad, 2 * g)
     torch.optim.SGD(core.parameters(), lr=0.1).step()
-    assert not torch.equal(tgt.weight, w2)  # parameter versions changed: new assembly
-    # fairseq's optimizers write through p.data (no version bump): after backward the next step still re-assembles
-    w4 = tgt.weight
-    tgt(tokens).sum().backward()
-    for p in core.parameters():
-        p.data.add_(1.0)
-    assert torch.allclose(tgt.weight, w4 + 1)
-    with torch.no_grad():  # training mode without gradients: never reused across calls
-        w5 = tgt.weight
-        for p in core.parameters():
-            p.data.add_(1.0)
-        assert torch.allclose(tgt.weight, w5 + 1)
+    assert not torch.equal(tgt.weight, w2)
     core.eval()
     with torch.no_grad():
         w3 = tgt.weight
-        assert tgt.weight is w3  # generation: assembled once
         state = {k: v + 1 if v.is_floating_point() else v for k, v in core.state_dict().items()}
         core.load_state_dict(state)
         assert torch.allclose(tgt.weight, w3 + 1)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("grad", [True, False])
+def test_no_stale_embeddings_after_writes_through_data(mode, grad):
+    """A pass (source lookup first, as every encoder-decoder pass) without a backward, then the parameters changed
+    in place through ``.data`` (what fairseq's optimizers do; ``_version`` does not move): the next pass sees the
+    new values on both sides. Within one pass the target matrix is assembled once."""
+    from fairseq_outlayers.modules.shared_private import assemble
+
+    core = _core()
+    getattr(core, mode)()
+    src, tgt = SharedPrivateEmbedding(core, "src", 1), SharedPrivateEmbedding(core, "tgt", 1)
+    tokens = torch.tensor([[4, 5, 10, 1]])
+    for _ in range(2):
+        with torch.set_grad_enabled(grad):
+            src(tokens), tgt(tokens), tgt.weight  # a pass, no backward
+        for p in core.parameters():
+            p.data.add_(0.25)
+        with torch.no_grad():
+            fresh_tgt = assemble(list(core.shared), list(core.tgt_private), core.tgt_unpaired, core.tgt_rows)
+            fresh_src = assemble(list(core.shared), list(core.src_private), core.src_unpaired, core.src_rows)
+        with torch.set_grad_enabled(grad):
+            assert torch.equal(src(tokens), fresh_src[tokens])  # the next pass
+            weight = tgt.weight
+            assert torch.equal(weight, fresh_tgt) and torch.equal(tgt(tokens), fresh_tgt[tokens])
+            assert tgt.weight is weight  # once per pass: input lookup and tied output layer share it
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_model_forward_after_writes_through_data_is_fresh(tiny_bin, tiny_pairing, mode):
+    """The same through a whole model: a forward without a backward, an optimizer-like write through ``.data``, and
+    the next forward equals that of a model freshly loaded with the new weights."""
+    task, model = _build(tiny_bin, ["--output-layer", "tied", "--embeddings", "shared-private", "--pairing",
+                                    tiny_pairing, "--dropout", "0"])
+    _, fresh = _build(tiny_bin, ["--output-layer", "tied", "--embeddings", "shared-private", "--pairing",
+                                 tiny_pairing, "--dropout", "0"])
+    src = torch.randint(4, len(task.source_dictionary), (2, 5))
+    prev = torch.randint(4, len(task.target_dictionary), (2, 4))
+    lengths = torch.full((2,), 5)
+    getattr(model, mode)(), getattr(fresh, mode)()
+    with torch.no_grad() if mode == "eval" else torch.enable_grad():
+        model(src, lengths, prev)
+        for p in model.parameters():
+            p.data.mul_(1.5)
+        fresh.load_state_dict(model.state_dict())
+        assert torch.equal(model(src, lengths, prev)[0], fresh(src, lengths, prev)[0])
+
+
+def test_state_dict_keys_are_the_release_ones(tiny_bin, tiny_pairing):
+    """Checkpoints of release 2026-11 load only while the embeddings' keys stay as they are."""
+    _, model = _build(tiny_bin, ["--output-layer", "tied", "--embeddings", "shared-private", "--pairing", tiny_pairing])
+    names = [f"shared.{i}" for i in range(3)] + [f"{s}_private.{i}" for s in ("src", "tgt") for i in range(3)] + [
+        "src_rows", "src_unpaired", "tgt_rows", "tgt_unpaired"]
+    expected = [f"{side}.embed_tokens.core.{n}" for side in ("encoder", "decoder") for n in names]
+    keys = [k for k in model.state_dict() if ".layers." not in k and "layer_norm" not in k]
+    assert sorted(keys) == sorted(expected + ["decoder.version", "encoder.version"])
 
 
 def test_bad_lambdas_and_non_one_to_one():

@@ -8,10 +8,10 @@ import scipy.special
 import torch
 import torch.nn.functional as F
 
-from fairseq_outlayers.modules.vmf import (bessel_iv_ratio, cosine_loss, l2_loss, log_bessel_iv, log_cm,
-                                           log_cm_approx, log_cm_at_zero, max_margin_loss,
-                                           most_informative_negatives, nearest_neighbours, vmf_nll_loss,
-                                           vmf_released_loss)
+from fairseq_outlayers.modules.bessel import bessel_iv_ratio, log_bessel_iv, log_cm, log_cm_approx, log_cm_at_zero
+from fairseq_outlayers.modules.nn_search import nearest_neighbours
+from fairseq_outlayers.modules.vmf_losses import (cosine_loss, l2_loss, max_margin_loss, most_informative_negatives,
+                                                  vmf_nll_loss, vmf_released_loss)
 
 DIMS = [32, 64, 128, 300, 512, 1024]
 KAPPAS = [10 ** (e / 4) for e in range(-16, 21)]  # 1e-4 .. 1e5, four points per decade

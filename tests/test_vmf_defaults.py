@@ -13,7 +13,8 @@ from harness import TINY_TRANSFORMER, train
 from test_continuous_output import tiny_vectors  # noqa: F401  (fixture)
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.vmf import bessel_iv_ratio, implied_cosine, kappa_alarm_bounds
+from fairseq_outlayers.modules.bessel import bessel_iv_ratio
+from fairseq_outlayers.modules.vmf_losses import implied_cosine, kappa_alarm_bounds
 
 
 def test_default_variant_is_released():
@@ -25,7 +26,7 @@ def test_default_variant_is_released():
 @pytest.mark.parametrize("m", [50, 300, 1000])
 def test_implied_cosine_is_the_stationary_point_of_each_loss(m):
     """At κ, the loss's κ-derivative (by autograd, float64) vanishes exactly when cos = ĉ(κ)."""
-    from fairseq_outlayers.modules.vmf import vmf_nll_loss, vmf_released_loss
+    from fairseq_outlayers.modules.vmf_losses import vmf_nll_loss, vmf_released_loss
 
     target = torch.zeros(1, m, dtype=torch.float64)
     target[0, 0] = 1.0

@@ -1,8 +1,8 @@
 """Criterions for continuous outputs (Kumar & Tsvetkov 2019): ``vmf_nll``, ``cosine``, ``l2``, ``max_margin``.
 
 They need ``--output-layer continuous``: the model returns ê (B, T, m) and the criterion compares it with the
-frozen unit target vector e(w) of each reference word (the per-token maths is in ``modules/vmf.py``). Padding
-positions are ignored. Besides the loss (natural units, per token, or per sentence with ``--sentence-avg``)
+frozen unit target vector e(w) of each reference word (the per-token maths is in ``modules/vmf_losses.py``).
+Padding positions are ignored. Besides the loss (natural units, per token, or per sentence with ``--sentence-avg``)
 they report ``cos`` (mean cosine between ê and e(w)), ``norm`` (mean ‖ê‖ = κ) and, on validation, ``nn_acc``
 (how often the nearest target vector of ê is the reference word, i.e. greedy decoding with the gold prefix).
 Every logged quantity is a sum, so logging outputs can be summed across workers.
@@ -19,8 +19,8 @@ from omegaconf import II
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput
-from fairseq_outlayers.modules.vmf import (cosine_loss, cosine_similarity, kappa_alarm_bounds, l2_loss,
-                                           max_margin_loss, vmf_nll_loss, vmf_released_loss)
+from fairseq_outlayers.modules.vmf_losses import (cosine_loss, cosine_similarity, kappa_alarm_bounds, l2_loss,
+                                                  max_margin_loss, vmf_nll_loss, vmf_released_loss)
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class VMFNLLCriterion(ContinuousLossCriterion):
         self._bounds = {}  # m -> (κ_low, κ_high)
 
     def kappa_bounds(self, m):
-        """(κ_low, κ_high) of the κ alarms for this loss at dimension m (``modules/vmf.kappa_alarm_bounds``)."""
+        """(κ_low, κ_high) of the κ alarms for this loss at dimension m (``vmf_losses.kappa_alarm_bounds``)."""
         if m not in self._bounds:
             low, high = kappa_alarm_bounds(m, self.variant, self.lambda1, self.lambda2, self.released_lambda)
             self._bounds[m] = (low, high)

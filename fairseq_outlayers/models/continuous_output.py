@@ -1,18 +1,18 @@
 """Registrations for continuous outputs (Kumar & Tsvetkov 2019): ``--output-layer continuous``, the tied input
 embeddings ``--embeddings target-vectors`` (section 4.4), and presets. The modules are in
-``modules/continuous_output.py``, the maths in ``modules/vmf.py``, the vector loading in ``vectors.py``.
+``modules/continuous_output.py``, the maths in ``modules/bessel.py`` (log C_m), ``modules/vmf_losses.py`` and
+``modules/nn_search.py``, the vector loading in ``vectors.py``.
 
 The frozen target table is read from ``--target-vectors`` when a model is built for training; it is a buffer of
 the model, so it is saved in every checkpoint. A model rebuilt from a checkpoint (``fairseq-generate``,
 ``fairseq-interactive``) takes its table from the checkpoint and does not need the vector file any more.
 """
-import contextlib
 import logging
 
 import torch
 from fairseq.models.transformer import Embedding as TransformerEmbedding
 
-from fairseq_outlayers import fingerprints
+from fairseq_outlayers import fingerprints, model_args
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
@@ -83,18 +83,6 @@ def continuous_defaults(args):
                                        f"cannot be combined with --embeddings {args.embeddings}")
 
 
-def _set(args, name, value):
-    """Set an option on argparse args or a (struct) omegaconf config."""
-    try:
-        from omegaconf import OmegaConf, open_dict
-    except ImportError:  # pragma: no cover
-        setattr(args, name, value)
-        return
-    ctx = open_dict(args) if OmegaConf.is_config(args) else contextlib.nullcontext()
-    with ctx:
-        setattr(args, name, value)
-
-
 def target_table(args, task):
     """The aligned unit target table: from ``--target-vectors`` for a new model, or an empty table of the right
     shape for a model rebuilt from a checkpoint (its state dict fills it)."""
@@ -113,8 +101,7 @@ def target_table(args, task):
     for line in table.report.lines():
         logger.info(line)
     fingerprints.note_file(args, "target_vectors", args.target_vectors)  # checked when training resumes
-    _set(args, "continuous_dim", table.report.dim)
-    _set(args, FROM_CHECKPOINT, True)
+    model_args.record(args, **{"continuous_dim": table.report.dim, FROM_CHECKPOINT: True})
     return table
 
 
@@ -132,7 +119,7 @@ def decoding_options(args, task):
                        f"K = {MIN_TOPK}")
         topk = MIN_TOPK
     if args.continuous_search == "faiss":
-        from fairseq_outlayers.modules.vmf import import_faiss
+        from fairseq_outlayers.modules.nn_search import import_faiss
 
         import_faiss()  # fail now, not at the first decoding step
     return dict(score_scale=args.continuous_score_scale, search=args.continuous_search,

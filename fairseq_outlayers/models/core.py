@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 
-from fairseq_outlayers import fingerprints
+from fairseq_outlayers import fingerprints, model_args
 from fairseq_outlayers.data_checks import check_binarised_data
 from fairseq_outlayers.errors import OutlayersConfigError
 
@@ -75,7 +75,7 @@ def core_defaults(args):
     args.output_layer = getattr(args, "output_layer", None) or "softmax"
     args.embeddings = getattr(args, "embeddings", None) or "standard"
     args.output_bias = getattr(args, "output_bias", False) or False
-    fingerprints._set(args, fingerprints.ALLOW, bool(getattr(args, fingerprints.ALLOW, False)))
+    model_args.record(args, **{fingerprints.ALLOW: bool(getattr(args, fingerprints.ALLOW, False))})
     selected = (args.output_layer, args.embeddings)  # before a method's defaults switch the embeddings
     for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
         if spec.set_defaults is not None:
@@ -83,7 +83,7 @@ def core_defaults(args):
     if fresh:  # a new training run: options and criterion are checked once, before any data is read
         check_unused_options(args, given, *selected)
         check_criterion(args)
-        fingerprints._set(args, STATE, "pending")
+        model_args.record(args, **{STATE: "pending"})
 
 
 def _spec_options(spec):
@@ -232,7 +232,7 @@ def finish_build(model, args):
         checkpoint_args = _checkpoint_model_args(path) if path else None
         if checkpoint_args is not None:
             fingerprints.check_resume(args, path, checkpoint_args)
-        fingerprints._set(args, STATE, "done")
+        model_args.record(args, **{STATE: "done"})
     model.log_parameter_report()
 
 
@@ -293,10 +293,6 @@ def shares_all_embeddings(args) -> bool:
 
 class OutputLayerModelMixin:
     """Routes ``get_normalized_probs`` to the decoder's output layer (``decoder.output_projection``)."""
-
-    @property
-    def output_layer_module(self):
-        return self.decoder.output_projection
 
     def get_normalized_probs(self, net_output, log_probs, sample=None):
         return self.decoder.output_projection.get_normalized_probs(net_output, log_probs)

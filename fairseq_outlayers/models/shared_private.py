@@ -7,9 +7,8 @@ the assembled target matrix (``--output-layer tied``, the paper's decoder weight
 the decoder input embedding works); an untied softmax or three-way tying is refused with a message.
 """
 import logging
-from contextlib import ExitStack
 
-from fairseq_outlayers import fingerprints
+from fairseq_outlayers import fingerprints, model_args
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
 from fairseq_outlayers.pairing.corpus import special_indices
@@ -35,15 +34,6 @@ def add_args(parser):
 def set_defaults(args):
     args.pairing = getattr(args, "pairing", None)
     args.shared_private_lambdas = getattr(args, "shared_private_lambdas", None) or DEFAULT_LAMBDAS
-
-
-def _record(args, **values):
-    """Store values in the model arguments (saved with the checkpoint); works on Namespace and DictConfig."""
-    from omegaconf import OmegaConf, open_dict
-
-    with open_dict(args) if OmegaConf.is_config(args) else ExitStack():
-        for key, value in values.items():
-            setattr(args, key, value)
 
 
 def _placeholder_pairs(dictionary, sizes):
@@ -102,8 +92,8 @@ def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_e
         fingerprints.note_file(args, "pairing", args.pairing)
         pairs = index_maps(pairing, src_dict, tgt_dict, path=args.pairing)
         counts = ",".join(str(len(pairs[c][0])) for c in CATEGORIES)
-        _record(args, shared_private_counts=counts, shared_private_src_sha256=pairing.src_hash,
-                shared_private_tgt_sha256=pairing.tgt_hash)
+        model_args.record(args, shared_private_counts=counts, shared_private_src_sha256=pairing.src_hash,
+                          shared_private_tgt_sha256=pairing.tgt_hash)
         pads = (src_dict.pad(), tgt_dict.pad())
         logger.info(f"shared-private pairing {args.pairing}: lm,wf,ur = {counts}; lambdas = {lambdas}")
     core = SharedPrivateEmbeddings(len(src_dict), len(tgt_dict), encoder_dim, pairs, lambdas,

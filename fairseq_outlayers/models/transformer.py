@@ -1,13 +1,17 @@
 """``outlayers_transformer``: fairseq's Transformer with pluggable embeddings and output layer.
 
-fairseq builds the encoder and decoder as usual, through three class methods this model overrides: the input
-embeddings come from ``--embeddings`` (fairseq's own for ``standard``), and the decoder is built with the output
-layer chosen by ``--output-layer`` as its ``output_projection`` (so no default projection is ever allocated).
+``build_model`` builds what fairseq's Transformer builds, in the same order, with the seams' options passed as
+arguments: the input embeddings come from ``--embeddings`` (fairseq's own for ``standard``), and the decoder is
+built with the output layer chosen by ``--output-layer`` as its ``output_projection`` (so no default projection
+is ever allocated).
 """
-import contextvars
-
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerDecoderBase, TransformerModel
+from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerModel
+from fairseq.models.transformer.transformer_config import (
+    DEFAULT_MAX_SOURCE_POSITIONS,
+    DEFAULT_MAX_TARGET_POSITIONS,
+    DEFAULT_MIN_PARAMS_TO_WRAP,
+)
 from fairseq.models.transformer.transformer_legacy import (
     base_architecture,
     transformer_iwslt_de_en,
@@ -29,11 +33,6 @@ from .core import (
 )
 
 
-# (args, task, prebuilt embeddings still to hand out) while OutlayersTransformerModel.build_model runs: fairseq's
-# build_model passes only its TransformerConfig to build_embedding/build_decoder, which lacks the seams' options
-_BUILDING = contextvars.ContextVar("outlayers_transformer_build", default=None)
-
-
 @register_model("outlayers_transformer")
 class OutlayersTransformerModel(OutputLayerModelMixin, TransformerModel):
     @classmethod
@@ -43,6 +42,9 @@ class OutlayersTransformerModel(OutputLayerModelMixin, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        """fairseq's Transformer ``build_model`` written out, so that the seams' options reach the embeddings and
+        the output layer as arguments (fairseq's builders receive only its ``TransformerConfig``). The order of
+        construction, hence the random initialisation, is fairseq's: embeddings, encoder, decoder."""
         outlayers_transformer(args)
         emb_spec, out_spec = check_core_args(args, task)
         if getattr(args, "share_decoder_input_output_embed", False) and args.output_layer == "softmax":
@@ -50,39 +52,62 @@ class OutlayersTransformerModel(OutputLayerModelMixin, TransformerModel):
                 "--share-decoder-input-output-embed asks for tying but --output-layer is 'softmax' (untied); "
                 "use --output-layer tied instead"
             )
+        if getattr(args, "merge_src_tgt_embed", False):
+            raise OutlayersConfigError("--merge-src-tgt-embed is not supported by outlayers_transformer; binarise with "
+                                       "fairseq-preprocess --joined-dictionary and use --output-layer tied-all")
         share_all = shares_all_embeddings(args)
         args.share_all_embeddings = share_all
         args.share_decoder_input_output_embed = False  # the output layer does the tying
-        prebuilt = None
-        if emb_spec.name != "standard":  # standard: fairseq's own build_embedding (supports --*-embed-path)
+        cfg = _fairseq_config(args, task)
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+        if emb_spec.name == "standard":  # fairseq's own embeddings (supports --*-embed-path)
+            encoder_embed = cls.build_embedding(cfg, src_dict, cfg.encoder.embed_dim, cfg.encoder.embed_path)
+            decoder_embed = encoder_embed if share_all else cls.build_embedding(
+                cfg, tgt_dict, cfg.decoder.embed_dim, cfg.decoder.embed_path)
+        else:
             encoder_embed, decoder_embed = build_core_embeddings(
                 args, task, args.encoder_embed_dim, args.decoder_embed_dim, share_all, make_embedding=None
             )
-            prebuilt = [encoder_embed] if share_all else [encoder_embed, decoder_embed]
-        token = _BUILDING.set((args, task, prebuilt))
-        try:
-            model = super().build_model(args, task)
-        finally:
-            _BUILDING.reset(token)
-        finish_build(model, args)
-        return model
-
-    @classmethod
-    def build_embedding(cls, cfg, dictionary, embed_dim, path=None):
-        _args, _task, prebuilt = _BUILDING.get()
-        if prebuilt is None:
-            return super().build_embedding(cfg, dictionary, embed_dim, path)
-        return prebuilt.pop(0)  # fairseq asks for the encoder's first, then the decoder's
-
-    @classmethod
-    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        args, task, _ = _BUILDING.get()
-        output_layer = build_core_output_layer(args, task, embed_tokens, cfg.decoder.output_dim)
-        decoder = TransformerDecoderBase(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention,
+        encoder = cls.build_encoder(cfg, src_dict, encoder_embed)
+        output_layer = build_core_output_layer(args, task, decoder_embed, cfg.decoder.output_dim)
+        decoder = TransformerDecoderBase(cfg, tgt_dict, decoder_embed, no_encoder_attn=cfg.no_cross_attention,
                                          output_projection=output_layer)
         # fairseq's checkpoint upgrade would otherwise re-insert a tied 'output_projection.weight' key
         decoder.share_input_output_embed = False
-        return decoder
+        model = cls(cfg, encoder, decoder)
+        finish_build(model, args)
+        return model
+
+
+def _fairseq_config(args, task) -> TransformerConfig:
+    """What fairseq's legacy ``TransformerModel.build_model`` and ``TransformerModelBase.build_model`` do to the
+    options before building (fairseq 0.12), with its checks of --share-all-embeddings."""
+    if args.encoder_layers_to_keep:
+        args.encoder_layers = len(args.encoder_layers_to_keep.split(","))
+    if args.decoder_layers_to_keep:
+        args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
+    if getattr(args, "max_source_positions", None) is None:
+        args.max_source_positions = DEFAULT_MAX_SOURCE_POSITIONS
+    if getattr(args, "max_target_positions", None) is None:
+        args.max_target_positions = DEFAULT_MAX_TARGET_POSITIONS
+    if args.share_all_embeddings:
+        if task.source_dictionary != task.target_dictionary:
+            raise OutlayersConfigError("--share-all-embeddings requires a joined dictionary")
+        if args.encoder_embed_dim != args.decoder_embed_dim:
+            raise OutlayersConfigError("--share-all-embeddings requires --encoder-embed-dim to match "
+                                       "--decoder-embed-dim")
+        if args.decoder_embed_path and args.decoder_embed_path != args.encoder_embed_path:
+            raise OutlayersConfigError("--share-all-embeddings not compatible with --decoder-embed-path")
+    if getattr(args, "offload_activations", False):
+        args.checkpoint_activations = True  # offloading implies checkpointing
+    if not args.share_all_embeddings:
+        args.min_params_to_wrap = getattr(args, "min_params_to_wrap", DEFAULT_MIN_PARAMS_TO_WRAP)
+    cfg = TransformerConfig.from_namespace(args)
+    cfg.decoder.input_dim = int(cfg.decoder.input_dim)  # fairseq's workaround for OmegaConf (T96535332)
+    cfg.decoder.output_dim = int(cfg.decoder.output_dim)
+    if args.share_all_embeddings:
+        cfg.share_decoder_input_output_embed = True  # as fairseq sets it; the output layer is ours anyway
+    return cfg
 
 
 def _preset(name, fairseq_arch):

@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .output_layer import OutputLayer, TiedReference
-from .vmf import FaissInnerProductIndex, candidate_log_probs, nearest_neighbours
+from .nn_search import FaissInnerProductIndex, candidate_log_probs, nearest_neighbours
 
 SEARCHES = ("exact", "faiss")
 #: K of --continuous-search faiss when --continuous-topk is not given
@@ -120,6 +120,8 @@ class ContinuousOutput(TiedReference, OutputLayer):
         """The faiss index of the decodable rows, built on first use; rebuilt only when the table or the mask
         changes (another device or dtype, a loaded state dict)."""
         table, mask = self.target_table, self.decodable
+        # storage and version suffice here, unlike for trained weights: the table and mask are frozen buffers that
+        # no optimizer writes; a loaded state dict bumps their version, .to() gives new storage (tested)
         key = (table.data_ptr(), table._version, str(table.device), table.dtype, mask.data_ptr(), mask._version)
         cached = _FAISS_INDEXES.get(self)
         if cached is None or cached[0] != key:

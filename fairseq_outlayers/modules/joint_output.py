@@ -28,9 +28,9 @@ In the three ablations the size of the shared space is fixed by the side that is
 applies to ``full`` only.
 
 Cost: g_out(E) is a |V| x d_j matrix. Training computes it once per forward pass (one batch, not per token);
-in evaluation mode with gradients off (validation, ``fairseq-generate``) it is computed once and reused until
-the weights it depends on change, so beam search does not recompute it at every decoding step. Under negative
-sampling only the sampled rows are projected (``target_weights(ids)``).
+in evaluation mode with gradients off (validation, ``fairseq-generate``) it is computed once and reused while
+the weights it depends on hold the same values (compared with a copy), so beam search does not recompute it at
+every decoding step. Under negative sampling only the sampled rows are projected (``target_weights(ids)``).
 """
 from typing import Dict, Optional, Tuple
 
@@ -69,6 +69,12 @@ def joint_logits(embeddings: torch.Tensor, features: torch.Tensor, out_proj: Opt
     out = embeddings if out_proj is None else act(out_proj(embeddings))
     ctx = features if ctx_proj is None else act(ctx_proj(features))
     return F.linear(ctx, out, word_bias)
+
+
+def _same_tensors(old: Tuple[torch.Tensor, ...], new: Tuple[torch.Tensor, ...]) -> bool:
+    return len(old) == len(new) and all(
+        a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+        for a, b in zip(old, new))
 
 
 class JointOutputLayer(TiedReference, FactorisedSoftmaxOutput):
@@ -123,9 +129,8 @@ class JointOutputLayer(TiedReference, FactorisedSoftmaxOutput):
                 if proj.bias is not None:
                     nn.init.zeros_(proj.bias)
         self.bias = nn.Parameter(torch.zeros(num_words)) if word_bias else None
-        # evaluation-mode cache of g_out(E) (plain attributes: not part of the state dict)
-        self._cache_key = None
-        self._cache_value = None
+        # evaluation-mode cache: (copies of E, U, b_u, g_out(E)); a plain attribute, not part of the state dict
+        self._cache: Optional[Tuple[Tuple[torch.Tensor, ...], torch.Tensor]] = None
         self.cache_stats = {"hits": 0, "misses": 0}
 
     # -- the two projections -------------------------------------------------------------------------------
@@ -146,36 +151,36 @@ class JointOutputLayer(TiedReference, FactorisedSoftmaxOutput):
         return F.dropout(ctx, p=self.dropout, training=self.training)
 
     # -- the output matrix g_out(E), cached in evaluation -----------------------------------------------------
-    def _weights_key(self) -> Tuple:
+    def _cache_inputs(self) -> Tuple[torch.Tensor, ...]:
         tensors = [self.tied_embedding.weight]
         if self.out_proj is not None:
             tensors += [t for t in (self.out_proj.weight, self.out_proj.bias) if t is not None]
-        return tuple((t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for t in tensors)
+        return tuple(t.detach() for t in tensors)
 
     def output_matrix(self) -> torch.Tensor:
         """E' = g_out(E), |V| x joint_dim. Computed once per call in training; in evaluation mode with gradients
-        disabled it is cached and reused while E, U and b_u are unchanged (same storage, same version)."""
+        disabled it is cached and reused while E, U and b_u hold the values it was computed from (compared with a
+        copy: fairseq's optimizers write through ``.data``, which changes neither storage nor version, so only
+        the values tell; comparing reads |V| x d numbers, recomputing multiplies |V| x d by d x d_j)."""
         embedding = self.tied_embedding.weight
         if self.out_proj is None:
             return embedding
         if self.training or torch.is_grad_enabled():
             return self._project_outputs(embedding)
-        key = self._weights_key()
-        if self._cache_key == key:
+        inputs = self._cache_inputs()
+        if self._cache is not None and _same_tensors(self._cache[0], inputs):
             self.cache_stats["hits"] += 1
-            return self._cache_value
+            return self._cache[1]
         self.cache_stats["misses"] += 1
-        self._cache_value = self._project_outputs(embedding)
-        self._cache_key = key
-        return self._cache_value
+        value = self._project_outputs(embedding)
+        self._cache = (tuple(t.clone() for t in inputs), value)
+        return value
 
     def clear_cache(self):
-        self._cache_key = None
-        self._cache_value = None
+        self._cache = None
 
     def train(self, mode: bool = True):
-        # training updates the weights in place through ``.data`` (which does not bump ``_version``): drop the cache
-        self.clear_cache()
+        self.clear_cache()  # training changes the weights: free the cached copy
         return super().train(mode)
 
     def _apply(self, fn, *args, **kwargs):

@@ -81,7 +81,10 @@ class TiedReference:
     """Mixin: keep a non-registered reference to the embedding module whose weight an output layer reuses."""
 
     def _set_tied_embedding(self, embedding: nn.Module):
-        # object.__setattr__ bypasses nn.Module's registration: the embedding belongs to the decoder, not to us.
+        # Not fairseq's shared Parameter (output.weight = embed.weight): the tied weight may be computed at every
+        # step (shared-private), and a second registered name would add a key to every checkpoint. So the module
+        # is held unregistered (object.__setattr__ bypasses nn.Module's registration) and its weight is saved,
+        # moved and counted once, under the decoder's embedding (tests/test_core.py::test_tied_weight_is_one_tensor).
         object.__setattr__(self, "_tied_embedding", embedding)
 
     @property

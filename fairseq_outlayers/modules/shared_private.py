@@ -18,11 +18,11 @@ paired word share its whole vector.
 view one side (encoder or decoder) uses like an ``nn.Embedding``: ``forward(tokens)``, ``.weight`` (the assembled
 matrix, what a tied output layer multiplies with), ``embedding_dim``, ``padding_idx``, ``num_embeddings``.
 
-Assembly runs at most once per training step and side: in training the assembled matrix is shared by every use
-within one forward pass (decoder input lookup and tied output layer) and dropped as soon as backward has gone
-through it (so the next step, or the next micro-batch of gradient accumulation, re-assembles); in evaluation it is
-kept while the parameters are unchanged (keyed on their storage and version, cleared by ``load_state_dict``,
-``.to()`` and a switch between ``train()`` and ``eval()``), so ``fairseq-generate`` assembles once.
+The matrices are assembled once per model pass: the encoder's source lookup, with which every pass starts (a
+training step, a validation batch, a fairseq-generate batch and all its decoding steps), drops the previous pass's
+assembly; within the pass the target matrix is shared by the decoder input lookup and the tied output layer.
+(A cache keyed on the parameters' storage and version served stale embeddings after fairseq's optimizers, which
+write through ``.data``, had changed them.)
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -109,65 +109,47 @@ class SharedPrivateEmbeddings(nn.Module):
                     if r < n_paired:
                         raise ValueError(f"the padding index {pad} is paired; special symbols must stay private")
                     unpaired[r - n_paired].zero_()
-        self._cache: Dict[str, Tuple[tuple, torch.Tensor]] = {}
-        self._pad_rows: Dict[str, int] = {}
+        self._pad_rows: Dict[str, int] = {}  # side -> stacked row of its padding index
+        self.new_pass()
 
-    # ----- assembly with a per-step cache ---------------------------------------------------------------
-    def _side_params(self, side: str) -> List[nn.Parameter]:
-        private = self.src_private if side == "src" else self.tgt_private
-        unpaired = self.src_unpaired if side == "src" else self.tgt_unpaired
-        return list(self.shared) + list(private) + [unpaired]
+    # ----- assembly, once per model pass ------------------------------------------------------------------
+    # Why not a cache keyed on the parameters' storage and version: fairseq's optimizers write through ``p.data``,
+    # which changes neither. Parameters change only between model passes, and every pass (a training step, a
+    # validation batch, one fairseq-generate batch with all its decoding steps) starts with the encoder's source
+    # lookup, which drops what the previous pass assembled (tests/test_shared_private.py, "no_stale"). A backward
+    # through an assembled matrix drops it too (gradient accumulation without a new source lookup).
+    def new_pass(self):
+        """Forget the assembled matrices: the parameters may have changed since they were built."""
+        self._pass: Dict[str, torch.Tensor] = {}
 
-    def _key(self, side: str) -> tuple:
-        params = self._side_params(side)
-        rows = self.src_rows if side == "src" else self.tgt_rows
-        return (torch.is_grad_enabled(), rows.data_ptr(), rows._version) + tuple(
-            (p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+    def _assembled(self, name: str, build) -> torch.Tensor:
+        current = self._pass
+        if name not in current:
+            value = current[name] = build()
+            if value.requires_grad:  # once backward has gone through it, its graph is freed: assemble again
+                def drop(grad):
+                    current.pop(name, None)
 
-    def clear_cache(self):
-        self._cache.clear()
-        self._pad_rows = {}
-
-    def _cached(self, name: str, side: str, build) -> torch.Tensor:
-        """``build()`` once per parameter state; dropped when backward has consumed its graph."""
-        key = self._key(side)
-        hit = self._cache.get(name)
-        # Reuse (a) a matrix whose graph is alive: the same training step (dropped by the hook after backward),
-        # or (b) in evaluation mode, while the parameters are unchanged. A matrix built without gradients in
-        # training mode is not reused: fairseq's optimizers write through ``p.data``, which leaves ``_version``
-        # unchanged, so the key alone cannot tell that a step happened.
-        if hit is not None and hit[0] == key and (hit[1].requires_grad or not self.training):
-            return hit[1]
-        value = build()
-        if value.requires_grad:
-            # once backward has gone through this tensor its graph is freed: the next forward re-assembles
-            value.register_hook(self._drop_hook(name))
-        self._cache[name] = (key, value)
-        return value
-
-    def _drop_hook(self, name):
-        def hook(grad):
-            self._cache.pop(name, None)
-            return grad
-
-        return hook
+                value.register_hook(drop)
+        return current[name]
 
     def stacked(self, side: str) -> torch.Tensor:
         """``side``'s rows in block order (lm, wf, ur pairs, then unpaired): eqs. (2)-(3) before reordering."""
         private = self.src_private if side == "src" else self.tgt_private
         unpaired = self.src_unpaired if side == "src" else self.tgt_unpaired
-        return self._cached("stacked-" + side, side, lambda: assemble(
-            list(self.shared), list(private), unpaired, None))
+        return self._assembled("stacked-" + side, lambda: assemble(list(self.shared), list(private), unpaired, None))
 
     def matrix(self, side: str) -> torch.Tensor:
-        """The assembled |V| x d matrix of ``side`` ('src' or 'tgt') in dictionary order, cached until the
-        parameters change."""
+        """The assembled |V| x d matrix of ``side`` ('src' or 'tgt') in dictionary order (once per pass)."""
         rows = self.src_rows if side == "src" else self.tgt_rows
-        return self._cached("matrix-" + side, side, lambda: self.stacked(side).index_select(0, rows))
+        return self._assembled("matrix-" + side, lambda: self.stacked(side).index_select(0, rows))
 
     def lookup(self, side: str, tokens: torch.Tensor, padding_idx: Optional[int]) -> torch.Tensor:
         """Embeddings of ``tokens`` (dictionary ids) read from the block-ordered matrix, which skips the
-        reordering of the whole matrix when only the looked-up rows are needed (the source side)."""
+        reordering of the whole matrix when only the looked-up rows are needed (the source side). A source
+        lookup starts a new model pass."""
+        if side == "src":
+            self.new_pass()
         rows = self.src_rows if side == "src" else self.tgt_rows
         pad = None
         if padding_idx is not None:
@@ -177,21 +159,22 @@ class SharedPrivateEmbeddings(nn.Module):
         return F.embedding(rows[tokens], self.stacked(side), pad)
 
     def train(self, mode: bool = True):
-        if mode != self.training:  # switching between training and evaluation: start from a fresh assembly
-            self.clear_cache()
+        self.new_pass()
         return super().train(mode)
 
-    def _apply(self, fn, *args, **kwargs):  # .to(), .half(), .cuda(): the cached matrix is stale
-        self.clear_cache()
+    def _apply(self, fn, *args, **kwargs):  # .to(), .half(), .cuda(): parameters and row maps change
+        self.new_pass()
+        self._pad_rows = {}
         return super()._apply(fn, *args, **kwargs)
 
-    def __getstate__(self):
+    def __getstate__(self):  # deepcopy, pickle: no assembled (non-leaf) tensors
         state = self.__dict__.copy()
-        state["_cache"], state["_pad_rows"] = {}, {}
+        state["_pass"], state["_pad_rows"] = {}, {}
         return state
 
     def _load_from_state_dict(self, *args, **kwargs):
-        self.clear_cache()
+        self.new_pass()
+        self._pad_rows = {}
         return super()._load_from_state_dict(*args, **kwargs)
 
     def extra_repr(self) -> str:

@@ -1,6 +1,7 @@
-"""Shared by the benchmark scripts: the device's measured matmul FLOP/s, the FLOP count of one training step of
-each output layer, and the results file (checked before the run, written atomically, never clobbered without
-``--force``).
+"""Shared by the benchmark scripts: timing and memory helpers (device sync, gradients cleared, peak memory of a
+step), the device's measured matmul FLOP/s, the FLOP count of one training step of each output layer, and the
+report (the command line, ratios, the results file: checked before the run, written atomically, never clobbered
+without ``--force``).
 
 FLOP counts (one multiply-add = 2 FLOP; backward = 2x forward for a matmul whose inputs both need gradients;
 element-wise work, the loss and the optimizer are left out). N target tokens, H = decoder output size, V the
@@ -14,11 +15,74 @@ vocabulary (or the sampled |V'|), m the continuous output size, d_j the joint si
                                                  adds 2 N m V per step for the nearest-neighbour scores
 * whole model: 6 x tokens x matmul parameters   (Kaplan et al. 2020; attention scores left out)
 """
+import contextlib
 import os
+import sys
 import time
 from typing import Optional
 
 _MATMUL_CACHE = {}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# timing and memory
+# ------------------------------------------------------------------------------------------------------------
+
+def sync(device):
+    """Wait for the device's queued work (CUDA), so that a wall-clock interval covers it."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def clear_grads(module, features=None):
+    """Drop the gradients of ``module``'s parameters (and of the ``features`` leaf) before the next timed step."""
+    if features is not None:
+        features.grad = None
+    for p in module.parameters():
+        p.grad = None
+
+
+def proc_status(key: str) -> int:
+    """A byte count of this process from /proc/self/status (``VmRSS``, ``VmHWM``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+@contextlib.contextmanager
+def peak_memory(device):
+    """Peak bytes above the level at entry while the block runs, in ``result["bytes"]`` after it: CUDA, the
+    allocator's peak; CPU, the resident-set high-water mark (reset at entry through /proc/self/clear_refs)."""
+    import torch
+
+    result = {}
+    cuda = str(device).startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = proc_status("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the resident-set high-water mark to the current size
+    yield result
+    if cuda:
+        torch.cuda.synchronize()
+        result["bytes"] = torch.cuda.max_memory_allocated() - base
+    else:
+        result["bytes"] = proc_status("VmHWM") - base
+
+
+def check_device(parser, device: str):
+    """A --device cuda that torch cannot see is a usage error."""
+    import torch
+
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        parser.error("--device cuda asked for, but torch sees no CUDA device")
 
 
 def matmul_flops(device: str = "cpu", n: Optional[int] = None, repeats: int = 5) -> float:
@@ -65,6 +129,20 @@ def model_step_flops(tokens: int, matmul_params: int) -> float:
     return 6.0 * tokens * matmul_params
 
 
+# ------------------------------------------------------------------------------------------------------------
+# the report
+# ------------------------------------------------------------------------------------------------------------
+
+def ratio(a, b):
+    return a / b if b else float("nan")
+
+
+def command_line(script: str, argv=None) -> str:
+    """``python scripts/SCRIPT args...`` as the run was started (``argv`` as given to main, else sys.argv)."""
+    args = sys.argv[1:] if argv is None else argv
+    return f"python scripts/{script}" + "".join(" " + a for a in args)
+
+
 def gflops(flops_per_s: float) -> str:
     return f"{flops_per_s / 1e9:,.1f}"
 
@@ -91,6 +169,14 @@ def write_output(path: str, text: str):
     from fairseq_outlayers.outfiles import write_text
 
     write_text(path, text)
+
+
+def finish(path: str, text: str):
+    """Print the report and write it to the results file."""
+    print()
+    print(text)
+    write_output(path, text)
+    print(f"written to {path}")
 
 
 def add_output_args(parser, default: str):

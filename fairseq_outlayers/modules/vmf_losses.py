@@ -1,0 +1,153 @@
+"""The training losses of continuous outputs (Kumar & Tsvetkov 2019, sections 3 and 4.2) and what κ says about
+the cosine under each vMF loss (the κ alarms). Per token: ``e_hat`` (N, m) predictions, ``target`` (N, m) unit
+target vectors, a loss (N,). log C_m(κ) comes from ``bessel.py``.
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .bessel import bessel_iv_ratio, log_cm, log_cm_approx
+
+
+# ------------------------------------------------------------------------------------------------------------
+# losses: e_hat (N, m) predictions, target (N, m) unit target vectors; each returns a per-token loss (N,)
+# ------------------------------------------------------------------------------------------------------------
+
+def vmf_nll_loss(e_hat: torch.Tensor, target: torch.Tensor, lambda1: float = 0.0, lambda2: float = 1.0,
+                 approximate: bool = False) -> torch.Tensor:
+    """NLLvMF with the paper's regularisers (section 3):
+
+    ``-log C_m(‖ê‖) - λ2 êᵀe(w) + λ1 ‖ê‖``.
+
+    λ1 = 0, λ2 = 1: plain NLLvMF; λ1 > 0: NLLvMF_reg1 (the paper uses λ1 = 0.2); λ2 < 1: NLLvMF_reg2 (eq. 3,
+    λ2 = 0.1); both: NLLvMF_reg1+reg2. ``approximate`` uses the appendix approximation of log C_m.
+    """
+    m = e_hat.size(-1)
+    kappa = torch.linalg.vector_norm(e_hat, dim=-1)
+    logc = log_cm_approx(kappa, m) if approximate else log_cm(kappa, m)
+    loss = -logc - lambda2 * (e_hat * target).sum(-1)
+    if lambda1:
+        loss = loss + lambda1 * kappa
+    return loss
+
+
+def vmf_released_loss(e_hat: torch.Tensor, target: torch.Tensor, lam: float = 0.2,
+                      approximate: bool = False) -> torch.Tensor:
+    """The variant the authors' released code trains with (it is not the paper's printed reg1/reg2):
+
+    ``-log C_m(κ) + log(1 + κ) (λ - cos(ê, e(w)))`` with κ = ‖ê‖ and λ = 0.2.
+    """
+    m = e_hat.size(-1)
+    kappa = torch.linalg.vector_norm(e_hat, dim=-1)
+    logc = log_cm_approx(kappa, m) if approximate else log_cm(kappa, m)
+    return -logc + torch.log1p(kappa) * (lam - cosine_similarity(e_hat, target))
+
+
+def cosine_similarity(e_hat: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """cos(ê, e) per row; 0 for a zero prediction (no NaN)."""
+    return (F.normalize(e_hat, dim=-1) * F.normalize(target, dim=-1)).sum(-1)
+
+
+def cosine_loss(e_hat: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``1 - cos(ê, e(w))`` (section 4.2)."""
+    return 1.0 - cosine_similarity(e_hat, target)
+
+
+def l2_loss(e_hat: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``‖ê - e(w)‖``, the square-rooted squared error of section 4.2 (gradient 0 where ê = e(w), not NaN)."""
+    return torch.linalg.vector_norm(e_hat - target, dim=-1)
+
+
+@torch.no_grad()
+def most_informative_negatives(e_hat: torch.Tensor, target_ids: torch.Tensor, table: torch.Tensor,
+                               candidates: Optional[torch.Tensor] = None, chunk_size: int = 16384
+                               ) -> torch.Tensor:
+    """For each row, ``argmax_(j ≠ w) cos(ê, e_j) - cos(e_w, e_j)`` over the unit table (Lazaridou et al. 2015,
+    as used in section 4.2): the word closest to the prediction and farthest from the target. ``candidates``
+    (V,) bool restricts j (padding and other never-predicted entries are excluded by the caller). Chunked over
+    the vocabulary: memory N x chunk_size."""
+    direction = F.normalize(e_hat.to(table.dtype), dim=-1) - table.index_select(0, target_ids)
+    best_val = torch.full((e_hat.size(0),), -math.inf, dtype=torch.float32, device=e_hat.device)
+    best_idx = torch.zeros(e_hat.size(0), dtype=torch.long, device=e_hat.device)
+    for start in range(0, table.size(0), chunk_size):
+        part = table[start:start + chunk_size]
+        scores = F.linear(direction, part).float()
+        if candidates is not None:
+            scores.masked_fill_(~candidates[start:start + chunk_size].unsqueeze(0), -math.inf)
+        # the target itself is no negative (written without boolean indexing: no device-to-host sync)
+        local = (target_ids - start).unsqueeze(1)
+        inside = (local >= 0) & (local < part.size(0))
+        local = local.clamp(0, part.size(0) - 1)
+        scores.scatter_(1, local, torch.where(inside, -math.inf, scores.gather(1, local)))
+        val, idx = scores.max(dim=-1)
+        better = val > best_val
+        best_val = torch.where(better, val, best_val)
+        best_idx = torch.where(better, idx + start, best_idx)
+    return best_idx
+
+
+def max_margin_loss(e_hat: torch.Tensor, target_ids: torch.Tensor, table: torch.Tensor, gamma: float = 0.5,
+                    candidates: Optional[torch.Tensor] = None, chunk_size: int = 16384) -> torch.Tensor:
+    """``max(0, γ + cos(ê, e_neg) - cos(ê, e_w))`` with the single most informative negative (section 4.2,
+    γ = 0.5). ``table`` is the unit target table (V, m); the negative search costs O(V) per token."""
+    negatives = most_informative_negatives(e_hat, target_ids, table, candidates, chunk_size)
+    pos = cosine_similarity(e_hat, table.index_select(0, target_ids).to(e_hat.dtype))
+    neg = cosine_similarity(e_hat, table.index_select(0, negatives).to(e_hat.dtype))
+    return torch.clamp(gamma + neg - pos, min=0.0)
+
+
+
+# ------------------------------------------------------------------------------------------------------------
+# what κ says about the cosine: the stationary point of each vMF loss in κ, and the κ alarms
+# ------------------------------------------------------------------------------------------------------------
+
+def implied_cosine(kappa: torch.Tensor, m: int, variant: str, lambda1: float = 0.0, lambda2: float = 1.0,
+                   released_lambda: float = 0.2) -> torch.Tensor:
+    """The cosine ĉ(κ) at which the κ-derivative of the loss vanishes, i.e. the expected cos(ê, e(w)) that a
+    prediction of norm κ stands for once the loss has settled κ (A_m = I_(m/2)/I_(m/2-1)):
+
+    * plain: A_m(κ) = ĉ;  reg1: A_m(κ) + λ1 = ĉ;  reg2: A_m(κ) = λ2 ĉ;  reg1+reg2: A_m(κ) + λ1 = λ2 ĉ;
+    * released: A_m(κ) + (λ - ĉ)/(1 + κ) = 0, so ĉ = λ + (1 + κ) A_m(κ).
+
+    Since A_m(κ) ≈ κ/m for κ ≪ m, the exact forms need κ ≈ m·ĉ (about 100-200 for m = 300) and the released
+    form only κ ≈ (m ĉ)^(1/2) (about 10). Float64."""
+    a = bessel_iv_ratio(m / 2 - 1, torch.as_tensor(kappa, dtype=torch.float64))
+    if variant == "released":
+        return released_lambda + (1 + torch.as_tensor(kappa, dtype=torch.float64)) * a
+    if variant in ("reg1", "reg1+reg2", "plain", "reg2"):
+        return (a + lambda1) / lambda2
+    raise ValueError(f"unknown vMF variant {variant!r}")
+
+
+def kappa_alarm_bounds(m: int, variant: str, lambda1: float = 0.0, lambda2: float = 1.0,
+                       released_lambda: float = 0.2) -> Tuple[float, float]:
+    """(κ_low, κ_high) of the κ alarms, from ``implied_cosine`` ĉ(κ) (increasing in κ) and the cosine of a
+    random direction in R^m, ε = m^(-1/2) (its standard deviation):
+
+    * κ < κ_low where ĉ(κ) - ĉ(0) < ε: the norm encodes less agreement with the target than a random direction
+      has; the loss has pulled ê to the origin, where its direction is whatever the last updates left (the
+      word is lost for nearest-neighbour decoding);
+    * κ > κ_high where ĉ(κ) > 1 - ε: the norm claims a cosine that no word of a table with that resolution can
+      be told apart from a perfect match by; beam scores log_softmax(êᵀe) are then one-hot and each update
+      turns ê by about 1/κ of its step (the norm has run away). inf when ĉ never gets there.
+    Found by bisection in float64."""
+    eps = m ** -0.5
+
+    def c(k):
+        return float(implied_cosine(torch.tensor([k], dtype=torch.float64), m, variant, lambda1, lambda2,
+                                    released_lambda)[0])
+
+    def solve(target):
+        lo, hi = 0.0, 1.0
+        while c(hi) < target:
+            hi *= 2
+            if hi > 1e12:
+                return math.inf
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if c(mid) < target else (lo, mid)
+        return hi
+
+    return solve(c(0.0) + eps), solve(1.0 - eps)
