@@ -1,5 +1,6 @@
 """Unknown-word replacement: the fast_align lexicon (``python -m fairseq_outlayers.pairing lexicon``), the
-replacement rule, fairseq-generate ``--replace-unk LEXICON`` and ``scripts/evaluate.sh --replace-unk LEXICON``."""
+replacement rule (``fairseq_outlayers.evaluation.unknown_words``), ``outlayers-generate`` / ``outlayers-interactive
+--replace-unk LEXICON`` and ``scripts/evaluate.sh --replace-unk LEXICON``."""
 import json
 import os
 import sys
@@ -12,12 +13,9 @@ from fairseq import utils as fairseq_utils
 from fairseq.data import Dictionary
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.evaluation import unknown_words as U
 from fairseq_outlayers.pairing import lexicon as L
 from harness import REPO, USER_DIR, make_corpus, run, tool, train
-
-
-def test_importing_the_plugin_routes_fairseqs_replace_unk_through_the_lexicon_code():
-    assert fairseq_utils.post_process_prediction is L.post_process_prediction
 
 
 def write(path, lines):
@@ -62,8 +60,7 @@ def test_lexicon_exact_entries_from_known_links(tmp_path):
     L.write_lexicon(str(out), lex)
     lines = out.read_text(encoding="utf-8").splitlines()
     assert lines[:2] == ["das\tthe\t3\t1.000000", "ist\tis\t3\t1.000000"] and len(lines) == 8
-    original = getattr(L, "_ORIGINAL", {}).get("load_align_dict", fairseq_utils.load_align_dict)
-    assert original(str(out)) == dict(lex) == L.read_lexicon(str(out))
+    assert fairseq_utils.load_align_dict(str(out)) == dict(lex) == U.read_lexicon(str(out))
     with pytest.raises(OutlayersConfigError, match="exists; choose another --out path or pass --force"):
         L.write_lexicon(str(out), lex)
     assert L.real_word_positions(["a@@", "b", "c", "<unk>", "madeupword0001", "d@@"]) == \
@@ -75,7 +72,7 @@ def test_lexicon_cli_with_fast_align(unk_setup, tmp_path):
     s0..s3 are kept as they are, s_i -> T_i for the others; every entry must be exactly that. (The lexicon was
     written by ``python -m fairseq_outlayers.pairing lexicon`` in the fixture.)"""
     assert "40 source units with a translation" in unk_setup["cli_stdout"]
-    assert L.read_lexicon(unk_setup["full_lexicon"]) == {f"s{i}": (f"s{i}" if i < 4 else f"T{i}") for i in range(40)}
+    assert U.read_lexicon(unk_setup["full_lexicon"]) == {f"s{i}": (f"s{i}" if i < 4 else f"T{i}") for i in range(40)}
     # never overwritten; the source text must be in the model's units; a broken lexicon names its line
     raw, out = unk_setup["raw"], unk_setup["full_lexicon"]
     texts = ["--src-text", f"{raw}/train.de", "--tgt-text", f"{raw}/train.en"]
@@ -89,9 +86,9 @@ def test_lexicon_cli_with_fast_align(unk_setup, tmp_path):
     assert not os.path.exists(tmp_path / "l2")
     bad = write(tmp_path / "bad.txt", ["a b", "", "c"])
     with pytest.raises(OutlayersConfigError, match=r"bad.txt:3: expected 'source_unit target_word'"):
-        L.read_lexicon(bad)
+        U.read_lexicon(bad)
     with pytest.raises(OutlayersConfigError, match="does not exist; build one with"):
-        L.read_lexicon(str(tmp_path / "missing.txt"))
+        U.read_lexicon(str(tmp_path / "missing.txt"))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -103,34 +100,65 @@ def test_replacement_rule():
     lex = {"ter@@": "terrier", "läuft": "runs"}
     hyp = "a <unk> <unk> <unk> <unk> <unk>".split()
     links = {0: 0, 1: 2, 2: 4, 3: 7, 5: 99}  # position 4 has no link, position 5 a link outside the source
-    out, from_lexicon, copied = L.replace_unknowns(hyp, src, links, lex)
+    out, from_lexicon, copied = U.replace_unknowns(hyp, src, links, lex)
     assert out == "a boston terrier runs <unk> <unk>".split() and (from_lexicon, copied) == (2, 1)
     # every alignment format fairseq produces
-    assert L.links_by_target([(3, 0), (1, 1), (2, 1)]) == {0: 3, 1: 1}  # pairs (fairseq >= 0.10); first wins
-    assert L.links_by_target("3-0 1-1") == {0: 3, 1: 1}
-    assert L.links_by_target(torch.tensor([4, 2])) == {0: 4, 1: 2}  # one source index per target (old fairseq)
-    assert L.links_by_target(torch.empty(0)) is None and L.links_by_target([]) == {}
+    assert U.links_by_target([(3, 0), (1, 1), (2, 1)]) == {0: 3, 1: 1}  # pairs (fairseq >= 0.10); first wins
+    assert U.links_by_target("3-0 1-1") == {0: 3, 1: 1}
+    assert U.links_by_target(torch.tensor([4, 2])) == {0: 4, 1: 2}  # one source index per target (old fairseq)
+    assert U.links_by_target(torch.empty(0)) is None and U.links_by_target([]) == {}
 
 
-def test_post_process_prediction_replaces_before_removing_bpe():
-    d = Dictionary()
-    for w in ["the", "ho@@", "use", "is"]:
-        d.add_symbol(w)
-    tokens = torch.tensor([d.index("the"), d.unk(), d.index("ho@@"), d.index("use"), d.unk(), d.eos()])
-    align = [(0, 0), (1, 1), (3, 2), (3, 3), (4, 4)]
-    src = "das Kat@@ ze Haus ist"
-    ids, text, a = L.post_process_prediction(tokens, src, align, {"ist": "is"}, d, remove_bpe="@@ ",
-                                             extra_symbols_to_ignore={d.eos()})
-    assert text == "the Katze house is" and a is align
-    assert d.string(ids) == text
-    # without --replace-unk: fairseq's own function, unchanged
-    original = getattr(L, "_ORIGINAL", {}).get("post_process_prediction", fairseq_utils.post_process_prediction)
-    assert L.post_process_prediction(tokens, src, align, None, d, "@@ ")[1] == \
-        original(tokens, src, align, None, d, "@@ ")[1] == "the <unk> house <unk>"
-    with pytest.raises(OutlayersConfigError, match="add --print-alignment hard"):
-        L.post_process_prediction(tokens, src, torch.empty(0), {}, d)
-    # a bare --replace-unk (fairseq's argparse gives '@@ '): copy only
-    assert L.load_align_dict(None) is None and L.load_align_dict("@@ ") == {}
+def rewrite(lines, **kw):
+    """What ReplaceUnkOutput writes for fairseq's printed ``lines`` (written in odd chunks, as print() may)."""
+    import io
+
+    out = io.StringIO()
+    stream = U.ReplaceUnkOutput(out, **kw)
+    text = "".join(line + "\n" for line in lines)
+    for k in range(0, len(text), 7):
+        stream.write(text[k:k + 7])
+    stream.close()
+    return out.getvalue().splitlines(), stream
+
+
+def test_output_rewriter_replaces_before_removing_bpe():
+    """The H- line is rewritten from the BPE-level tokens and the A- line, then BPE is removed; D- follows H-;
+    the A- line is shown only when asked; every other line passes unchanged."""
+    printed = ["S-0\tdas Kat@@ ze Haus ist", "T-0\tthe cat house is", "W-0\t0.010\tseconds",
+               "H-0\t-0.5\tthe <unk> ho@@ use <unk>", "D-0\t-0.5\tthe <unk> ho@@ use <unk>",
+               "P-0\t-0.1 -0.2 -0.3 -0.4 -0.5 -0.6", "A-0\t0-0 1-1 3-2 3-3 4-4", "I-0\t3",
+               "H-0\t-0.9\t<unk> <unk>", "D-0\t-0.9\t<unk> <unk>", "P-0\t-0.1 -0.2 -0.3", "A-0\t9-0",
+               "2026-01-01 | INFO | fairseq_cli.generate | NOTE: a log line"]
+    lines, stream = rewrite(printed, lexicon={"ist": "is"}, post_process="@@ ")
+    assert lines == ["S-0\tdas Katze Haus ist", "T-0\tthe cat house is", "W-0\t0.010\tseconds",
+                     "H-0\t-0.5\tthe Katze house is", "D-0\t-0.5\tthe Katze house is",
+                     "P-0\t-0.1 -0.2 -0.3 -0.4 -0.5 -0.6", "I-0\t3",
+                     "H-0\t-0.9\t<unk> <unk>", "D-0\t-0.9\t<unk> <unk>", "P-0\t-0.1 -0.2 -0.3",
+                     "2026-01-01 | INFO | fairseq_cli.generate | NOTE: a log line"]
+    assert (stream.counts["lexicon"], stream.counts["copied"]) == (1, 1)
+    # --print-alignment kept, no BPE removal, a detokeniser for D-
+    lines, _ = rewrite(printed[:7], lexicon={}, keep_alignment=True, decode=str.upper)
+    assert lines[3:] == ["H-0\t-0.5\tthe Katze ho@@ use ist", "D-0\t-0.5\tTHE KATZE HO@@ USE IST",
+                         "P-0\t-0.1 -0.2 -0.3 -0.4 -0.5 -0.6", "A-0\t0-0 1-1 3-2 3-3 4-4"]
+
+
+def test_output_rewriter_scores_the_replaced_hypotheses_as_fairseq_generate():
+    """The final score line is fairseq's scorer on the rewritten first hypotheses; --quiet keeps only it."""
+    from fairseq import scoring
+    from fairseq.data import Dictionary
+
+    printed = ["S-1\tein Hund", "T-1\ta dog", "H-1\t-1\ta <unk>", "D-1\t-1\ta <unk>", "P-1\t-1 -1 -1",
+               "A-1\t0-0 1-1", "S-0\tdie Katze", "T-0\tthe cat", "H-0\t-1\tthe <unk>", "D-0\t-1\tthe <unk>",
+               "P-0\t-1 -1 -1", "A-0\t0-0 1-1", "Generate test with beam=1: BLEU4 = 0.00, 0/0/0/0 (made up)"]
+    lines, _ = rewrite(printed, lexicon={"Hund": "dog", "Katze": "cat"}, quiet=True,
+                       scorer=scoring.build_scorer("bleu", Dictionary()))
+    assert len(lines) == 1 and lines[0].startswith("Generate test with beam=1: BLEU4 = 0.00, 100.0/100.0/0.0/0.0 (")
+    lines, _ = rewrite(printed, lexicon={}, scorer=scoring.build_scorer("bleu", Dictionary()))
+    assert [x for x in lines if x.startswith("H-")] == ["H-1\t-1\ta Hund", "H-0\t-1\tthe Katze"]
+    assert lines[-1].startswith("Generate test with beam=1: BLEU4 = 0.00, 50.0/0.0/0.0/0.0 (")
+    # --replace-unk's value: none, bare (fairseq's argparse const '@@ ': copy only), or a lexicon file
+    assert U.load_lexicon(None) is None and U.load_lexicon("@@ ") == {} == U.load_lexicon("")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -159,7 +187,7 @@ def unk_setup(tmp_path_factory):
     full = str(base / "lex.full.txt")
     cli = pairing_cli("lexicon", "--src-text", f"{raw}/train.de", "--tgt-text", f"{raw}/train.en", "--out", full,
                       "--src-dict", os.path.join(data, "dict.de.txt"))
-    lex = {k: v for k, v in L.read_lexicon(full).items() if int(k[1:]) % 2 == 0}
+    lex = {k: v for k, v in U.read_lexicon(full).items() if int(k[1:]) % 2 == 0}
     lexicon = write(base / "lex.txt", [f"{k} {v}" for k, v in lex.items()])
     return {"base": base, "raw": raw, "data": data, "vec": vec, "lexicon": lexicon, "lex": lex,
             "full_lexicon": full, "cli_stdout": cli.stdout}
