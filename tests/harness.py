@@ -36,12 +36,12 @@ def tool(name: str) -> str:
 
 
 def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None, check: bool = True,
-        timeout: int = 600) -> subprocess.CompletedProcess:
+        timeout: int = 600, input: Optional[str] = None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints without it
     full_env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     full_env.update(env or {})
-    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, input=input)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"command failed ({proc.returncode}): {' '.join(cmd)}\n--- stdout ---\n{proc.stdout[-4000:]}"

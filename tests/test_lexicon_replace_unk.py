@@ -218,86 +218,145 @@ def trained(setup, name):
     return _MODELS[name]
 
 
-def fairseq_generate(data, ckpt, *extra, check=True):
-    proc = run([tool("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", ckpt, "--beam", "1",
-                "--max-len-a", "0", "--max-len-b", "12", "--batch-size", "8", "--cpu", "--num-workers", "0",
-                *extra], check=check)
+GEN = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "12", "--cpu", "--num-workers", "0"]
+
+
+def parse_lines(stdout):
+    """{sentence id: {kind: text}} of the S/T/H/D/P/A lines (H and D without their score)."""
     out = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         kind, _, rest = line.partition("-")
-        if kind in ("S", "H", "A") and rest[:1].isdigit():
+        if kind in ("S", "T", "H", "D", "P", "A") and rest[:1].isdigit():
             idx, _, text = rest.partition("\t")
-            out.setdefault(int(idx), {})[kind] = text.split("\t")[-1] if kind == "H" else text
-    return proc, out
+            out.setdefault(int(idx), {})[kind] = text.split("\t")[-1] if kind in ("H", "D") else text
+    return out
+
+
+def generate_lines(data, ckpt, *extra, cli="fairseq-generate", check=True):
+    proc = run([tool(cli), data, "--user-dir", USER_DIR, "--path", ckpt, "--batch-size", "8", *GEN, *extra],
+               check=check)
+    return proc, parse_lines(proc.stdout)
+
+
+def interactive_lines(data, ckpt, source_lines, *extra, cli="fairseq-interactive"):
+    proc = run([tool(cli), data, "--user-dir", USER_DIR, "--path", ckpt, "--source-lang", "de", "--target-lang",
+                "en", "--buffer-size", "8", "--batch-size", "8", *GEN, *extra], input="".join(source_lines))
+    return proc, parse_lines(proc.stdout)
+
+
+def expected_replacement(lines, lex):
+    """The rule applied by hand to fairseq's own S-, H- and A- lines: {id: hypothesis words}, and the counts."""
+    expected, counts = {}, Counter()
+    for k, p in lines.items():
+        hyp, src = p["H"].split(), p["S"].split()
+        attended = {int(j): int(i) for i, j in (x.split("-") for x in p["A"].split())}
+        assert sorted(attended) == list(range(len(hyp)))  # one link per hypothesis token (attention maximum)
+        for j, tok in enumerate(hyp):
+            if tok == "<unk>":
+                unit = src[attended[j]]
+                hyp[j] = lex.get(unit, unit)
+                counts["lexicon" if unit in lex else "copied"] += 1
+        expected[k] = hyp
+    return expected, counts
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_generate_replace_unk_with_lexicon(unk_setup, arch):
-    """fairseq-generate --replace-unk LEXICON --print-alignment hard on both model families: every <unk> becomes
-    the lexicon translation of the attended source unit, or that unit; nothing else changes."""
+    """outlayers-generate --replace-unk LEXICON on both model families: every <unk> becomes the lexicon
+    translation of the attended source unit, or that unit; nothing else changes. The alignment is computed
+    whether or not --print-alignment is given, and the A- lines are shown only when it is."""
     data, lex, unk_model = unk_setup["data"], unk_setup["lex"], trained(unk_setup, arch)
-    _, plain = fairseq_generate(data, unk_model, "--dataset-impl", "raw", "--print-alignment", "hard")
-    _, replaced = fairseq_generate(data, unk_model, "--dataset-impl", "raw", "--print-alignment", "hard",
-                                   "--replace-unk", unk_setup["lexicon"])
+    raw = ["--dataset-impl", "raw"]
+    _, plain = generate_lines(data, unk_model, *raw, "--print-alignment", "hard")
+    expected, counts = expected_replacement(plain, lex)
+    assert counts["lexicon"] > 0 and counts["copied"] > 0, counts
+    proc, replaced = generate_lines(data, unk_model, *raw, "--print-alignment", "hard", "--replace-unk",
+                                    unk_setup["lexicon"], cli="outlayers-generate")
     assert sorted(plain) == sorted(replaced) == list(range(24))
-    n_unk = n_lex = n_copy = 0
     for k, p in plain.items():
-        hyp, src = p["H"].split(), p["S"].split()
-        attended = {int(j): int(i) for i, j in (x.split("-") for x in p["A"].split())}
-        assert sorted(attended) == list(range(len(hyp)))  # one link per hypothesis token (attention maximum)
-        expected = list(hyp)
-        for j, tok in enumerate(hyp):
-            if tok == "<unk>":
-                unit = src[attended[j]]
-                expected[j] = lex.get(unit, unit)
-                n_unk += 1
-                n_lex += unit in lex
-                n_copy += unit not in lex
-        assert replaced[k]["H"].split() == expected, k
-        assert replaced[k]["S"] == p["S"] and replaced[k]["A"] == p["A"]
+        assert replaced[k]["H"].split() == replaced[k]["D"].split() == expected[k], k
         assert "<unk>" not in replaced[k]["H"].split()
-    assert n_lex > 0 and n_copy > 0, (n_unk, n_lex, n_copy)
+        assert [replaced[k][x] for x in "STPA"] == [p[x] for x in "STPA"], k
+    assert (f"--replace-unk: {counts['lexicon'] + counts['copied']} <unk> replaced ({counts['lexicon']} from the "
+            f"lexicon, {counts['copied']} copied") in proc.stderr
     if arch != "transformer":
         return
-    # without the alignment: one line saying what to do
-    no_align = fairseq_generate(data, unk_model, "--dataset-impl", "raw", "--replace-unk", unk_setup["lexicon"],
-                                check=False)[0]
-    assert no_align.returncode != 0 and "Traceback" not in no_align.stderr
-    assert "--replace-unk needs the attention alignment: add --print-alignment hard" in no_align.stderr
+    # without --print-alignment: the same hypotheses, no A- lines; the score line is fairseq's scorer on them
+    proc, no_align = generate_lines(data, unk_model, *raw, "--replace-unk", unk_setup["lexicon"],
+                                    cli="outlayers-generate")
+    assert {k: v["H"].split() for k, v in no_align.items()} == expected
+    assert not any("A" in v for v in no_align.values())
+    assert sum(line.startswith("Generate test with beam=1: BLEU4 = ") for line in proc.stdout.splitlines()) == 1
+    # --quiet: only the score line, the same one
+    quiet = run([tool("outlayers-generate"), data, "--user-dir", USER_DIR, "--path", unk_model, "--batch-size", "8",
+                 *GEN, *raw, "--replace-unk", unk_setup["lexicon"], "--quiet"])
+    assert [x for x in quiet.stdout.splitlines() if x.startswith("Generate")] == \
+        [x for x in proc.stdout.splitlines() if x.startswith("Generate")]
+    assert not parse_lines(quiet.stdout)
+    # a lexicon that does not exist: one line naming it
+    bad = run([tool("outlayers-generate"), data, "--path", unk_model, *GEN, *raw, "--replace-unk",
+               str(unk_setup["base"] / "nope.txt")], check=False)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1].startswith("fairseq_outlayers: error: --replace-unk lexicon ")
+
+
+def test_replace_unk_without_unk_or_alignment_changes_nothing(unk_setup):
+    """No <unk> in the output (--unkpen) and no --print-alignment: outlayers-generate / outlayers-interactive
+    --replace-unk LEXICON print exactly what fairseq prints without --replace-unk, and fairseq's own
+    fairseq-generate --replace-unk runs as it does without the package (importing the package patches nothing)."""
+    data, unk_model = unk_setup["data"], trained(unk_setup, "transformer")
+    no_unk = ["--dataset-impl", "raw", "--unkpen", "1000"]
+    plain_proc, plain = generate_lines(data, unk_model, *no_unk)
+    assert len(plain) == 24 and not any("<unk>" in v["H"].split() for v in plain.values())
+
+    def shown(stdout):
+        return [x for x in stdout.splitlines() if x[:2] in ("S-", "T-", "H-", "D-", "P-") or x.startswith("Generate")]
+
+    ours = generate_lines(data, unk_model, *no_unk, "--replace-unk", unk_setup["lexicon"], cli="outlayers-generate")[0]
+    assert shown(ours.stdout) == shown(plain_proc.stdout)
+    # fairseq's own (its S-/T- lines then show the original text, so only the hypotheses are compared)
+    _, theirs = generate_lines(data, unk_model, *no_unk, "--replace-unk", unk_setup["lexicon"])
+    assert {k: v["H"] for k, v in theirs.items()} == {k: v["H"] for k, v in plain.items()}
+    source = open(os.path.join(unk_setup["raw"], "test.de"), encoding="utf-8").readlines()
+    plain_i = interactive_lines(data, unk_model, source, "--unkpen", "1000")[1]
+    ours_i = interactive_lines(data, unk_model, source, "--unkpen", "1000", "--replace-unk", unk_setup["lexicon"],
+                               cli="outlayers-interactive")[1]
+    assert len(ours_i) == 24 and ours_i == plain_i
+
+
+def test_interactive_replace_unk_with_lexicon(unk_setup):
+    """outlayers-interactive --replace-unk LEXICON: the rule on what fairseq-interactive prints, with or without
+    --print-alignment."""
+    data, lex, unk_model = unk_setup["data"], unk_setup["lex"], trained(unk_setup, "transformer")
+    source = open(os.path.join(unk_setup["raw"], "test.de"), encoding="utf-8").readlines()
+    _, plain = interactive_lines(data, unk_model, source, "--print-alignment")
+    expected, counts = expected_replacement(plain, lex)
+    assert counts["lexicon"] > 0 and counts["copied"] > 0, counts
+    for extra in (["--print-alignment"], []):
+        _, ours = interactive_lines(data, unk_model, source, *extra, "--replace-unk", unk_setup["lexicon"],
+                                    cli="outlayers-interactive")
+        assert {k: v["H"].split() for k, v in ours.items()} == expected
+        assert all(("A" in v) == bool(extra) for v in ours.values())
+        assert all(v["S"] == plain[k]["S"] and v["P"] == plain[k]["P"] for k, v in ours.items())
 
 
 def test_evaluate_replace_unk_with_lexicon_on_binarised_data(unk_setup):
     """scripts/evaluate.sh works on binarised data: the replacement is applied to fairseq-generate's printed
-    hard alignment (source units = the S- line)."""
+    hard alignment (source units = the S- line), with the same code as outlayers-generate --replace-unk."""
     base, raw, data = unk_setup["base"], unk_setup["raw"], unk_setup["data"]
     unk_model = trained(unk_setup, "transformer")
     binary = str(base / "data-bin")
     run([tool("fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--workers", "1",
-             "--testpref", f"{raw}/test", "--destdir", binary, "--srcdict", os.path.join(data, "dict.de.txt"),
+         "--testpref", f"{raw}/test", "--destdir", binary, "--srcdict", os.path.join(data, "dict.de.txt"),
          "--tgtdict", os.path.join(data, "dict.en.txt")])
     out = str(base / "eval")
     evaluate = os.path.join(REPO, "scripts", "evaluate.sh")
     proc = run(["bash", evaluate, unk_model, binary, "--beam", "1", "--cpu", "--replace-unk", unk_setup["lexicon"],
                 "--out", out, "--gen-args", "--max-len-a 0 --max-len-b 12"])
-    lines = {}
-    for line in open(os.path.join(out, "generate.out"), encoding="utf-8"):
-        kind, _, rest = line.rstrip("\n").partition("-")
-        if kind in ("S", "H", "A") and rest[:1].isdigit():
-            idx, _, text = rest.partition("\t")
-            lines.setdefault(int(idx), {})[kind] = text.split("\t")[-1] if kind == "H" else text
+    lines = parse_lines(open(os.path.join(out, "generate.out"), encoding="utf-8").read())
     hyps = open(os.path.join(out, "hyp.tok"), encoding="utf-8").read().splitlines()
-    lex, counts = unk_setup["lex"], Counter()
-    for k in range(24):
-        hyp, src = lines[k]["H"].split(), lines[k]["S"].split()
-        attended = {int(j): int(i) for i, j in (x.split("-") for x in lines[k]["A"].split())}
-        expected = []
-        for j, tok in enumerate(hyp):
-            if tok == "<unk>":
-                unit = src[attended[j]]
-                counts["lexicon" if unit in lex else "copied"] += 1
-                tok = lex.get(unit, unit)
-            expected.append(tok)
-        assert hyps[k].split() == expected, k
+    expected, counts = expected_replacement(lines, unk_setup["lex"])
+    assert [hyps[k].split() for k in range(24)] == [expected[k] for k in range(24)]
     scores = json.load(open(os.path.join(out, "scores.json")))
     assert scores["unk_from_lexicon"] == counts["lexicon"] > 0 and scores["unk_copied"] == counts["copied"] > 0
     assert scores["unk_replaced"] == counts["lexicon"] + counts["copied"]
@@ -305,7 +364,7 @@ def test_evaluate_replace_unk_with_lexicon_on_binarised_data(unk_setup):
     missing = run(["bash", evaluate, unk_model, binary, "--replace-unk", str(base / "nope.txt"), "--out",
                    out + "-x"], check=False)
     assert missing.returncode == 1 and "--replace-unk lexicon" in missing.stderr and "does not exist" in missing.stderr
-    # fairseq-generate's own --replace-unk needs the source text, which binarised data does not keep
-    gen = fairseq_generate(binary, unk_model, "--print-alignment", "hard", "--replace-unk", unk_setup["lexicon"],
-                           check=False)[0]
-    assert gen.returncode != 0 and "--replace-unk requires a raw text dataset (--dataset-impl=raw)" in gen.stderr
+    # outlayers-generate --replace-unk on the same binarised data: the same hypotheses (fairseq-generate's own
+    # --replace-unk needs a raw-text dataset)
+    _, ours = generate_lines(binary, unk_model, "--replace-unk", unk_setup["lexicon"], cli="outlayers-generate")
+    assert [ours[k]["H"].split() for k in range(24)] == [expected[k] for k in range(24)]

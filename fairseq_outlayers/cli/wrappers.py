@@ -49,7 +49,7 @@ def generate():
     parser = options.get_generation_parser()
     # as fairseq_cli.generate.cli_main: tasks that read model options (e.g. AudioPretraining) take --arch
     parser.add_argument("--arch", "-a", metavar="ARCH", default="wav2vec2")
-    return generate_main(options.parse_args_and_arch(parser))
+    generate_main(options.parse_args_and_arch(parser))  # returns fairseq's scorer: not an exit status
 
 
 @one_line_errors
@@ -61,7 +61,7 @@ def interactive():
     from fairseq_outlayers.evaluation.unknown_words import interactive_main
 
     _set_argv()
-    return interactive_main(options.parse_args_and_arch(options.get_interactive_generation_parser()))
+    interactive_main(options.parse_args_and_arch(options.get_interactive_generation_parser()))
 
 
 @one_line_errors
