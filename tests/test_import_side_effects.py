@@ -3,6 +3,7 @@ fairseq checkpoints need for torch's safe loading; it changes nothing else: no `
 function replaced, no attribute of a fairseq/torch module rebound, no thread, logging, warning or environment
 setting. Checked in a fresh interpreter, where nothing has imported the package yet."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -55,7 +56,7 @@ PROBE = textwrap.dedent("""
 
 def test_import_registers_and_changes_nothing_else():
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "PYTHONWARNINGS": "ignore"})
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["package"].startswith(REPO)

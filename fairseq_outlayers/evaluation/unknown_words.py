@@ -189,7 +189,7 @@ class ReplaceUnkOutput:
         if self._partial:
             self._line(self._partial)
             self._partial = ""
-        for sid, hypos in self.pending.items():  # hypotheses without an alignment line: left as printed
+        for hypos in self.pending.values():  # hypotheses without an alignment line: left as printed
             for h in hypos:
                 self._emit(h["H"], h.get("D"), h.get("P"))
         self.pending.clear()
