@@ -1,33 +1,41 @@
-"""User mistakes are printed as one line that says what is wrong and what to do, not as a traceback.
+"""User mistakes are exceptions with a one-line message that says what is wrong and what to do.
 
-fairseq lets exceptions from task setup and model building escape as stack traces. Two kinds are rewritten by
-the hook installed when the plugin is imported (the main process of fairseq-train/-generate/...):
+``OutlayersConfigError`` is raised by this package for a bad option or data (unknown output layer, a dictionary
+that does not belong to the binarised data, a layer that needs a joined dictionary, ...), where the check is.
+Called from Python, it is an ordinary ``ValueError``. Under fairseq's own CLIs (``fairseq-train --user-dir ...``)
+it ends fairseq's usual traceback, whose last line is the message.
 
-* ``OutlayersConfigError``: raised by this package for a bad option or data (unknown output layer, a dictionary
-  that does not belong to the binarised data, a layer that needs a joined dictionary, ...);
+The package's own command-line entry points (``outlayers-train``/``-generate``/``-interactive``/``-validate``
+and the package's tools) are wrapped with ``one_line_errors``: there a user mistake is printed as the single line
+``fairseq_outlayers: error: MESSAGE`` and the exit status is 1. Two kinds count as user mistakes:
+
+* ``OutlayersConfigError``;
 * a ``FileNotFoundError`` raised while fairseq sets up the task (a missing or misspelt data directory or
   dictionary file).
 
-Every other exception keeps its normal traceback.
+Every other exception keeps its normal traceback. Importing the package changes nothing here: no
+``sys.excepthook``.
 """
+import functools
 import sys
 import traceback
+
+PREFIX = "fairseq_outlayers: error: "
 
 
 class OutlayersConfigError(ValueError):
     """A user-facing configuration or data error; the message names the file/option and the fix."""
 
 
-_previous_hook = None
 _TASK_SETUP_FRAMES = {"setup_task", "load_dictionary", "infer_language_pair", "load_dataset", "load_langpair_dataset"}
 
 
-def explain(exc_type, exc, tb):
+def explain(exc: BaseException):
     """The one-line message for a user mistake, or None for any other exception."""
-    if issubclass(exc_type, OutlayersConfigError):
+    if isinstance(exc, OutlayersConfigError):
         return str(exc)
-    if issubclass(exc_type, FileNotFoundError):
-        frames = {frame.f_code.co_name for frame, _ in traceback.walk_tb(tb)}
+    if isinstance(exc, FileNotFoundError):
+        frames = {frame.f_code.co_name for frame, _ in traceback.walk_tb(exc.__traceback__)}
         if frames & _TASK_SETUP_FRAMES:
             path = getattr(exc, "filename", None) or str(exc)
             return (f"data path '{path}' does not exist: the first argument must be the --destdir written by "
@@ -35,17 +43,21 @@ def explain(exc_type, exc, tb):
     return None
 
 
-def _hook(exc_type, exc, tb):
-    message = explain(exc_type, exc, tb)
-    if message is None:
-        _previous_hook(exc_type, exc, tb)
-    else:
-        print(f"fairseq_outlayers: error: {message}", file=sys.stderr)
-        sys.stderr.flush()
+def one_line_errors(main):
+    """Decorate a command-line entry point: a user mistake (``explain``) is printed as one line on stderr and
+    exits with status 1; anything else propagates unchanged."""
 
+    @functools.wraps(main)
+    def entry_point(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except (OutlayersConfigError, FileNotFoundError) as e:
+            message = explain(e)
+            if message is None:
+                raise
+            sys.stdout.flush()
+            print(PREFIX + message, file=sys.stderr)
+            sys.stderr.flush()
+            raise SystemExit(1) from None
 
-def install_excepthook():
-    global _previous_hook
-    if _previous_hook is None:
-        _previous_hook = sys.excepthook
-        sys.excepthook = _hook
+    return entry_point

@@ -14,8 +14,9 @@
 #                    --print-alignment hard: the attention maximum): its translation in LEXICON when given and
 #                    listed there (a 'source_unit target_word' file, e.g. from python -m fairseq_outlayers.pairing
 #                    lexicon), else the source word itself (the whole word when the aligned token is a BPE piece).
-#                    LEXICON is taken when the next argument does not start with '-'. Works on binarised data;
-#                    fairseq-generate's own --replace-unk needs a raw-text data-bin (docs/continuous-outputs.md).
+#                    LEXICON is taken when the next argument does not start with '-'. Works on binarised data.
+#                    The rule is fairseq_outlayers/evaluation/unknown_words.py, the one outlayers-generate
+#                    --replace-unk applies (docs/continuous-outputs.md).
 #   --raw-ref FILE   untokenised reference (e.g. work/multi30k/raw/test_2016_flickr.en) for sacreBLEU; without it
 #                    the detokenised references of DATA_BIN are used (then the score is not a standard sacreBLEU)
 #   --tok-ref FILE   tokenised reference for the tokenised BLEU (e.g. work/multi30k/tok/test_2016_flickr.en);

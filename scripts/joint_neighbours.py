@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402  (also installs the one-line error hook)
+from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors  # noqa: E402
 
 
 def nearest_neighbours(matrix: torch.Tensor, query_ids: List[int], k: int, exclude: Optional[List[int]] = None,
@@ -115,6 +115,7 @@ def load(path: str, data: Optional[str]):
     return models[0], task.target_dictionary
 
 
+@one_line_errors
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--path", required=True, help="fairseq checkpoint of an outlayers_* model")

@@ -3,7 +3,9 @@
 ``make_corpus`` writes a small synthetic parallel corpus (a deterministic word-by-word translation with
 reordering, so a model can learn something in a few updates), ``preprocess`` binarises it with
 ``fairseq-preprocess``, ``train`` runs ``fairseq-train --user-dir ...`` for a few updates and ``generate`` runs
-``fairseq-generate`` and parses its hypotheses. Every call is a real subprocess.
+``fairseq-generate`` and parses its hypotheses. Every call is a real subprocess. A user mistake ends fairseq's
+own CLIs with a traceback whose last line is the message, and the package's ``outlayers-train`` /
+``outlayers-generate`` with that one line: tests of error messages run the latter (``cli=...``).
 
 Both run on the CPU (``--cpu``) unless a device is asked for: ``device="cuda"`` per call, or for every call the
 environment variable ``OUTLAYERS_TEST_DEVICE=cuda`` (which ``pytest --device cuda`` sets, see conftest.py).
@@ -36,12 +38,12 @@ def tool(name: str) -> str:
 
 
 def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None, check: bool = True,
-        timeout: int = 600) -> subprocess.CompletedProcess:
+        timeout: int = 600, input: Optional[str] = None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints without it
     full_env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     full_env.update(env or {})
-    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, input=input)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"command failed ({proc.returncode}): {' '.join(cmd)}\n--- stdout ---\n{proc.stdout[-4000:]}"
@@ -90,14 +92,16 @@ def train_args(bin_dir: str, save_dir: str, arch_args: Optional[List[str]] = Non
     return args + list(extra or [])
 
 
-def train(bin_dir: str, save_dir: str, arch_args=None, extra=None, max_update: int = 4, device=None, **kw):
-    return run([tool("fairseq-train")] + train_args(bin_dir, save_dir, arch_args, extra, max_update,
-                                                    device=device), **kw)
+def train(bin_dir: str, save_dir: str, arch_args=None, extra=None, max_update: int = 4, device=None,
+          cli: str = "fairseq-train", **kw):
+    """``cli="outlayers-train"`` for the package's entry point, which prints a user mistake as one line."""
+    return run([tool(cli)] + train_args(bin_dir, save_dir, arch_args, extra, max_update, device=device), **kw)
 
 
-def generate(bin_dir: str, checkpoint: str, extra: Optional[List[str]] = None, device=None, **kw):
-    """Run fairseq-generate on the test split; returns (process, {sentence id: hypothesis tokens})."""
-    cmd = [tool("fairseq-generate"), bin_dir, "--user-dir", USER_DIR, "--path", checkpoint, "--beam", "2",
+def generate(bin_dir: str, checkpoint: str, extra: Optional[List[str]] = None, device=None,
+             cli: str = "fairseq-generate", **kw):
+    """Run fairseq-generate (or ``cli``) on the test split; returns (process, {sentence id: hypothesis tokens})."""
+    cmd = [tool(cli), bin_dir, "--user-dir", USER_DIR, "--path", checkpoint, "--beam", "2",
            "--max-tokens", "2000"] + device_args(device) + ["--num-workers", "0"] + list(extra or [])
     proc = run(cmd, **kw)
     return proc, parse_hypotheses(proc.stdout)

@@ -24,7 +24,7 @@ def test_train_then_generate(tiny_bin, tmp_path, arch_args, layer):
 
 
 def test_tied_all_needs_joined_dictionary(tiny_bin, tiny_bin_joined, tmp_path):
-    proc = train(tiny_bin, str(tmp_path / "a"), extra=["--output-layer", "tied-all"], check=False)
+    proc = train(tiny_bin, str(tmp_path / "a"), extra=["--output-layer", "tied-all"], check=False, cli="outlayers-train")
     assert proc.returncode != 0
     assert "joined dictionary" in proc.stderr and "--joined-dictionary" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -129,7 +129,7 @@ def test_resume_continues_exactly(tiny_bin, tmp_path):
 def test_bad_data_gives_one_line_errors(tiny_bin, tmp_path):
     import shutil
 
-    proc = train(str(tmp_path / "no-such-dir"), str(tmp_path / "x"), check=False)
+    proc = train(str(tmp_path / "no-such-dir"), str(tmp_path / "x"), check=False, cli="outlayers-train")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "fairseq_outlayers: error: data path" in proc.stderr and "no-such-dir" in proc.stderr
     bad = str(tmp_path / "bad-bin")
@@ -138,8 +138,13 @@ def test_bad_data_gives_one_line_errors(tiny_bin, tmp_path):
         head = f.readlines()[:10]
     with open(os.path.join(bad, "dict.en.txt"), "w") as f:
         f.writelines(head)
-    proc = train(bad, str(tmp_path / "y"), check=False)
+    proc = train(bad, str(tmp_path / "y"), check=False, cli="outlayers-train")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "does not belong to this binarised data" in proc.stderr and "dict.en.txt" in proc.stderr
+    # fairseq's own fairseq-train: Python's traceback, whose last line is the same message
+    plain = train(bad, str(tmp_path / "z"), check=False)
+    last = plain.stderr.strip().splitlines()[-1]
+    assert plain.returncode == 1 and last.startswith("fairseq_outlayers.errors.OutlayersConfigError: ")
+    assert "fairseq_outlayers: error: " + last.split(": ", 1)[1] in proc.stderr.splitlines()
     # nothing the user made was touched
     assert open(os.path.join(tiny_bin, "dict.en.txt")).readlines()[:10] == head

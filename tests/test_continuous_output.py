@@ -381,7 +381,8 @@ def test_lstm_tied_max_margin_and_errors(tiny_bin, tiny_vectors, tmp_path):
     # a vector file that covers 2 of the 40 words: one line naming the file, no traceback
     few = str(write_vec(tmp_path / "few.vec", [("T5", [1.0, 0.0]), ("T6", [0.0, 1.0])]))
     proc = train(tiny_bin, str(tmp_path / "x"), TINY_LSTM, ["--output-layer", "continuous", "--target-vectors",
-                                                            few, "--criterion", "cosine"], max_update=1, check=False)
+                                                            few, "--criterion", "cosine"], max_update=1, check=False,
+                 cli="outlayers-train")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "few.vec: only 2 of the 40 target dictionary words (5.0%) have a vector" in proc.stderr
 

@@ -223,7 +223,7 @@ def test_table3_arithmetic_multi30k_de_en(tmp_path):
 def test_bad_options_fail_with_one_line(tiny_bin, argv, message):
     with pytest.raises(OutlayersConfigError) as err:
         build_model(tiny_bin, TINY_TRANSFORMER + argv)
-    assert message in str(err.value) and "\n" not in str(err.value)  # printed as one line by the excepthook
+    assert message in str(err.value) and "\n" not in str(err.value)  # one line from outlayers-train
 
 
 @pytest.mark.parametrize("arch, extra", [

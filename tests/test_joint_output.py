@@ -335,7 +335,8 @@ def test_presets_and_options(tiny_bin):
 
 
 def test_bad_joint_dim_is_one_line_error(tiny_bin, tmp_path):
-    proc = train(tiny_bin, str(tmp_path / "x"), extra=["--output-layer", "joint", "--joint-dim", "0"], check=False)
+    proc = train(tiny_bin, str(tmp_path / "x"), extra=["--output-layer", "joint", "--joint-dim", "0"], check=False,
+                 cli="outlayers-train")
     assert proc.returncode != 0
     assert "--joint-dim must be a positive integer, got 0" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -184,7 +184,7 @@ def test_large_hypotheses_are_gzipped_reproducibly(tmp_path, monkeypatch):
 
 
 def test_raw_test_set_specs_and_raw_text_errors(tmp_path):
-    from fairseq_outlayers.evaluation import parse_raw_sets
+    from fairseq_outlayers.evaluation.scoring import parse_raw_sets
     from fairseq_outlayers.rawtext import Preparation, read_text
 
     src, ref = tmp_path / "a.de", tmp_path / "a.en"

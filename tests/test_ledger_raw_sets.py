@@ -10,7 +10,7 @@ import pytest
 from harness import TINY_TRANSFORMER, make_corpus, run, tool
 
 from fairseq_outlayers.cli.translate import main as translate_main
-from fairseq_outlayers.evaluation import bleu_metric
+from fairseq_outlayers.evaluation.scoring import bleu_metric
 from fairseq_outlayers.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.rawtext import Preparation

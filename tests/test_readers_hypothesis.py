@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.evaluation.unknown_words import read_lexicon
 from fairseq_outlayers.pairing import load_dictionary, read_pairing, read_parallel, read_pharaoh
-from fairseq_outlayers.pairing.lexicon import read_lexicon
 from fairseq_outlayers.vectors import load_target_table
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

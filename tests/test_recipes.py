@@ -14,6 +14,7 @@ import pytest
 import sacrebleu
 import torch
 
+from fairseq_outlayers.evaluation.unknown_words import source_words
 from harness import REPO, run, tool
 
 SCRIPTS = os.path.join(REPO, "scripts")
@@ -144,7 +145,7 @@ def test_corpus_tools_rules(tmp_path):
 def test_scoring_helpers():
     # <unk> gets the whole source word its position is aligned to, BPE pieces joined
     src = "ein bo@@ st@@ on ter@@ ri@@ er läuft"
-    assert score_translations.source_words(src.split())[1:4] == ["boston"] * 3
+    assert source_words(src.split())[1:4] == ["boston"] * 3
     assert score_translations.replace_unknown("a <unk> <unk> runs <unk>", src, "0-0 2-1 5-2 7-3") == \
         "a boston terrier runs <unk>"                      # position 4 has no alignment: left as it is
     assert score_translations.remove_bpe("bo@@ st@@ on ter@@") == "boston ter"  # as fairseq: trailing marker dropped
@@ -438,7 +439,7 @@ def test_train_and_evaluate_end_to_end(multi30k_slice, tmp_path):
     srcs = {int(x.split("\t")[0][2:]): x.split("\t")[1] for x in lines_of(str(tmp_path / "unk" / "generate.out"))
             if x.startswith("S-")}
     for k, h in enumerate(hyps):  # every word is a whole word of its own source sentence
-        assert set(h.split()) <= set(score_translations.source_words(srcs[k].split())), k
+        assert set(h.split()) <= set(source_words(srcs[k].split())), k
     assert json.load(open(tmp_path / "unk" / "scores.json"))["unk_replaced"] == len(hyp_words)
     assert "<unk> replaced by the aligned source word" in unk.stdout
     short = tmp_path / "ten.en"

@@ -107,7 +107,7 @@ def test_criterion_output_layer_mismatch_when_options_are_parsed(tiny_bin, vecto
 def test_continuous_with_sampled_softmax_fails_before_the_data(tiny_bin, vectors, tmp_path):
     proc = train(tiny_bin, str(tmp_path / "s"), TINY_TRANSFORMER,
                  ["--output-layer", "continuous", "--target-vectors", vectors[0], "--criterion", "sampled_softmax"],
-                 max_update=1, check=False)
+                 max_update=1, check=False, cli="outlayers-train")
     one_line_error(proc, "--criterion sampled_softmax scores a softmax over the vocabulary")
     assert "examples" not in proc.stdout + proc.stderr  # no data split was loaded
     assert not os.path.exists(tmp_path / "s" / "crash.pt")
@@ -120,7 +120,7 @@ def test_resume_with_another_target_vector_file(tiny_bin, vectors, continuous_ck
     same = train(tiny_bin, save, TINY_TRANSFORMER, CONTINUOUS + ["--target-vectors", vectors[0]], max_update=31)
     assert "num_updates 31" in same.stdout + same.stderr
     proc = train(tiny_bin, save, TINY_TRANSFORMER, CONTINUOUS + ["--target-vectors", vectors[1]], max_update=32,
-                 check=False)
+                 check=False, cli="outlayers-train")
     one_line_error(proc, f"--target-vectors {vectors[1]} (sha256 ")
     assert f"differs from the one {save}/checkpoint_last.pt was trained with, {vectors[0]} (sha256" in proc.stderr
     assert "--outlayers-allow-mismatch" in proc.stderr and "examples" not in proc.stdout + proc.stderr
@@ -144,7 +144,7 @@ def test_decode_needs_the_training_dictionaries_not_the_vector_file(tiny_bin, ot
     os.remove(vec)
     _, hyps = generate(tiny_bin, ckpt)
     assert len(hyps) == 24
-    proc = run([tool("fairseq-generate"), other_bin, "--user-dir", os.path.join(REPO, "fairseq_outlayers"),
+    proc = run([tool("outlayers-generate"), other_bin, "--user-dir", os.path.join(REPO, "fairseq_outlayers"),
                 "--path", ckpt, "--beam", "2", "--cpu"], check=False)
     one_line_error(proc, f"the source dictionary {other_bin}/dict.de.txt (48 symbols, sha256 ")
     assert f"differs from the one this checkpoint was trained with ({tiny_bin}/dict.de.txt" in proc.stderr
@@ -163,7 +163,7 @@ def test_softmax_checkpoint_target_dictionary_and_old_checkpoints(tiny_bin, othe
     for f in os.listdir(tiny_bin):
         if f.endswith(".de.bin") or f.endswith(".de.idx") or f == "dict.de.txt":
             shutil.copy(os.path.join(tiny_bin, f), os.path.join(mixed, f))
-    proc = generate(mixed, ckpt, check=False)[0]
+    proc = generate(mixed, ckpt, check=False, cli="outlayers-generate")[0]
     one_line_error(proc, f"the target dictionary {mixed}/dict.en.txt")
     # a checkpoint written before fingerprints existed: no check, as before
     state = torch.load(ckpt, weights_only=False)
@@ -186,7 +186,8 @@ def test_resume_with_another_pairing_file(tiny_raw, tiny_bin, tmp_path):
     save = str(tmp_path / "sp")
     extra = ["--embeddings", "shared-private", "--output-layer", "tied"]
     train(tiny_bin, save, TINY_TRANSFORMER, extra + ["--pairing", pairing], max_update=2)
-    proc = train(tiny_bin, save, TINY_TRANSFORMER, extra + ["--pairing", other], max_update=3, check=False)
+    proc = train(tiny_bin, save, TINY_TRANSFORMER, extra + ["--pairing", other], max_update=3, check=False,
+                 cli="outlayers-train")
     one_line_error(proc, f"--pairing {other} (sha256 ")
     assert f"was trained with, {pairing} (sha256" in proc.stderr and "its pairing (index maps)" in proc.stderr
 

@@ -198,7 +198,7 @@ def test_bad_ratio_and_non_softmax_layer(tiny_bin, tmp_path):
     with pytest.raises(OutlayersConfigError, match="needs a softmax-type output layer"):
         SampledSoftmaxCriterion.output_layer_of(model)
     proc = train(tiny_bin, str(tmp_path / "x"), extra=["--criterion", "sampled_softmax", "--sample-ratio", "1.5"],
-                 check=False)
+                 check=False, cli="outlayers-train")
     assert proc.returncode != 0 and "--sample-ratio must be in (0, 1]" in proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -289,7 +289,7 @@ def test_configuration_errors(tiny_bin, tiny_bin_joined, tiny_pairing, tmp_path)
         assert message in str(err.value)
     # through the real CLI: one line, no traceback
     proc = train(tiny_bin, str(tmp_path / "x"), extra=["--embeddings", "shared-private", "--output-layer", "softmax",
-                                                       "--pairing", tiny_pairing], check=False)
+                                                       "--pairing", tiny_pairing], check=False, cli="outlayers-train")
     assert proc.returncode != 0 and "use --output-layer tied" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 

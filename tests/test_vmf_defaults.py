@@ -112,7 +112,7 @@ def test_reg1_reg2_with_lambda1_ge_lambda2_cannot_start(tiny_bin, tiny_vectors, 
     """Refused in one line when the options are checked: before fairseq loads any data."""
     proc = train(tiny_bin, str(tmp_path / "c"), TINY_TRANSFORMER,
                  ["--output-layer", "continuous", "--target-vectors", tiny_vectors, "--criterion", "vmf_nll",
-                  "--vmf-variant", "reg1+reg2"], max_update=1, check=False)
+                  "--vmf-variant", "reg1+reg2"], max_update=1, check=False, cli="outlayers-train")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "--vmf-variant reg1+reg2 with --vmf-lambda1 0.2 >= --vmf-lambda2 0.1 cannot train" in proc.stderr
     assert "loaded" not in proc.stdout + proc.stderr  # no dataset was read

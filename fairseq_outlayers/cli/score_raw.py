@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lenpen", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=128)
     args = parser.parse_args(argv)
-    from fairseq_outlayers.evaluation import evaluate, parse_raw_sets
+    from fairseq_outlayers.evaluation.scoring import evaluate, parse_raw_sets
     from fairseq_outlayers.outfiles import write_text
     from fairseq_outlayers.rawtext import Preparation
 

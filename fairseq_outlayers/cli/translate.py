@@ -17,7 +17,7 @@ from fairseq_outlayers.errors import OutlayersConfigError
 
 def translate_lines(lines, checkpoint, data, work_dir, beam=5, lenpen=1.0, batch_size=64, prep=None):
     """Detokenised translations of raw ``lines`` (empty lines are not sent to the model and stay empty)."""
-    from fairseq_outlayers.evaluation import generate
+    from fairseq_outlayers.evaluation.scoring import generate
     from fairseq_outlayers.rawtext import Preparation, binarise
 
     prep = prep or Preparation.from_data(data)

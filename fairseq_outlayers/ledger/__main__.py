@@ -22,7 +22,7 @@ LEDGER = "docs/results/runs"
 
 def _run(args) -> int:
     from fairseq_outlayers.cli.compare import log
-    from fairseq_outlayers.evaluation import parse_raw_sets
+    from fairseq_outlayers.evaluation.scoring import parse_raw_sets
     from fairseq_outlayers.ledger import rows as ledger_rows
     from fairseq_outlayers.ledger import runner
 

@@ -23,7 +23,7 @@ from typing import Dict, Tuple
 
 from fairseq_outlayers.cli import compare
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.evaluation import evaluate
+from fairseq_outlayers.evaluation.scoring import evaluate
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.rows import LedgerRow, row_options
 from fairseq_outlayers.outfiles import write_text

@@ -30,7 +30,7 @@ def mean_sd(values: Sequence[float]) -> Tuple[Optional[float], Optional[float]]:
 
 def sentence_stats(hyps: List[str], refs: List[str], lowercase: bool) -> np.ndarray:
     """sacreBLEU's sufficient statistics per sentence: [hyp length, ref length, 4 matches, 4 totals]."""
-    from fairseq_outlayers.evaluation import bleu_metric
+    from fairseq_outlayers.evaluation.scoring import bleu_metric
 
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")

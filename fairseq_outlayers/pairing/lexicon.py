@@ -1,4 +1,4 @@
-"""Unknown-word replacement: a lexical dictionary built with fast_align, and fairseq's ``--replace-unk`` fixed.
+"""The lexical dictionary for unknown-word replacement, built with fast_align.
 
 A model with a closed target vocabulary (the word-level continuous outputs of Kumar & Tsvetkov 2019, or any
 word-level baseline) writes ``<unk>`` for words outside it. The classic remedy (Luong et al. 2015, "Addressing
@@ -20,20 +20,11 @@ The lexicon (``python -m fairseq_outlayers.pairing lexicon``) reuses the pairing
   alphabetically first), kept when ``c(x, y*) >= min_count``.
 
 The file has one entry per line, ``x TAB y TAB c(x, y) TAB A(y|x)`` with ``A(y|x) = c(x, y) / Σ_y' c(x, y')``
-over real-word targets; fairseq's ``utils.load_align_dict`` reads its first two columns.
+over real-word targets; the replacement (and fairseq's ``utils.load_align_dict``) reads its first two columns.
 
-Replacement rule (the same for ``fairseq-generate --replace-unk LEXICON`` and ``scripts/evaluate.sh``): the
-``<unk>`` at hypothesis position j aligned (hard attention alignment, ``--print-alignment hard``) to source
-position i becomes ``lexicon[src_i]`` when the lexicon has the unit, else the whole source word containing
-position i (BPE pieces joined and their markers removed; the unit itself for unsegmented text). An ``<unk>``
-without an alignment link is left as it is.
-
-fairseq 0.12's own ``--replace-unk`` does not work (facebookresearch/fairseq#3533): its ``replace_unk`` indexes
-the source with an alignment that has been a list of (source, target) pairs since fairseq 0.10 (TypeError), a
-bare ``--replace-unk`` opens a file named ``'@@ '``, and the replacement runs after ``--remove-bpe`` has changed
-the token positions. ``install_fairseq_replace_unk`` (called when the plugin is imported) replaces
-``fairseq.utils.post_process_prediction`` and ``fairseq.utils.load_align_dict`` by versions that follow the rule
-above and leave every call without ``--replace-unk`` to fairseq's original code.
+The lexicon is used by the unknown-word replacement of ``outlayers-generate`` / ``outlayers-interactive
+--replace-unk LEXICON`` and ``scripts/evaluate.sh --replace-unk LEXICON``; the replacement rule and the reading of
+this file are in ``fairseq_outlayers/evaluation/unknown_words.py``.
 """
 import argparse
 import os
@@ -42,11 +33,9 @@ from collections import Counter
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.evaluation.unknown_words import BPE_MARKER
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
 
-BPE_MARKER = "@@"
-#: what fairseq's argparse gives for a bare ``--replace-unk`` (its ``argparse_const``): copy, no lexicon
-BARE_REPLACE_UNK = "@@ "
 FAIRSEQ_SPECIALS = frozenset({"<s>", "<pad>", "</s>", "<unk>"})
 
 
@@ -161,153 +150,6 @@ def write_lexicon(path: str, lexicon: Lexicon, overwrite: bool = False):
             f.write(f"{x}\t{lexicon[x]}\t{c}\t{p:.6f}\n")
 
 
-def read_lexicon(path: str) -> Dict[str, str]:
-    """{source unit: target word} from a lexicon file (two or more whitespace-separated columns per line, as
-    fairseq's ``load_align_dict`` reads them; blank lines are skipped)."""
-    if not os.path.isfile(path):
-        raise OutlayersConfigError(f"--replace-unk lexicon '{path}' does not exist; build one with python -m "
-                                   "fairseq_outlayers.pairing lexicon --src-text ... --tgt-text ... --out FILE")
-    out: Dict[str, str] = {}
-    width = None  # columns of the first entry
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                cols = raw.decode("utf-8").split()
-            except UnicodeDecodeError:
-                raise OutlayersConfigError(f"{path}:{lineno}: not valid UTF-8; a lexicon is a UTF-8 text file "
-                                           "with 'source target' per line") from None
-            if not cols:
-                continue
-            if len(cols) < 2:
-                raise OutlayersConfigError(f"{path}:{lineno}: expected 'source_unit target_word' (two columns), "
-                                           f"got '{raw.decode('utf-8').strip()}'")
-            width = width or len(cols)
-            if not raw.endswith(b"\n") and len(cols) < width:
-                raise OutlayersConfigError(f"{path}:{lineno}: the last line has {len(cols)} columns where the others "
-                                           f"have {width} and no line end: the file was cut short; rebuild it")
-            out[cols[0]] = cols[1]
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# the replacement rule
-
-
-def source_words(tokens: Sequence[str], marker: str = BPE_MARKER) -> List[str]:
-    """For each source token, the whole word it belongs to (BPE pieces joined, markers removed)."""
-    words: List[Optional[str]] = [None] * len(tokens)
-    start = 0
-    for k, t in enumerate(tokens):
-        if not t.endswith(marker):
-            word = "".join(x[:-len(marker)] if x.endswith(marker) else x for x in tokens[start:k + 1])
-            for j in range(start, k + 1):
-                words[j] = word
-            start = k + 1
-    for j in range(start, len(tokens)):  # a dangling piece at the end
-        words[j] = tokens[j][:-len(marker)] if tokens[j].endswith(marker) else tokens[j]
-    return words  # type: ignore[return-value]
-
-
-def links_by_target(alignment) -> Optional[Dict[int, int]]:
-    """{target position: source position} from any alignment fairseq produces: a list of (source, target)
-    pairs or a Pharaoh string 'i-j ...' (the hard alignment since fairseq 0.10), or one source index per target
-    position (a 1-D tensor or list of ints, older fairseq). None when there is no alignment at all (an empty
-    tensor: fairseq-generate ran without --print-alignment). The first link of a target position wins."""
-    if alignment is None:
-        return None
-    if isinstance(alignment, str):
-        alignment = [tuple(int(v) for v in item.split("-")) for item in alignment.split()]
-    elif hasattr(alignment, "tolist"):  # a tensor
-        if alignment.numel() == 0:
-            return None
-        alignment = alignment.tolist()
-    out: Dict[int, int] = {}
-    for j, item in enumerate(alignment):
-        if isinstance(item, (tuple, list)):
-            i, t = int(item[0]), int(item[1])
-            out.setdefault(t, i)
-        else:
-            out.setdefault(j, int(item))
-    return out
-
-
-def replace_unknowns(hyp: Sequence[str], src: Sequence[str], links: Dict[int, int],
-                     lexicon: Optional[Dict[str, str]] = None, unk: str = "<unk>"
-                     ) -> Tuple[List[str], int, int]:
-    """Apply the replacement rule (module docstring) to hypothesis tokens; returns (tokens, number replaced
-    from the lexicon, number copied from the source)."""
-    lexicon = lexicon or {}
-    words = source_words(src)
-    out, from_lexicon, copied = list(hyp), 0, 0
-    for j, tok in enumerate(out):
-        i = links.get(j)
-        if tok != unk or i is None or not 0 <= i < len(src):
-            continue
-        if src[i] in lexicon:
-            out[j] = lexicon[src[i]]
-            from_lexicon += 1
-        else:
-            out[j] = words[i]
-            copied += 1
-    return out, from_lexicon, copied
-
-
-# ---------------------------------------------------------------------------------------------------------
-# fairseq-generate / fairseq-interactive --replace-unk
-
-_ORIGINAL = {}  # fairseq's functions, once install_fairseq_replace_unk has replaced them
-
-
-def _fairseq_original(name: str):
-    from fairseq import utils
-
-    return _ORIGINAL.get(name) or getattr(utils, name)
-
-
-def load_align_dict(replace_unk):
-    """fairseq's ``--replace-unk [LEXICON]``: None without the option, {} (copy only) for a bare
-    ``--replace-unk``, else the lexicon, read with line-numbered errors."""
-    if replace_unk is None:
-        return None
-    if not isinstance(replace_unk, str) or replace_unk in ("", BARE_REPLACE_UNK):
-        return {}
-    return read_lexicon(replace_unk)
-
-
-def post_process_prediction(hypo_tokens, src_str, alignment, align_dict, tgt_dict, remove_bpe=None,
-                            extra_symbols_to_ignore=None):
-    """fairseq's ``utils.post_process_prediction`` with a working unknown-word replacement: the rule of the
-    module docstring on the hypothesis tokens, *before* ``--remove-bpe`` (the alignment indexes tokens).
-    Without ``--replace-unk`` (``align_dict is None``) fairseq's own function runs."""
-    if align_dict is None:
-        return _fairseq_original("post_process_prediction")(hypo_tokens, src_str, alignment, align_dict, tgt_dict,
-                                                           remove_bpe, extra_symbols_to_ignore)
-    from fairseq.data import data_utils
-
-    links = links_by_target(alignment)
-    if links is None:
-        raise OutlayersConfigError("--replace-unk needs the attention alignment: add --print-alignment hard to "
-                                   "the fairseq-generate/fairseq-interactive command")
-    hypo_str = tgt_dict.string(hypo_tokens, None, extra_symbols_to_ignore=extra_symbols_to_ignore)
-    tokens, _, _ = replace_unknowns(hypo_str.split(), src_str.split(), links, align_dict, tgt_dict.unk_string())
-    hypo_str = " ".join(tokens)
-    if remove_bpe is not None:
-        hypo_str = data_utils.post_process(hypo_str, remove_bpe)
-    hypo_tokens = tgt_dict.encode_line(hypo_str, add_if_not_exist=True)
-    return hypo_tokens, hypo_str, alignment
-
-
-def install_fairseq_replace_unk():
-    """Route fairseq's ``--replace-unk`` through this module (idempotent; see the module docstring)."""
-    from fairseq import utils
-
-    if "post_process_prediction" not in _ORIGINAL:
-        _ORIGINAL["post_process_prediction"] = utils.post_process_prediction
-        _ORIGINAL["load_align_dict"] = utils.load_align_dict
-        utils.post_process_prediction = post_process_prediction
-        utils.load_align_dict = load_align_dict
-
-
 # ---------------------------------------------------------------------------------------------------------
 # command line: python -m fairseq_outlayers.pairing lexicon
 
@@ -315,8 +157,8 @@ def install_fairseq_replace_unk():
 def build_parser():
     p = argparse.ArgumentParser(
         prog="python -m fairseq_outlayers.pairing lexicon",
-        description="Build the lexical dictionary for --replace-unk (fairseq-generate --replace-unk LEXICON, "
-        "scripts/evaluate.sh --replace-unk LEXICON) from the training corpus with fast_align.")
+        description="Build the lexical dictionary for --replace-unk (outlayers-generate / outlayers-interactive "
+        "--replace-unk LEXICON, scripts/evaluate.sh --replace-unk LEXICON) from the training corpus with fast_align.")
     p.add_argument("--src-text", required=True, help="source side of the training corpus exactly as the model "
                    "reads it (tokenised; BPE'd if the model's source is BPE'd)")
     p.add_argument("--tgt-text", required=True, help="target side, line-aligned with --src-text (tokenised; "

@@ -17,19 +17,12 @@ def remove_bpe(text):
     return (text + " ").replace("@@ ", "").rstrip()
 
 
-def source_words(tokens):
-    """For each BPE token of the source, the whole word it belongs to (pieces joined, markers removed)."""
-    from fairseq_outlayers.pairing.lexicon import source_words as words_of
-
-    return words_of(tokens)
-
-
 def replace_unknown(hyp, src, align, unk="<unk>", lexicon=None, counts=None):
     """Replace each <unk> of the BPE-level hypothesis (fairseq's hard attention alignment 'i-j' = source i,
-    target j): by lexicon[aligned source unit] when the lexicon has it, else by the whole source word the
-    aligned unit belongs to (Luong et al. 2015's copy rule). The rule is
-    ``fairseq_outlayers.pairing.lexicon.replace_unknowns``; ``counts`` (a Counter) gets 'lexicon'/'copied'."""
-    from fairseq_outlayers.pairing.lexicon import links_by_target, replace_unknowns
+    target j) by the rule of ``fairseq_outlayers.evaluation.unknown_words`` (the one outlayers-generate
+    --replace-unk applies): lexicon[aligned source unit], else the whole source word of that unit. ``counts``
+    (a Counter) gets 'lexicon'/'copied'."""
+    from fairseq_outlayers.evaluation.unknown_words import links_by_target, replace_unknowns
 
     tokens, from_lexicon, copied = replace_unknowns(hyp.split(), src.split(), links_by_target(align) or {},
                                                     lexicon, unk)
@@ -112,7 +105,7 @@ def main(argv=None):
     if replace_unk:
         if a.unk_lexicon:
             from fairseq_outlayers.errors import OutlayersConfigError
-            from fairseq_outlayers.pairing.lexicon import read_lexicon
+            from fairseq_outlayers.evaluation.unknown_words import read_lexicon
 
             try:
                 lexicon = read_lexicon(a.unk_lexicon)
