@@ -1,5 +1,6 @@
 """Importing the package (what ``--user-dir`` does) registers fairseq components and allow-lists the one class
-fairseq checkpoints need for torch's safe loading; it changes nothing else: no ``sys.excepthook``, no fairseq
+fairseq checkpoints need for torch's safe loading (``checkpoint_safety.ALLOWED_GLOBALS``: ``argparse.Namespace`` and,
+for ``--eval-bleu`` checkpoints, numeric numpy arrays); it changes nothing else: no ``sys.excepthook``, no fairseq
 function replaced, no attribute of a fairseq/torch module rebound, no thread, logging, warning or environment
 setting. Checked in a fresh interpreter, where nothing has imported the package yet."""
 import json
@@ -65,5 +66,8 @@ def test_import_registers_and_changes_nothing_else():
     # torch's set of allow-listed globals is the one module attribute that may change: the checkpoint allow-list
     assert got["rebound"] in ([], ["torch._weights_only_unpickler._marked_safe_globals_set"]), got["rebound"]
     assert got["state_changed"] == []
-    assert got["safe_globals_added"] == ["<class 'argparse.Namespace'>"]
+    from fairseq_outlayers.checkpoint_safety import ALLOWED_GLOBALS
+
+    assert "<class 'argparse.Namespace'>" in got["safe_globals_added"]
+    assert got["safe_globals_added"] == sorted(set(map(repr, ALLOWED_GLOBALS)))
     assert got["registered"]
