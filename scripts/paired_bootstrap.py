@@ -1,0 +1,110 @@
+#!/usr/bin/env python
+"""Is one system better than another over several seeds? sacreBLEU's paired bootstrap resampling, extended to
+seeds as the results ledger does it (``fairseq_outlayers.ledger.stats.paired_bootstrap``: one draw of test
+sentences per resample, applied to every seed of both systems; the statistic is the difference of the mean BLEU).
+
+    python scripts/paired_bootstrap.py --ref work/multi30k/raw/test_2016_flickr.en --lowercase \\
+        --baseline max-margin=work/vmf-sweep/max-margin.seed{1,2,3}/test.beam1.hyp \\
+        --system released=work/vmf-sweep/released.seed{1,2,3}/test.beam1.hyp
+
+Each ``NAME=FILE ...`` lists one hypothesis file per seed, in seed order (both systems in the same order; the
+shorter list decides how many seeds are paired). Hypotheses are tokenised text as ``fairseq-generate`` prints it
+after ``--remove-bpe`` (what ``compare`` and ``vmf_sweep.py`` write): they are detokenised with sacremoses, as
+those tools score them, and scored with sacreBLEU against the raw references (``--lowercase`` when the data was
+lowercased). One line per system: BLEU per seed, mean, the difference to the baseline and its p-value (1,000
+resamples, sacreBLEU's seed). ``--json FILE`` writes the same figures.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def read_lines(path, what):
+    if not os.path.isfile(path):
+        sys.exit(f"paired_bootstrap.py: error: {what} {path}: no such file")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def parse_system(spec, what):
+    """``NAME=FILE [FILE ...]`` (files also separated by commas; ``NAME=`` may repeat, as brace expansion writes it)."""
+    name, sep, files = spec[0].partition("=")
+    rest = [part[len(name) + 1:] if part.startswith(name + "=") else part for part in spec[1:]]  # NAME=a{1,2}
+    paths = [p for part in [files, *rest] for p in part.split(",") if p]
+    if not sep or not name or not paths:
+        sys.exit(f"paired_bootstrap.py: error: {what} {' '.join(spec)!r}: expected NAME=FILE [FILE ...]")
+    return name, paths
+
+
+def system_stats(paths, refs, lang, lowercase):
+    """Per seed: (sentence statistics, corpus BLEU)."""
+    from sacremoses import MosesDetokenizer
+
+    from fairseq_outlayers.ledger.stats import bleu_from_stats, sentence_stats
+
+    detok = MosesDetokenizer(lang=lang)
+    out = []
+    for path in paths:
+        hyps = [detok.detokenize(h.split()) for h in read_lines(path, "hypotheses")]
+        if len(hyps) != len(refs):
+            sys.exit(f"paired_bootstrap.py: error: {path} has {len(hyps)} lines but the references have {len(refs)}")
+        stats = sentence_stats(hyps, refs, lowercase)
+        out.append((stats, bleu_from_stats(stats.astype("float64").sum(0))))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ref", required=True, help="raw reference text, one sentence per line")
+    p.add_argument("--lang", default="en", help="target language for detokenisation (default: en)")
+    p.add_argument("--lowercase", action="store_true", help="lowercase the references (lowercased training data)")
+    p.add_argument("--baseline", required=True, nargs="+", metavar="NAME=FILE", help="one file per seed")
+    p.add_argument("--system", required=True, nargs="+", action="append", metavar="NAME=FILE",
+                   help="one file per seed; repeat --system for more systems")
+    p.add_argument("--samples", type=int, default=1000, help="bootstrap resamples (default: 1000, as sacreBLEU)")
+    p.add_argument("--json", help="also write the figures here")
+    args = p.parse_args(argv)
+
+    from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap
+
+    refs = read_lines(args.ref, "references")
+    if args.lowercase:
+        refs = [r.lower() for r in refs]
+    base_name, base_paths = parse_system(args.baseline, "--baseline")
+    base = system_stats(base_paths, refs, args.lang, args.lowercase)
+    rows = []
+    mean, sd = mean_sd([b for _, b in base])
+    rows.append({"name": base_name, "bleu": [b for _, b in base], "mean": mean, "sd": sd})
+    for spec in args.system:
+        name, paths = parse_system(spec, "--system")
+        sys_ = system_stats(paths, refs, args.lang, args.lowercase)
+        n = min(len(sys_), len(base))
+        diff, pval, _ = paired_bootstrap({i: sys_[i][0] for i in range(n)}, {i: base[i][0] for i in range(n)},
+                                         n_samples=args.samples)
+        mean, sd = mean_sd([b for _, b in sys_])
+        rows.append({"name": name, "bleu": [b for _, b in sys_], "mean": mean, "sd": sd, "seeds_paired": n,
+                     "difference": diff, "p": pval})
+
+    def fmt(v):
+        return "—" if v is None else f"{v:.2f}"
+
+    print(f"| system | BLEU per seed | mean ± sd | − {base_name} (paired seeds) | p |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        per_seed = " / ".join(f"{b:.2f}" for b in r["bleu"])
+        if "difference" in r:
+            print(f"| {r['name']} | {per_seed} | {fmt(r['mean'])} ± {fmt(r['sd'])} | {r['difference']:+.2f} "
+                  f"({r['seeds_paired']}) | {r['p']:.3f} |")
+        else:
+            print(f"| {r['name']} (baseline) | {per_seed} | {fmt(r['mean'])} ± {fmt(r['sd'])} | | |")
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+        os.replace(tmp, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""scripts/paired_bootstrap.py: BLEU per seed as compare/vmf_sweep score it, the seed-paired bootstrap of the
+ledger, brace-expanded NAME= lists, clear errors."""
+import importlib.util
+import json
+import os
+
+import pytest
+
+from fairseq_outlayers.cli.compare import score
+from fairseq_outlayers.ledger.stats import paired_bootstrap, sentence_stats
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "paired_bootstrap.py")
+
+REFS = ["A man rides a red bike down the hill.", "Two dogs play in the snow.", "A woman is reading a book.",
+        "Children run on the beach.", "The old man sells fruit at the market.", "A cat sleeps on the sofa."]
+# tokenised, lowercased hypotheses as fairseq-generate prints them
+SYS = [["a man rides a red bike down the hill .", "two dogs play in snow .", "a woman reads a book .",
+        "children run on the beach .", "an old man sells fruit at a market .", "a cat sleeps on the couch ."],
+       ["a man rides a bike down the hill .", "two dogs are playing in the snow .", "a woman is reading a book .",
+        "kids run on the beach .", "the old man sells fruit at the market .", "a cat is sleeping on a sofa ."]]
+BASE = [["a man is on a bike .", "dogs in the snow .", "a woman with a book .", "children on a beach .",
+         "a man at the market .", "a cat on the sofa ."],
+        ["a person rides a bike .", "two dogs play .", "a woman is reading .", "children run .",
+         "the man sells fruit .", "a cat sleeps ."]]
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("paired_bootstrap", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def test_figures_match_compare_and_the_ledger_bootstrap(script, tmp_path):
+    ref = write(tmp_path / "ref.en", REFS)
+    sys_paths = [write(tmp_path / f"sys{i}.hyp", h) for i, h in enumerate(SYS)]
+    base_paths = [write(tmp_path / f"base{i}.hyp", h) for i, h in enumerate(BASE)]
+    out = tmp_path / "out.json"
+    # the second file of each system with a repeated NAME=, as the shell's brace expansion writes it
+    script.main(["--ref", ref, "--lowercase", "--samples", "200", "--json", str(out),
+                 "--baseline", f"b={base_paths[0]}", f"b={base_paths[1]}",
+                 "--system", f"s={sys_paths[0]}", f"s={sys_paths[1]}"])
+    rows = json.loads(out.read_text())
+    assert [r["name"] for r in rows] == ["b", "s"]
+    for row, paths in ((rows[0], base_paths), (rows[1], sys_paths)):
+        expected = [score(open(p).read().splitlines(), ref, "en", True)[0] for p in paths]
+        assert row["bleu"] == pytest.approx(expected, abs=1e-9)
+        assert row["mean"] == pytest.approx(sum(expected) / 2)
+    assert rows[1]["difference"] == pytest.approx(rows[1]["mean"] - rows[0]["mean"], abs=1e-9)
+    assert rows[1]["seeds_paired"] == 2
+
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang="en")
+    refs = [r.lower() for r in REFS]
+    stats = {name: {i: sentence_stats([detok.detokenize(h.split()) for h in hyps], refs, True)
+                    for i, hyps in enumerate(group)} for name, group in (("s", SYS), ("b", BASE))}
+    diff, p, seeds = paired_bootstrap(stats["s"], stats["b"], n_samples=200)
+    assert seeds == [0, 1]
+    assert rows[1]["difference"] == pytest.approx(diff) and rows[1]["p"] == p
+
+
+def test_errors_name_the_file(script, tmp_path):
+    ref = write(tmp_path / "ref.en", REFS)
+    short = write(tmp_path / "short.hyp", SYS[0][:4])
+    with pytest.raises(SystemExit, match=r"short\.hyp has 4 lines but the references have 6"):
+        script.main(["--ref", ref, "--baseline", f"b={short}", "--system", f"s={short}"])
+    with pytest.raises(SystemExit, match=r"missing\.hyp: no such file"):
+        script.main(["--ref", ref, "--baseline", f"b={tmp_path / 'missing.hyp'}", "--system", f"s={short}"])
+    with pytest.raises(SystemExit, match="expected NAME=FILE"):
+        script.main(["--ref", ref, "--baseline", short, "--system", f"s={short}"])
