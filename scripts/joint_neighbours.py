@@ -22,6 +22,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors  # noqa: E402
+from fairseq_outlayers.outfiles import check_output_path, write_text  # noqa: E402
 
 
 def nearest_neighbours(matrix: torch.Tensor, query_ids: List[int], k: int, exclude: Optional[List[int]] = None,
@@ -127,16 +128,15 @@ def main(argv=None):
     parser.add_argument("--output", help="write the table here instead of standard output")
     parser.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     args = parser.parse_args(argv)
-    if args.output and os.path.exists(args.output) and not args.force:
-        raise OutlayersConfigError(f"--output '{args.output}' exists; choose another file or add --force")
+    if args.output:
+        check_output_path(args.output, args.force, inputs=(args.path,), option="--output")
     if args.k <= 0:
         raise OutlayersConfigError(f"--k must be positive, got {args.k}")
     model, dictionary = load(args.path, args.data)
     rows = neighbour_table(model, dictionary, args.words, args.k)
     text = format_markdown(rows, args.k, args.label) if args.format == "markdown" else format_tsv(rows, args.k)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text + "\n")
+        write_text(args.output, text + "\n")
     else:
         print(text)
 

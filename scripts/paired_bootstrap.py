@@ -65,7 +65,16 @@ def main(argv=None):
                    help="one file per seed; repeat --system for more systems")
     p.add_argument("--samples", type=int, default=1000, help="bootstrap resamples (default: 1000, as sacreBLEU)")
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--force", action="store_true", help="overwrite --json if it exists")
     args = p.parse_args(argv)
+    if args.json:
+        from fairseq_outlayers.errors import OutlayersConfigError
+        from fairseq_outlayers.outfiles import check_output_path
+
+        try:
+            check_output_path(args.json, args.force, inputs=[args.ref], option="--json")
+        except OutlayersConfigError as e:
+            sys.exit(f"paired_bootstrap.py: error: {e}")
 
     from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap
 
@@ -100,10 +109,9 @@ def main(argv=None):
         else:
             print(f"| {r['name']} (baseline) | {per_seed} | {fmt(r['mean'])} ± {fmt(r['sd'])} | | |")
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(tmp, args.json)
+        from fairseq_outlayers.outfiles import write_text
+
+        write_text(args.json, json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ from collections import Counter
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from score_translations import word_f1_by_frequency  # noqa: E402
 
+from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402
+from fairseq_outlayers.outfiles import check_output_path, write_text  # noqa: E402
+
 
 def read_lines(path, what, lowercase=False):
     if not os.path.isfile(path):
@@ -64,7 +67,15 @@ def main(argv=None):
     p.add_argument("--lowercase", action="store_true", help="lowercase the reference and hypotheses")
     p.add_argument("--output", help="also write the markdown table here")
     p.add_argument("--json", help="write the per-bucket numbers here")
+    p.add_argument("--force", action="store_true", help="overwrite --output / --json if they exist")
     args = p.parse_args(argv)
+    inputs = [args.train, args.ref] + [parse_hyp(spec)[1] for spec in args.hyp]
+    for option, path in (("--output", args.output), ("--json", args.json)):
+        if path:
+            try:  # before any reading: a missing directory, an existing file without --force, an input file
+                check_output_path(path, args.force, inputs=inputs, option=option)
+            except OutlayersConfigError as e:
+                sys.exit(f"rare_word_f1.py: error: {e}")
     train_counts = Counter()
     for line in read_lines(args.train, "--train", args.lowercase):
         train_counts.update(line.split())
@@ -82,11 +93,9 @@ def main(argv=None):
     scores, table = f1_table(train_counts, refs, systems)
     print(table)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(table + "\n")
+        write_text(args.output, table + "\n")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(scores, f, indent=2)
+        write_text(args.json, json.dumps(scores, indent=2) + "\n")
     return 0
 
 

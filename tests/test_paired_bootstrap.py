@@ -74,5 +74,7 @@ def test_errors_name_the_file(script, tmp_path):
         script.main(["--ref", ref, "--baseline", f"b={short}", "--system", f"s={short}"])
     with pytest.raises(SystemExit, match=r"missing\.hyp: no such file"):
         script.main(["--ref", ref, "--baseline", f"b={tmp_path / 'missing.hyp'}", "--system", f"s={short}"])
+    with pytest.raises(SystemExit, match="exists; choose another path or pass --force"):
+        script.main(["--ref", ref, "--json", short, "--baseline", f"b={short}", "--system", f"s={short}"])
     with pytest.raises(SystemExit, match="expected NAME=FILE"):
         script.main(["--ref", ref, "--baseline", short, "--system", f"s={short}"])

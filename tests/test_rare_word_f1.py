@@ -45,3 +45,23 @@ def test_errors_name_the_file(tmp_path):
     assert proc.returncode != 0 and f"--hyp {short} has 1 lines but --ref {ref} has 2" in proc.stderr
     proc = run("--train", train, "--ref", str(tmp_path / "nope.en"), "--hyp", short)
     assert proc.returncode != 0 and "--ref" in proc.stderr and "no such file" in proc.stderr
+
+
+def test_outputs_checked_first_and_never_clobbered(tmp_path):
+    train = write(tmp_path / "train.en", ["a b"])
+    ref = write(tmp_path / "ref.en", ["a", "b"])
+    hyp = write(tmp_path / "sys.hyp", ["a", "b"])
+    table = tmp_path / "table.md"
+    table.write_text("mine\n")
+    proc = run("--train", train, "--ref", ref, "--hyp", hyp, "--output", str(table))
+    assert proc.returncode != 0 and "--output" in proc.stderr and "--force" in proc.stderr
+    assert table.read_text() == "mine\n"
+    proc = run("--train", train, "--ref", ref, "--hyp", hyp, "--json", ref, "--force")  # an input, even with --force
+    assert proc.returncode != 0 and "is also an input" in proc.stderr
+    assert open(ref).read() == "a\nb\n"
+    proc = run("--train", train, "--ref", ref, "--hyp", hyp, "--json", str(tmp_path / "missing" / "f.json"))
+    assert proc.returncode != 0 and "does not exist" in proc.stderr
+    proc = run("--train", train, "--ref", ref, "--hyp", hyp, "--output", str(table), "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert table.read_text().startswith("| training frequency |")
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
