@@ -1,5 +1,8 @@
 """Unit tests of the model core: output layers, tying, parameter counts, Luong attention, bad options."""
+import argparse
+import ast
 import copy
+import os
 
 import pytest
 import torch
@@ -169,3 +172,89 @@ def test_lstm_decoder_deeper_than_encoder(tiny_bin):
     assert hiddens.shape[0] == 2 and torch.equal(hiddens[1], hiddens[0]) and torch.equal(cells[1], cells[0])
     lprobs = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
     assert lprobs.shape == (3, 4, len(task.target_dictionary))
+
+
+MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_outlayers", "models")
+PRESET_NAMES = {  # every --arch preset of a method, with the seam options it fixes (issue 13, item 2)
+    "outlayers_transformer_fixed": "fixed", "outlayers_transformer_small_fixed": "fixed",
+    "outlayers_lstm_fixed": "fixed", "outlayers_lstm_luong_2x2_fixed": "fixed",
+    "outlayers_transformer_joint": "joint", "outlayers_transformer_small_joint": "joint",
+    "outlayers_transformer_iwslt_de_en_joint": "joint", "outlayers_transformer_wmt_en_de_joint": "joint",
+    "outlayers_lstm_luong_2x2_joint": "joint",
+    "outlayers_lstm_vmf_continuous": "continuous", "outlayers_transformer_small_continuous": "continuous",
+    "outlayers_transformer_shared_private": "shared-private",
+    "outlayers_transformer_small_shared_private": "shared-private",
+}
+
+
+def _models_modules():
+    """{module name: parsed tree} of every file in fairseq_outlayers/models/."""
+    out = {}
+    for name in sorted(os.listdir(MODELS_DIR)):
+        if name.endswith(".py"):
+            with open(os.path.join(MODELS_DIR, name)) as f:
+                out[name[:-3]] = ast.parse(f.read(), name)
+    return out
+
+
+def _registers_a_model(tree):
+    """True for an architecture file: one that registers a fairseq model (``@register_model(...)``)."""
+    return any(isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) ==
+               "register_model" for node in ast.walk(tree))
+
+
+def _imported_models_modules(tree):
+    """The names of the sibling modules of fairseq_outlayers/models/ that a file imports, in any spelling."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[:2] == ["fairseq_outlayers", "models"] and len(parts) > 2:
+                    out.add(parts[2])
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 1 or module.startswith("fairseq_outlayers.models") and node.level == 0:
+                rest = module[len("fairseq_outlayers.models"):].lstrip(".") if node.level == 0 else module
+                if rest:
+                    out.add(rest.split(".")[0])
+                else:  # from . import transformer / from fairseq_outlayers.models import lstm
+                    out.update(alias.name for alias in node.names)
+    return out
+
+
+def test_methods_are_leaves():
+    """A method's registration file imports the registry, the core and its own modules, never an architecture;
+    presets.py is the one file that imports both (and only __init__.py imports presets.py)."""
+    trees = _models_modules()
+    architectures = {name for name, tree in trees.items() if _registers_a_model(tree)}
+    assert {"transformer", "lstm"} <= architectures and "presets" not in architectures
+    methods = set(trees) - architectures - {"__init__", "presets", "registry", "core"}
+    assert {"baselines", "fixed_targets", "joint_output", "continuous_output", "shared_private"} <= methods
+    for name in sorted(methods):
+        wrong = _imported_models_modules(trees[name]) & (architectures | {"presets"})
+        assert not wrong, f"models/{name}.py imports {sorted(wrong)}: register its --arch presets in presets.py"
+    assert {"transformer", "lstm"} <= _imported_models_modules(trees["presets"])
+    importers = sorted(n for n, t in trees.items() if n not in ("__init__", "presets")
+                       and "presets" in _imported_models_modules(t))
+    assert importers == []
+
+
+def test_every_preset_is_registered_from_presets_py():
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
+
+    from fairseq_outlayers.models import presets
+
+    assert sorted(entry[1] for entry in presets.PRESETS) == sorted(PRESET_NAMES)
+    for model, name, base, doc, choices, defaults in presets.PRESETS:
+        assert ARCH_MODEL_NAME_REGISTRY[name] == model, name
+        assert ARCH_CONFIG_REGISTRY[name].__doc__ == doc
+        base_names = [n for n, fn in ARCH_CONFIG_REGISTRY.items() if fn is base]  # a registered architecture
+        assert base_names and all(ARCH_MODEL_NAME_REGISTRY[n] == model for n in base_names), name
+        args = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[name](args)
+        assert PRESET_NAMES[name] in (args.output_layer, args.embeddings), name
+        assert all(getattr(args, key) == value for key, value in {**choices, **(defaults or {})}.items()), name
+        base_args = argparse.Namespace(**{**choices, **(defaults or {})})
+        base(base_args)
+        assert vars(args) == vars(base_args), name  # a preset only fixes seam options on its base architecture

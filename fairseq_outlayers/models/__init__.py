@@ -1,8 +1,12 @@
 """Registered fairseq models.
 
 Every module in this package is imported here (as fairseq does for its own ``models/``), so a method registers
-its output layer or embeddings by adding a file, without editing this one. The baselines come first because
-the models' command-line options list every registered seam.
+its output layer or embeddings by adding a file, without editing this one. The order is fixed in three stages:
+
+1. ``baselines`` first, then every other file alphabetically: the methods, which import only the registries,
+   the core and their own modules (never an architecture);
+2. the models, ``transformer`` and ``lstm``: their command-line options list every registered seam;
+3. ``presets`` last: the named ``--arch`` presets, the one file that imports both architectures and methods.
 """
 import importlib
 import os
@@ -10,10 +14,11 @@ import os
 from . import baselines  # noqa: F401  (standard embeddings; softmax / tied / tied-all output layers)
 
 _HERE = os.path.dirname(__file__)
-_MODELS = ("transformer", "lstm")  # imported last: their options are generated from the registries
+_MODELS = ("transformer", "lstm")  # stage 2: their options are generated from the registries
+_PRESETS = ("presets",)  # stage 3: architectures x methods
 for _name in sorted(os.listdir(_HERE)):
     _mod = _name[:-3]
-    if _name.endswith(".py") and not _name.startswith("_") and _mod not in _MODELS:
+    if _name.endswith(".py") and not _name.startswith("_") and _mod not in _MODELS + _PRESETS:
         importlib.import_module(f"{__name__}.{_mod}")
-for _mod in _MODELS:
+for _mod in _MODELS + _PRESETS:
     importlib.import_module(f"{__name__}.{_mod}")

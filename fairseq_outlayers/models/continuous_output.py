@@ -1,7 +1,7 @@
-"""Registrations for continuous outputs (Kumar & Tsvetkov 2019): ``--output-layer continuous``, the tied input
-embeddings ``--embeddings target-vectors`` (section 4.4), and presets. The modules are in
-``modules/continuous_output.py``, the maths in ``modules/bessel.py`` (log C_m), ``modules/vmf_losses.py`` and
-``modules/nn_search.py``, the vector loading in ``vectors.py``.
+"""Registrations for continuous outputs (Kumar & Tsvetkov 2019): ``--output-layer continuous`` and the tied input
+embeddings ``--embeddings target-vectors`` (section 4.4); their ``--arch`` presets are in ``presets.py``. The
+modules are in ``modules/continuous_output.py``, the maths in ``modules/bessel.py`` (log C_m),
+``modules/vmf_losses.py`` and ``modules/nn_search.py``, the vector loading in ``vectors.py``.
 
 The frozen target table is read from ``--target-vectors`` when a model is built for training; it is a buffer of
 the model, so it is saved in every checkpoint. A model rebuilt from a checkpoint (``fairseq-generate``,
@@ -17,10 +17,7 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
 
-from .lstm import outlayers_lstm_vmf
-from .core import register_method_preset
 from .registry import register_embeddings, register_output_layer
-from .transformer import outlayers_transformer_small
 
 logger = logging.getLogger(__name__)
 
@@ -158,13 +155,3 @@ def build_target_vector_embeddings(args, task, encoder_dim, decoder_dim, share_a
     decoder_embed = TargetVectorEmbedding(table.table, decoder_dim, task.target_dictionary.pad())
     decoder_embed.decodable_mask = table.decodable  # handed to the continuous output layer, if any
     return encoder_embed, decoder_embed
-
-
-outlayers_lstm_vmf_continuous = register_method_preset(
-    "outlayers_lstm", "outlayers_lstm_vmf_continuous", outlayers_lstm_vmf,
-    "The paper's LSTM (Table 7) with the continuous output layer; add --target-vectors FILE.",
-    output_layer="continuous")
-outlayers_transformer_small_continuous = register_method_preset(
-    "outlayers_transformer", "outlayers_transformer_small_continuous", outlayers_transformer_small,
-    "The small Transformer (3+3 layers, d = 256) with the continuous output layer; add --target-vectors FILE.",
-    output_layer="continuous")

@@ -1,8 +1,7 @@
-"""Registration of ``--output-layer fixed`` (Shalev et al. 2021) and its named presets.
+"""Registration of ``--output-layer fixed`` (Shalev et al. 2021).
 
-The maths lives in ``fairseq_outlayers.modules.fixed_random``; this file wires the command-line options to it,
-checks them (one-line errors that name the option and the fix) and registers architectures that select the
-fixed layer on the existing Transformer and LSTM presets.
+The maths lives in ``fairseq_outlayers.modules.fixed_random``; this file wires the command-line options to it and
+checks them (one-line errors that name the option and the fix). Its ``--arch`` presets are in ``presets.py``.
 """
 import logging
 import math
@@ -10,11 +9,7 @@ import math
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.fixed_random import INITS, FixedRandomOutput, is_power_of_two
 
-# importing the models registers them, which the presets below need
-from .lstm import outlayers_lstm, outlayers_lstm_luong_2x2
-from .core import register_method_preset
 from .registry import register_output_layer
-from .transformer import outlayers_transformer, outlayers_transformer_small
 
 logger = logging.getLogger(__name__)
 
@@ -106,21 +101,3 @@ def build_fixed(args, task, decoder_embed_tokens, input_dim):
     )
     logger.info(layer.describe())
     return layer
-
-
-outlayers_transformer_fixed = register_method_preset(
-    "outlayers_transformer", "outlayers_transformer_fixed", outlayers_transformer,
-    "fairseq's base Transformer with the fixed random classifier.",
-    output_layer="fixed")
-outlayers_transformer_small_fixed = register_method_preset(
-    "outlayers_transformer", "outlayers_transformer_small_fixed", outlayers_transformer_small,
-    "The small (3+3 layers, d = 256) Transformer of the Multi30k demo with the fixed random classifier.",
-    output_layer="fixed")
-outlayers_lstm_fixed = register_method_preset(
-    "outlayers_lstm", "outlayers_lstm_fixed", outlayers_lstm,
-    "Attentional LSTM (the paper's model family for Multi30k and IWSLT) with the fixed random classifier.",
-    output_layer="fixed")
-outlayers_lstm_luong_2x2_fixed = register_method_preset(
-    "outlayers_lstm", "outlayers_lstm_luong_2x2_fixed", outlayers_lstm_luong_2x2,
-    "2x2-layer Luong LSTM with 512-d states and the fixed random classifier (paper section 3.3: d = 512).",
-    output_layer="fixed")

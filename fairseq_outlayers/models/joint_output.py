@@ -1,4 +1,4 @@
-"""Registration of ``--output-layer joint`` (Pappas et al. 2018) and its named architecture presets.
+"""Registration of ``--output-layer joint`` (Pappas et al. 2018); its ``--arch`` presets are in ``presets.py``.
 
 The layer itself is ``fairseq_outlayers.modules.joint_output.JointOutputLayer``; this file only wires the
 command-line options to it and checks them.
@@ -7,8 +7,6 @@ command-line options to it and checks them.
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
 
-from . import lstm, transformer  # noqa: F401  (the models the presets below extend must be registered first)
-from .core import register_method_preset
 from .registry import register_output_layer
 
 DEFAULTS = {"joint_dim": 512, "joint_activation": "tanh", "joint_structure": "full", "joint_dropout": 0.0}
@@ -55,25 +53,3 @@ def build_joint(args, task, decoder_embed_tokens, input_dim):
     return JointOutputLayer(decoder_embed_tokens, input_dim, joint_dim=args.joint_dim,
                             activation=args.joint_activation, structure=args.joint_structure,
                             dropout=args.joint_dropout, word_bias=True)
-
-
-outlayers_transformer_joint = register_method_preset(
-    "outlayers_transformer", "outlayers_transformer_joint", "outlayers_transformer",
-    "Transformer base (fairseq's defaults) with the joint output layer, d_j = 512.",
-    output_layer="joint")
-outlayers_transformer_small_joint = register_method_preset(
-    "outlayers_transformer", "outlayers_transformer_small_joint", "outlayers_transformer_small",
-    "3+3-layer d = 256 Transformer (the demo's size) with the joint output layer, d_j = 512.",
-    output_layer="joint")
-outlayers_transformer_iwslt_de_en_joint = register_method_preset(
-    "outlayers_transformer", "outlayers_transformer_iwslt_de_en_joint", "outlayers_transformer_iwslt_de_en",
-    "fairseq's IWSLT'14 de-en Transformer with the joint output layer, d_j = 512.",
-    output_layer="joint")
-outlayers_transformer_wmt_en_de_joint = register_method_preset(
-    "outlayers_transformer", "outlayers_transformer_wmt_en_de_joint", "outlayers_transformer_wmt_en_de",
-    "fairseq's WMT en-de Transformer base with the joint output layer, d_j = 512.",
-    output_layer="joint")
-outlayers_lstm_luong_2x2_joint = register_method_preset(
-    "outlayers_lstm", "outlayers_lstm_luong_2x2_joint", "outlayers_lstm_luong_2x2",
-    "The paper's NMT-joint model: 2+2-layer LSTM, 512-d embeddings and states, joint layer with d_j = 512.",
-    output_layer="joint")

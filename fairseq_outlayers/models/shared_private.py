@@ -14,7 +14,6 @@ from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEm
 from fairseq_outlayers.pairing.corpus import special_indices
 from fairseq_outlayers.pairing.pairs import index_maps, lambdas_from_string, read_pairing
 
-from .core import register_method_preset
 from .registry import get_output_layer_spec, register_embeddings
 
 logger = logging.getLogger(__name__)
@@ -99,18 +98,3 @@ def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_e
     core = SharedPrivateEmbeddings(len(src_dict), len(tgt_dict), encoder_dim, pairs, lambdas,
                                    src_padding_idx=pads[0], tgt_padding_idx=pads[1])
     return SharedPrivateEmbedding(core, "src", src_dict.pad()), SharedPrivateEmbedding(core, "tgt", tgt_dict.pad())
-
-
-# presets: the models/__init__ loader imports this file before transformer.py, so import it here first
-from . import transformer as _transformer  # noqa: E402
-
-# shared-private embeddings are fixed by the preset; the output layer defaults to decoder tying (the paper's
-# setting) and may be any layer that ties to the decoder embedding (e.g. joint)
-outlayers_transformer_shared_private = register_method_preset(
-    "outlayers_transformer", "outlayers_transformer_shared_private", _transformer.outlayers_transformer,
-    "Transformer base with shared-private embeddings and decoder weight tying (Liu et al. 2019, Sec. 3.1).",
-    defaults={"output_layer": "tied"}, embeddings="shared-private")
-outlayers_transformer_small_shared_private = register_method_preset(
-    "outlayers_transformer", "outlayers_transformer_small_shared_private", _transformer.outlayers_transformer_small,
-    "The small (3+3 layers, d = 256) Transformer with shared-private embeddings and decoder weight tying.",
-    defaults={"output_layer": "tied"}, embeddings="shared-private")

@@ -122,9 +122,9 @@ def _preset(name, fairseq_arch):
 
 
 outlayers_transformer = _preset("outlayers_transformer", base_architecture)
-_preset("outlayers_transformer_iwslt_de_en", transformer_iwslt_de_en)
-_preset("outlayers_transformer_wmt_en_de", transformer_wmt_en_de)
-_preset("outlayers_transformer_wmt_en_de_big", transformer_vaswani_wmt_en_de_big)
+outlayers_transformer_iwslt_de_en = _preset("outlayers_transformer_iwslt_de_en", transformer_iwslt_de_en)
+outlayers_transformer_wmt_en_de = _preset("outlayers_transformer_wmt_en_de", transformer_wmt_en_de)
+outlayers_transformer_wmt_en_de_big = _preset("outlayers_transformer_wmt_en_de_big", transformer_vaswani_wmt_en_de_big)
 
 
 @register_model_architecture("outlayers_transformer", "outlayers_transformer_small")
