@@ -163,3 +163,14 @@ def build_model(bin_dir: str, arch_args=None, extra=None):
                                        + list(extra or []))
     task = tasks.setup_task(args)
     return task, task.build_model(args)
+
+
+def load_script(name: str):
+    """``scripts/NAME`` imported as a module (scripts are not a package), for tests that call its functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name[:-3] if name.endswith(".py") else name,
+                                                  os.path.join(REPO, "scripts", name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

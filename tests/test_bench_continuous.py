@@ -1,9 +1,7 @@
 """scripts/bench_continuous.py on tiny sizes: what it times is the real loss (checked against float64 / mpmath
 references computed here), chunking does not change it, the fairseq-built models train and decode at the
 forced length, and the results writer produces the expected rows and verdicts. No timing is asserted."""
-import importlib.util
 import math
-import os
 from argparse import Namespace
 
 import mpmath
@@ -11,16 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO, "scripts", "bench_continuous.py")
+from harness import load_script
+
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_continuous", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_continuous.py")
 
 
 V, H, N, M = 500, 32, 64, 300

@@ -1,5 +1,4 @@
 """Fixed random target embeddings (Shalev et al. 2021): the draw, the layer, its options, and fairseq end to end."""
-import importlib.util
 import math
 import os
 import shutil
@@ -15,7 +14,7 @@ from fairseq_outlayers.modules.fixed_random import (FixedRandomOutput, draw_fixe
 from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput
 from fairseq_outlayers.params import parameter_report
 from harness import (REPO, TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, logged_losses, train,
-                     train_distributed)
+                     train_distributed, load_script)
 
 D = 32  # decoder output size of the harness's tiny models
 
@@ -323,11 +322,7 @@ def test_two_workers_see_the_same_classifier(tiny_bin, tmp_path):
 
 # ------------------------------------------------------------------------------------- analysis script
 def _analysis_module():
-    spec = importlib.util.spec_from_file_location("analyse_norm_frequency",
-                                                  os.path.join(REPO, "scripts", "analyse_norm_frequency.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("analyse_norm_frequency.py")
 
 
 def test_norm_frequency_analysis(tiny_bin, tmp_path, transformer_run, capsys, monkeypatch):

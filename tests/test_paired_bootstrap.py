@@ -1,16 +1,14 @@
 """scripts/paired_bootstrap.py: BLEU per seed as compare/vmf_sweep score it, the seed-paired bootstrap of the
 ledger, brace-expanded NAME= lists, clear errors."""
-import importlib.util
 import json
-import os
 
 import pytest
 
 from fairseq_outlayers.cli.compare import score
 from fairseq_outlayers.ledger.stats import paired_bootstrap, sentence_stats
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "scripts", "paired_bootstrap.py")
+from harness import load_script
+
 
 REFS = ["A man rides a red bike down the hill.", "Two dogs play in the snow.", "A woman is reading a book.",
         "Children run on the beach.", "The old man sells fruit at the market.", "A cat sleeps on the sofa."]
@@ -27,10 +25,7 @@ BASE = [["a man is on a bike .", "dogs in the snow .", "a woman with a book .", 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("paired_bootstrap", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("paired_bootstrap.py")
 
 
 def write(path, lines):

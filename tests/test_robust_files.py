@@ -1,7 +1,6 @@
 """Issue 14, files and command-line tools: one-line errors for broken inputs (params, vectors report,
 train_target_vectors), header/body checks of vector files, outputs never overwritten without --force and written
 atomically (evaluate.sh, shared_private_pca.py, train_target_vectors.py)."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -15,14 +14,13 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.vectors import load_target_table
 from fairseq_outlayers.vectors import main as vectors_main
 
+from harness import load_script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(name.replace(".py", ""), os.path.join(REPO, "scripts", name))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(name)
 
 
 def _one_line_error(err):

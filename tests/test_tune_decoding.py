@@ -1,5 +1,4 @@
 """scripts/tune_continuous_decoding.py: the beam-search score scale of a continuous model, chosen on validation."""
-import importlib.util
 import json
 import os
 import shutil
@@ -8,18 +7,13 @@ import numpy as np
 import pytest
 from fairseq.data import Dictionary
 
-from harness import TINY_TRANSFORMER, train
+from harness import TINY_TRANSFORMER, train, load_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "scripts", "tune_continuous_decoding.py")
 
 
 @pytest.fixture(scope="module")
 def tune():
-    spec = importlib.util.spec_from_file_location("tune_continuous_decoding", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tune_continuous_decoding.py")
 
 
 @pytest.fixture(scope="module")

@@ -1,20 +1,16 @@
 """scripts/vmf_sweep.py: the table from run records (means over finished seeds, missing seeds shown, scaled
 decodes as their own columns) and its option parsing."""
 import argparse
-import importlib.util
-import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness import load_script
+
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    spec = importlib.util.spec_from_file_location("vmf_sweep", os.path.join(ROOT, "scripts", "vmf_sweep.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("vmf_sweep.py")
 
 
 def _meta(bleu, norm, speed):
