@@ -135,12 +135,12 @@ def _write_lines(path: str, lines: List[str]):
 
 def binarise(prep: Preparation, src_lines: List[str], tgt_lines: Optional[List[str]], data: str, dest: str) -> str:
     """``dest``: a data directory whose ``test`` split is the prepared text, with ``data``'s dictionaries."""
-    from fairseq_outlayers.cli.compare import _bin
+    from fairseq_outlayers.fairseq_runs import executable
 
     os.makedirs(dest, exist_ok=True)
     prefix = os.path.join(dest, "text")
     _write_lines(f"{prefix}.{prep.src}", prep.source(src_lines))
-    cmd = [_bin("fairseq-preprocess"), "--source-lang", prep.src, "--target-lang", prep.tgt, "--testpref", prefix,
+    cmd = [executable("fairseq-preprocess"), "--source-lang", prep.src, "--target-lang", prep.tgt, "--testpref", prefix,
            "--destdir", dest, "--workers", "1", "--srcdict", os.path.join(data, f"dict.{prep.src}.txt")]
     if tgt_lines is None:
         cmd.append("--only-source")

@@ -123,7 +123,7 @@ chmod 644 "$TMP_OUT" "$TMP_ERR"
 mv -f "$TMP_ERR" "$OUT/generate.err"
 mv -f "$TMP_OUT" "$OUT/generate.out"
 
-python "$ROOT/scripts/lib/score_translations.py" --out "$OUT" --tgt "$TGT" --lowercase "$LOWER" --raw-ref "$RAW_REF" \
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python "$ROOT/scripts/lib/score_translations.py" --out "$OUT" --tgt "$TGT" --lowercase "$LOWER" --raw-ref "$RAW_REF" \
   --rare-f1 "$RARE" --checkpoint "$CKPT" --beam "$BEAM" --lenpen "$LENPEN" --tok-ref "$TOK_REF" --replace-unk "$REPLACE_UNK" \
   --unk-lexicon "$UNK_LEXICON"
 for t in ${TEST_SETS[@]+"${TEST_SETS[@]}"}; do

@@ -10,9 +10,9 @@ sentences per resample, applied to every seed of both systems; the statistic is 
 Each ``NAME=FILE ...`` lists one hypothesis file per seed, in seed order (both systems in the same order; the
 shorter list decides how many seeds are paired). Hypotheses are tokenised text as ``fairseq-generate`` prints it
 after ``--remove-bpe`` (what ``compare`` and ``vmf_sweep.py`` write): they are detokenised with sacremoses, as
-those tools score them, and scored with sacreBLEU against the raw references (``--lowercase`` when the data was
-lowercased). One line per system: BLEU per seed, mean, the difference to the baseline and its p-value (1,000
-resamples, sacreBLEU's seed). ``--json FILE`` writes the same figures.
+those tools score them (``fairseq_outlayers.evaluation.scoring``), and scored with sacreBLEU against the raw
+references (``--lowercase`` when the data was lowercased). One line per system: BLEU per seed, mean, the
+difference to the baseline and its p-value (1,000 resamples, sacreBLEU's seed). ``--json FILE`` writes the same figures.
 """
 import argparse
 import json
@@ -39,14 +39,12 @@ def parse_system(spec, what):
 
 def system_stats(paths, refs, lang, lowercase):
     """Per seed: (sentence statistics, corpus BLEU)."""
-    from sacremoses import MosesDetokenizer
-
+    from fairseq_outlayers.evaluation.scoring import detokenise
     from fairseq_outlayers.ledger.stats import bleu_from_stats, sentence_stats
 
-    detok = MosesDetokenizer(lang=lang)
     out = []
     for path in paths:
-        hyps = [detok.detokenize(h.split()) for h in read_lines(path, "hypotheses")]
+        hyps = detokenise(read_lines(path, "hypotheses"), lang)
         if len(hyps) != len(refs):
             sys.exit(f"paired_bootstrap.py: error: {path} has {len(hyps)} lines but the references have {len(refs)}")
         stats = sentence_stats(hyps, refs, lowercase)

@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from fairseq_outlayers.cli import compare
+from fairseq_outlayers.evaluation.scoring import score_subset
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
 
@@ -39,10 +39,10 @@ def parse_scale(text):
 def decode(args, scale, lenpen, work_dir):
     extra = [] if scale is None else ["--model-overrides", repr({"continuous_score_scale": scale})]
     name = f"valid.beam{args.beam}.scale{scale}.lenpen{lenpen}.hyp"
-    hyps = compare.translate(args.data_bin, args.checkpoint, os.path.join(work_dir, name), args.beam, lenpen,
-                             args.batch_size, subset=args.subset, extra_args=extra)
-    bleu, signature = compare.score(hyps, args.raw_ref, args.lang, args.lowercase)
-    return {"scale": scale, "lenpen": lenpen, "bleu": bleu, "signature": signature}
+    scores = score_subset(args.data_bin, args.checkpoint, os.path.join(work_dir, name), args.raw_ref, args.beam,
+                          lenpen, args.batch_size, args.subset, extra, lowercase=True if args.lowercase else None,
+                          tgt=args.lang)
+    return {"scale": scale, "lenpen": lenpen, "bleu": scores["sacrebleu"], "signature": scores["sacrebleu_signature"]}
 
 
 def main(argv=None):

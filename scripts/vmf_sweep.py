@@ -7,8 +7,8 @@ Every row trains the same model at the same budget as the continuous rows of doc
 Transformer of ``fairseq_outlayers.cli.compare``, 800 updates, lr 0.003) through the real ``fairseq-train``;
 its last checkpoint is translated with ``fairseq-generate`` at ``--beams`` (default 1, the paper's
 nearest-neighbour decoding, and 5) and scored with sacreBLEU against the raw references, exactly as
-``make results`` does (compare.py's own functions). A finished run (its ``meta.json``) is reused, so the sweep
-resumes where it stopped; ``--jobs N`` trains N runs at once (each with ``--threads`` torch threads). The table
+``make results`` does (``fairseq_outlayers.evaluation.scoring``). A finished run (its ``meta.json``) is reused,
+so the sweep resumes where it stopped; ``--jobs N`` trains N runs at once (each with ``--threads`` torch threads). The table
 (mean over seeds, then each seed) is written to ``OUT/sweep.md`` and ``OUT/sweep.json`` after every run.
 """
 import argparse
@@ -27,7 +27,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from fairseq_outlayers import fairseq_runs  # noqa: E402
 from fairseq_outlayers.cli import compare  # noqa: E402
+from fairseq_outlayers.evaluation.scoring import score_subset  # noqa: E402
 
 #: the validation figures read from the last "valid on" line of a training log
 VALID_FIELDS = ("loss", "cos", "norm", "nn_acc", "kappa_low", "kappa_high")
@@ -62,17 +64,17 @@ def run_one(row, seed, args, base_args, ref_path, lock):
     os.makedirs(run_dir, exist_ok=True)
     log_path = os.path.join(run_dir, "train.log")
     with lock:
-        compare.log(f"{row['name']} seed {seed}: training")
+        fairseq_runs.log(f"{row['name']} seed {seed}: training")
     seconds = compare.train_row(row["data_bin"], run_dir, base_args, row["train_args"], seed, args.max_update,
                                 log_path)
     ckpt = os.path.join(run_dir, "checkpoint_last.pt")
     meta = {"row": row["name"], "seed": seed, "args": row["args"], "seconds": seconds,
-            "speed": compare.training_speed(log_path), "valid": last_valid(log_path), "bleu": {},
-            "params": compare.parameter_counts(ckpt)}
+            "speed": fairseq_runs.training_speed(log_path), "valid": last_valid(log_path), "bleu": {},
+            "params": fairseq_runs.parameter_counts(ckpt)}
     for beam in args.beams:
-        hyps = compare.translate(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.hyp"), beam,
-                                 args.lenpen, args.batch_size)
-        meta["bleu"][str(beam)], meta["signature"] = compare.score(hyps, ref_path, "en", args.lowercase)
+        scores = score_subset(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.hyp"), ref_path, beam,
+                              args.lenpen, args.batch_size, lowercase=args.lowercase)
+        meta["bleu"][str(beam)], meta["signature"] = scores["sacrebleu"], scores["sacrebleu_signature"]
     meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                     cwd=ROOT).stdout.strip()
     meta["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.jobs} job(s) x {args.threads} thread(s)"
@@ -84,7 +86,7 @@ def run_one(row, seed, args, base_args, ref_path, lock):
             if name.endswith(".pt") and name != "checkpoint_last.pt":
                 os.remove(os.path.join(run_dir, name))
     with lock:
-        compare.log(f"{row['name']} seed {seed}: BLEU " + " / ".join(
+        fairseq_runs.log(f"{row['name']} seed {seed}: BLEU " + " / ".join(
             f"beam {b} {meta['bleu'][str(b)]:.2f}" for b in args.beams) + f", valid {meta['valid']}")
     return meta
 
@@ -111,15 +113,15 @@ def _scaled_decodes(meta, row, run_dir, args, ref_path, paths, lock):
         return
     if not os.path.exists(ckpt):
         with lock:
-            compare.log(f"{row['name']} seed {meta['seed']}: no checkpoint in {run_dir}; scaled decodes skipped")
+            fairseq_runs.log(f"{row['name']} seed {meta['seed']}: no checkpoint in {run_dir}; scaled decodes skipped")
         return
     for beam, scale in missing:
-        hyps = compare.translate(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.scale{scale:g}.hyp"),
-                                 beam, args.lenpen, args.batch_size,
-                                 extra_args=["--model-overrides", repr({"continuous_score_scale": scale})])
-        meta["bleu"][scaled_key(beam, scale)], _ = compare.score(hyps, ref_path, "en", args.lowercase)
+        scores = score_subset(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.scale{scale:g}.hyp"),
+                              ref_path, beam, args.lenpen, args.batch_size, lowercase=args.lowercase,
+                              extra=["--model-overrides", repr({"continuous_score_scale": scale})])
+        meta["bleu"][scaled_key(beam, scale)] = scores["sacrebleu"]
         with lock:
-            compare.log(f"{row['name']} seed {meta['seed']}: beam {beam}, scale {scale:g}: BLEU "
+            fairseq_runs.log(f"{row['name']} seed {meta['seed']}: beam {beam}, scale {scale:g}: BLEU "
                         f"{meta['bleu'][scaled_key(beam, scale)]:.2f}")
     for path in paths:
         _write_json(path, meta)
@@ -257,11 +259,11 @@ def main(argv=None):
             except (SystemExit, Exception) as exc:  # one failed row must not stop the others
                 failed.append(key)
                 with lock:
-                    compare.log(f"{key[0]} seed {key[1]} FAILED: {exc}")
+                    fairseq_runs.log(f"{key[0]} seed {key[1]} FAILED: {exc}")
             with lock:
                 write_report(report, rows, metas, args, base_args, ref_path)
     print(table(rows, metas, args.seeds, args.beams, args.scaled_decodes))
-    compare.log(f"wrote {report}")
+    fairseq_runs.log(f"wrote {report}")
     if failed:
         raise SystemExit(f"vmf_sweep: {len(failed)} run(s) failed: {failed}")
 

@@ -72,7 +72,7 @@ def test_hadamard_rows_are_the_sylvester_matrix():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(num_words=20, dim=16, init="hadamard"), "has 16 rows; 20 were asked"),
     (dict(num_words=4, dim=12, init="hadamard"), "power-of-two order"),
-    (dict(num_words=4, dim=8, init="orthogonal"), "unknown fixed-target init 'orthogonal'"),
+    (dict(num_words=4, dim=8, init="orthogonal"), "--fixed-targets-init 'orthogonal' is unknown"),
     (dict(num_words=4, dim=8, value_range=0.0), "positive number"),
     (dict(num_words=4, dim=8, value_range=-1.0), "positive number"),
     (dict(num_words=4, dim=8, value_range=float("nan")), "positive number"),
@@ -213,7 +213,7 @@ def test_table3_arithmetic_multi30k_de_en(tmp_path):
     (["--output-layer", "fixed", "--fixed-targets-dim", "0"], "--fixed-targets-dim must be a positive"),
     (["--output-layer", "fixed", "--share-decoder-input-output-embed"], "contradicts --share-decoder-input-output"),
     (["--output-layer", "fixed", "--share-all-embeddings"], "contradicts --share-all-embeddings"),
-    (["--output-layer", "fixed", "--output-bias"], "drop --output-bias"),
+    (["--output-layer", "fixed", "--output-bias"], "--output-layer fixed would ignore it: drop it"),
     (["--output-layer", "fixed", "--fixed-targets-init", "hadamard"],
      "power-of-two classifier dimension at least the target vocabulary size (48 words), got 32; "
      "set --fixed-targets-dim 64"),

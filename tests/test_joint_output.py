@@ -345,10 +345,16 @@ def test_bad_joint_dim_is_one_line_error(tiny_bin, tmp_path):
     from argparse import Namespace
 
     from fairseq_outlayers.errors import OutlayersConfigError
-    from fairseq_outlayers.models.joint_output import build_joint
+    from fairseq_outlayers.models.core import apply_defaults, build_core_output_layer
+    from fairseq_outlayers.models.registry import get_output_layer_spec
 
-    for bad, message in ((dict(joint_dim=-1), "--joint-dim must be a positive integer, got -1"),
-                         (dict(joint_dropout=1.0), "--joint-dropout must be in [0, 1), got 1.0"),
-                         (dict(joint_activation="gelu"), "--joint-activation 'gelu' is unknown")):
+    # each value is checked once, by the layer's constructor; the core names the seam in the one-line error
+    for bad, message in ((dict(joint_dim=-1), "--output-layer joint: --joint-dim must be a positive integer, "
+                          "got -1"),
+                         (dict(joint_dropout=1.0), "--output-layer joint: --joint-dropout must be in [0, 1), got 1.0"),
+                         (dict(joint_activation="gelu"), "--output-layer joint: --joint-activation 'gelu' is unknown"),
+                         (dict(joint_structure="deep"), "--output-layer joint: --joint-structure 'deep' is unknown")):
+        args = Namespace(output_layer="joint", **bad)
+        apply_defaults(get_output_layer_spec("joint"), args)
         with pytest.raises(OutlayersConfigError, match=re.escape(message)):
-            build_joint(Namespace(**bad), None, nn.Embedding(5, 4), 4)
+            build_core_output_layer(args, None, nn.Embedding(5, 4), 4)

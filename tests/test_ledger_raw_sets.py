@@ -7,10 +7,10 @@ import subprocess
 
 import pytest
 
-from harness import TINY_TRANSFORMER, make_corpus, run, tool
+from harness import REPO, TINY_TRANSFORMER, make_corpus, run, tool
 
 from fairseq_outlayers.cli.translate import main as translate_main
-from fairseq_outlayers.evaluation.scoring import bleu_metric
+from fairseq_outlayers.evaluation.scoring import bleu_metric, detokenise, score_subset
 from fairseq_outlayers.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.rawtext import Preparation
@@ -48,6 +48,13 @@ def prepared(tmp_path_factory):
          "--validpref", str(bpe / "valid"), "--testpref", str(bpe / "test"), "--destdir", str(data), "--workers", "1"])
     (data / ".done").write_text("origin: synthetic\nlowercase: 1\nbpe_merges: 20\n")
     return {"root": root, "raw": raw, "data": str(data), "bpe": str(bpe)}
+
+
+SCORE_KEYS = ("sentences", "sacrebleu", "sacrebleu_signature", "tokenized_bleu", "tokenized_bleu_signature")
+
+
+def hyps_test2016(record, ledger):
+    return records.read_lines(ledger, record["test"]["test2016"]["hypotheses"])
 
 
 def ledger_args(prepared, ledger, rows):
@@ -92,6 +99,20 @@ def test_extra_raw_test_set_is_scored_end_to_end_and_a_recorded_run_is_skipped(p
     ckpt = str(prepared["root"] / "work" / "tied.seed1" / "checkpoint_best.pt")
     allowed = {f"{c.__module__}.{c.__qualname__}" for c in ALLOWED_GLOBALS} | {"numpy._core.multiarray._reconstruct"}
     assert set(torch.serialization.get_unsafe_globals_in_checkpoint(ckpt)) <= allowed
+
+    # one evaluation path: scripts/evaluate.sh (fairseq-generate's stdout file) and the comparison runner
+    # (score_subset, behind make demo / make results) give the ledger's figures for the same checkpoint and decoding
+    recorded = {k: record["test"]["test2016"][k] for k in SCORE_KEYS}
+    out_dir = tmp_path / "eval"
+    run(["bash", os.path.join(REPO, "scripts", "evaluate.sh"), ckpt, prepared["data"], "--beam", "2", "--lowercase",
+         "--raw-ref", os.path.join(raw, "test.en"), "--cpu", "--out", str(out_dir),
+         "--gen-args", "--max-len-a 1.2 --max-len-b 10"])
+    assert {k: json.load(open(out_dir / "scores.json"))[k] for k in SCORE_KEYS} == recorded
+    scores = score_subset(prepared["data"], ckpt, str(tmp_path / "compare" / "test.hyp"), os.path.join(raw, "test.en"),
+                          beam=2)
+    assert {k: scores[k] for k in SCORE_KEYS} == recorded
+    assert detokenise(open(tmp_path / "compare" / "test.hyp").read().splitlines(), "en") == hyps_test2016(record,
+                                                                                                       ledger)
 
     # rerun: recorded, so skipped (no training, the record unchanged)
     before = open(os.path.join(ledger, "tied.seed1.json"), "rb").read()

@@ -1,10 +1,10 @@
-"""scripts/paired_bootstrap.py: BLEU per seed as compare/vmf_sweep score it, the seed-paired bootstrap of the
-ledger, brace-expanded NAME= lists, clear errors."""
+"""scripts/paired_bootstrap.py: BLEU per seed as the package's scoring gives it (compare, ledger, vmf_sweep),
+the seed-paired bootstrap of the ledger, brace-expanded NAME= lists, clear errors."""
 import json
 
 import pytest
 
-from fairseq_outlayers.cli.compare import score
+from fairseq_outlayers.evaluation.scoring import bleu_metric, detokenise
 from fairseq_outlayers.ledger.stats import paired_bootstrap, sentence_stats
 
 from harness import load_script
@@ -45,7 +45,8 @@ def test_figures_match_compare_and_the_ledger_bootstrap(script, tmp_path):
     rows = json.loads(out.read_text())
     assert [r["name"] for r in rows] == ["b", "s"]
     for row, paths in ((rows[0], base_paths), (rows[1], sys_paths)):
-        expected = [score(open(p).read().splitlines(), ref, "en", True)[0] for p in paths]
+        expected = [bleu_metric(True).corpus_score(detokenise(open(p).read().splitlines(), "en"), [REFS]).score
+                    for p in paths]
         assert row["bleu"] == pytest.approx(expected, abs=1e-9)
         assert row["mean"] == pytest.approx(sum(expected) / 2)
     assert rows[1]["difference"] == pytest.approx(rows[1]["mean"] - rows[0]["mean"], abs=1e-9)

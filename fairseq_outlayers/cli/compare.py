@@ -21,8 +21,11 @@ import platform
 import re
 import shlex
 import subprocess
-import sys
 import time
+
+from fairseq_outlayers.evaluation.scoring import score_subset
+from fairseq_outlayers.fairseq_runs import executable, log, parameter_counts, run_training, training_speed, user_dir
+from fairseq_outlayers.outfiles import write_text
 
 DEMO_BASE_ARGS = [
     "--arch", "outlayers_transformer_tiny",
@@ -33,21 +36,6 @@ DEMO_BASE_ARGS = [
 ]
 #: base options that belong to the base criterion (each takes one value)
 CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
-
-
-def _bin(name):
-    here = os.path.join(os.path.dirname(sys.executable), name)
-    return here if os.path.exists(here) else name
-
-
-def _user_dir():
-    import fairseq_outlayers
-
-    return fairseq_outlayers.USER_DIR
-
-
-def log(msg):
-    print(f"[compare {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def read_row(path):
@@ -91,107 +79,10 @@ def merge_args(base_args, row_args):
 
 
 def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_path):
-    cmd = [_bin("fairseq-train"), data_bin, "--user-dir", _user_dir(), *merge_args(base_args, row_args),
+    cmd = [executable("fairseq-train"), data_bin, "--user-dir", user_dir(), *merge_args(base_args, row_args),
            "--seed", str(seed), "--max-update", str(max_update), "--save-dir", save_dir,
            "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
     return run_training(cmd, log_path, save_dir)
-
-
-def run_training(cmd, log_path, what):
-    """Run a fairseq-train command, its output to ``log_path`` with progress lines echoed; the wall seconds."""
-    log("  " + " ".join(shlex.quote(c) for c in cmd))
-    start = time.time()
-    with open(log_path, "w") as out:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")  # fairseq logs to stdout: unbuffered for live progress
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        for line in proc.stdout:
-            out.write(line)
-            if "train_inner" in line or "valid on" in line:  # visible progress
-                m = re.search(r"(num_updates=\d+|valid on.*?\| loss [\d.]+)", line)
-                if m:
-                    print(f"    {m.group(1)}", flush=True)
-        proc.wait()
-    if proc.returncode != 0:
-        raise SystemExit(f"compare: fairseq-train failed for {what}; see {log_path}")
-    return time.time() - start
-
-
-def training_speed(log_path):
-    """Training target tokens per second: total target tokens / total training wall time, from the
-    ``train_inner`` lines (wpb = target tokens per update, ups = updates per second over the interval)."""
-    text = open(log_path, encoding="utf-8").read()
-    tokens = seconds = 0.0
-    last_updates = 0
-    for line in text.splitlines():
-        if "train_inner" not in line:
-            continue
-        fields = dict(re.findall(r"(\w+)=([\d.]+)", line))
-        if not {"wps", "wpb", "num_updates"} <= fields.keys():
-            continue
-        updates = int(fields["num_updates"]) - last_updates
-        last_updates = int(fields["num_updates"])
-        if float(fields["wps"]) == 0:  # fairseq reports 0 for the very first interval
-            continue
-        interval_tokens = float(fields["wpb"]) * updates
-        tokens += interval_tokens
-        seconds += interval_tokens / float(fields["wps"])
-    return tokens / seconds if seconds else float("nan")
-
-
-def generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset="test"):
-    """fairseq-generate of every sentence of ``subset``, BPE removed (tokenised output)."""
-    return [_bin("fairseq-generate"), data_bin, "--user-dir", _user_dir(), "--path", checkpoint,
-            "--gen-subset", subset, "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
-            "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
-            # at most 1.2 x source length + 10 tokens: an undertrained model that never ends a sentence would
-            # otherwise run to fairseq's 200-token limit on every sentence
-            "--max-len-a", "1.2", "--max-len-b", "10",
-            "--remove-bpe", "--num-workers", "0"]
-
-
-def hypotheses_from(text):
-    """The hypotheses (``H-<id>`` lines) of fairseq-generate output, in sentence-id order."""
-    hyps = {}
-    for line in text.splitlines():
-        if line.startswith("H-"):
-            idx, _score, hyp = (line.split("\t", 2) + [""])[:3]
-            hyps[int(idx[2:])] = hyp
-    return [hyps[i] for i in sorted(hyps)]
-
-
-def translate(data_bin, checkpoint, out_path, beam, lenpen, batch_size, subset="test", extra_args=()):
-    cmd = generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset) + list(extra_args)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"compare: fairseq-generate failed for {checkpoint}:\n{proc.stderr[-3000:]}")
-    lines = hypotheses_from(proc.stdout)
-    with open(out_path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    return lines
-
-
-def score(hyp_lines, ref_path, lang, lowercase):
-    import sacrebleu
-    from sacremoses import MosesDetokenizer
-
-    detok = MosesDetokenizer(lang=lang)
-    hyps = [detok.detokenize(h.split()) for h in hyp_lines]
-    refs = [line.rstrip("\n") for line in open(ref_path, encoding="utf-8")]
-    if lowercase:
-        refs = [r.lower() for r in refs]
-    if len(hyps) != len(refs):
-        raise SystemExit(f"compare: {len(hyps)} translations but {len(refs)} references in {ref_path}")
-    bleu = sacrebleu.metrics.BLEU()
-    result = bleu.corpus_score(hyps, [refs])
-    return result.score, str(bleu.get_signature())
-
-
-def parameter_counts(checkpoint):
-    proc = subprocess.run([sys.executable, "-m", "fairseq_outlayers", "params", checkpoint, "--json"],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"compare: parameter report failed for {checkpoint}:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout[proc.stdout.index("{"):])
 
 
 def format_table(rows, converged=None):
@@ -327,11 +218,15 @@ def main(argv=None):
             else:
                 seconds = train_row(row["data_bin"], run_dir, base_args, row["train_args"], seed, args.max_update,
                                     log_path)
-                hyps = translate(row["data_bin"], ckpt, hyp_path, args.beam, args.lenpen, args.batch_size)
-                bleu, signature = score(hyps, ref_path, args.tgt, args.lowercase)
-                meta = {"bleu": bleu, "signature": signature, "seconds": seconds,
+                # the hypotheses fairseq-generate writes (RUN_DIR/test.generate/), scored by the package's one
+                # evaluation path; the tokenised hypotheses go to RUN_DIR/test.hyp
+                scores = score_subset(row["data_bin"], ckpt, hyp_path, ref_path, args.beam, args.lenpen,
+                                      args.batch_size, lowercase=True if args.lowercase else None, src=args.src,
+                                      tgt=args.tgt)
+                meta = {"bleu": scores["sacrebleu"], "signature": scores["sacrebleu_signature"],
+                        "tokenized_bleu": scores["tokenized_bleu"], "seconds": seconds,
                         "speed": training_speed(log_path), "params": parameter_counts(ckpt)}
-                json.dump(meta, open(meta_path, "w"), indent=2)
+                write_text(meta_path, json.dumps(meta, indent=2))
             log(f"  BLEU {meta['bleu']:.2f}  trained params {meta['params']['trained']:,}  "
                 f"{meta['speed']:,.0f} tok/s")
             row["bleu"].append(meta["bleu"])

@@ -36,7 +36,7 @@ def main(argv=None) -> int:
         prep = Preparation.from_data(args.data)
         for name, (src, ref) in sorted(sets.items()):
             work = os.path.join(args.out, name)
-            scores, hyps, _ = evaluate(prep, args.data, args.checkpoint, work, ref, src, args.beam, args.lenpen,
+            scores, _, hyps, _ = evaluate(prep, args.data, args.checkpoint, work, ref, src, args.beam, args.lenpen,
                                        args.batch_size)
             scores.update(source=src, reference=ref, preparation=prep.describe(), generate=" ".join(
                 scores["generate"]))

@@ -1,12 +1,14 @@
-"""Translate a test set with a checkpoint and score it, from files fairseq writes.
+"""Translate a test set with a checkpoint and score it, from the files fairseq writes: the one evaluation path of
+the package (``cli/compare.py``, the ledger, ``scripts/evaluate.sh``, the sweep and tuning scripts all score here).
 
-* ``generate(...)``: ``fairseq-generate --results-path DIR`` (BPE removed), hypotheses read back from
-  ``DIR/generate-SUBSET.txt`` in sentence order;
-* ``score(hyp_tok, hyp_detok, refs, prep)``: sacreBLEU (13a, case-insensitive when the data was lowercased) of
-  the detokenised hypotheses against the raw references, with its signature, and tokenised BLEU
-  (multi-bleu style: the references tokenised as the training data was) for comparison with papers;
-* ``evaluate(...)``: both, for the data directory's own ``test`` split or for a raw ``SRC_FILE,REF_FILE`` pair
-  prepared with the training run's tokeniser, case and BPE (``fairseq_outlayers.rawtext``);
+* ``generate_command(...)`` / ``generate(...)``: ``fairseq-generate --results-path DIR`` (BPE removed, every
+  sentence, bounded length), hypotheses read back from ``DIR/generate-SUBSET.txt`` in sentence order;
+* ``read_generate_output(text)``: the ``S-``/``T-``/``H-``/``A-`` lines of fairseq-generate output by sentence id;
+* ``corpus_bleu(...)``: sacreBLEU (13a, case-insensitive when the data was lowercased) of detokenised hypotheses
+  against raw references, with its signature, and tokenised BLEU (multi-bleu style) for comparison with papers;
+* ``score(hyp_tok, hyp_detok, refs, prep)``: both, the references tokenised as the training data was;
+* ``evaluate(...)``: translate and score a subset of the data directory (``test`` by default) or a raw
+  ``SRC_FILE,REF_FILE`` pair prepared with the training run's tokeniser, case and BPE (``fairseq_outlayers.rawtext``);
 * ``parse_raw_sets(specs)``: the ``NAME=SRC_FILE,REF_FILE`` command-line form.
 """
 import os
@@ -15,14 +17,51 @@ import subprocess
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.rawtext import Preparation, binarise, read_text
+from fairseq_outlayers.fairseq_runs import executable, user_dir
+from fairseq_outlayers.rawtext import Preparation, binarise, data_languages, read_text
+
+
+def generate_command(data_bin: str, checkpoint: str, beam: int, lenpen: float, batch_size: int,
+                     subset: str = "test") -> List[str]:
+    """fairseq-generate of every sentence of ``subset``, BPE removed (tokenised output)."""
+    return [executable("fairseq-generate"), data_bin, "--user-dir", user_dir(), "--path", checkpoint,
+            "--gen-subset", subset, "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
+            "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
+            # at most 1.2 x source length + 10 tokens: an undertrained model that never ends a sentence would
+            # otherwise run to fairseq's 200-token limit on every sentence
+            "--max-len-a", "1.2", "--max-len-b", "10",
+            "--remove-bpe", "--num-workers", "0"]
+
+
+def read_generate_output(text: str) -> Dict[str, Dict[int, str]]:
+    """{"S": {id: source}, "T": {id: target}, "H": {id: hypothesis}, "A": {id: alignment}} of fairseq-generate
+    output (the first hypothesis of each sentence; its score is dropped)."""
+    found = {"S": {}, "T": {}, "H": {}, "A": {}}
+    for line in text.splitlines():
+        kind, dash, rest = line.partition("-")
+        if not dash or kind not in found:
+            continue
+        fields = rest.split("\t")
+        if not fields[0].isdigit():
+            continue
+        idx = int(fields[0])
+        if kind == "H":  # H-id, score, text; the best hypothesis comes first
+            if idx not in found["H"]:
+                found["H"][idx] = fields[2] if len(fields) > 2 else ""
+        else:
+            found[kind][idx] = fields[1] if len(fields) > 1 else ""
+    return found
+
+
+def hypotheses_from(text: str) -> List[str]:
+    """The hypotheses (``H-<id>`` lines) of fairseq-generate output, in sentence-id order."""
+    hyps = read_generate_output(text)["H"]
+    return [hyps[i] for i in sorted(hyps)]
 
 
 def generate(data_bin: str, checkpoint: str, results_dir: str, beam: int = 5, lenpen: float = 1.0,
              batch_size: int = 128, subset: str = "test", extra: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
     """(the command, the tokenised hypotheses in sentence order)."""
-    from fairseq_outlayers.cli.compare import generate_command, hypotheses_from
-
     os.makedirs(results_dir, exist_ok=True)
     cmd = generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset) + [
         "--results-path", results_dir, *extra]
@@ -34,29 +73,49 @@ def generate(data_bin: str, checkpoint: str, results_dir: str, beam: int = 5, le
         return cmd, hypotheses_from(f.read())
 
 
+def detokenise(lines: Sequence[str], lang: str) -> List[str]:
+    """Moses detokenisation of tokenised (BPE-free) lines, as every score of the package does it."""
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=lang)
+    return [detok.detokenize(h.split()) for h in lines]
+
+
 def bleu_metric(lowercase: bool, tokenize: Optional[str] = None):
     from sacrebleu.metrics import BLEU
 
     return BLEU(lowercase=lowercase) if tokenize is None else BLEU(lowercase=lowercase, tokenize=tokenize)
 
 
+def corpus_bleu(hyp_tok: Sequence[str], hyp_detok: Sequence[str], ref_tok: Sequence[str],
+                ref_detok: Sequence[str], lowercase: bool):
+    """(scores, sacreBLEU result, tokenised-BLEU result): sacreBLEU of the detokenised hypotheses against the raw
+    references and BLEU without tokenisation of the tokenised ones (multi-bleu.perl's way), case-insensitive when
+    the data was lowercased; ``scores`` holds both, rounded to 2 decimals, with their signatures."""
+    sacre = bleu_metric(lowercase)
+    s = sacre.corpus_score(list(hyp_detok), [list(ref_detok)])
+    tok = bleu_metric(lowercase, tokenize="none")
+    t = tok.corpus_score(list(hyp_tok), [list(ref_tok)])
+    scores = {"sentences": len(ref_detok), "sacrebleu": round(s.score, 2),
+              "sacrebleu_signature": str(sacre.get_signature()), "tokenized_bleu": round(t.score, 2),
+              "tokenized_bleu_signature": str(tok.get_signature())}
+    return scores, s, t
+
+
 def score(hyp_tok: List[str], hyp_detok: List[str], refs: List[str], prep: Preparation) -> Dict:
     if len(hyp_detok) != len(refs):
         raise OutlayersConfigError(f"{len(hyp_detok)} translations but {len(refs)} references; the reference "
                                    "file must have one line per source sentence")
-    sacre = bleu_metric(prep.lowercase)
-    s = sacre.corpus_score(hyp_detok, [refs])
-    tok = bleu_metric(prep.lowercase, tokenize="none")
-    t = tok.corpus_score(hyp_tok, [prep.tokenise(refs, prep.tgt)])
-    return {"sentences": len(refs), "sacrebleu": round(s.score, 2), "sacrebleu_signature": str(sacre.get_signature()),
-            "tokenized_bleu": round(t.score, 2), "tokenized_bleu_signature": str(tok.get_signature())}
+    return corpus_bleu(hyp_tok, hyp_detok, prep.tokenise(refs, prep.tgt), refs, prep.lowercase)[0]
 
 
 def evaluate(prep: Preparation, data: str, checkpoint: str, work_dir: str, ref_path: str,
-             src_path: Optional[str] = None, beam: int = 5, lenpen: float = 1.0,
-             batch_size: int = 128) -> Tuple[Dict, List[str], List[str]]:
-    """Scores, detokenised hypotheses and raw references of one test set: ``data``'s own test split when
-    ``src_path`` is None, else the raw ``src_path`` prepared as the training data was."""
+             src_path: Optional[str] = None, beam: int = 5, lenpen: float = 1.0, batch_size: int = 128,
+             subset: str = "test", extra: Sequence[str] = ()) -> Tuple[Dict, List[str], List[str], List[str]]:
+    """Scores, tokenised and detokenised hypotheses, and raw references of one test set: ``data``'s own
+    ``subset`` when ``src_path`` is None, else the raw ``src_path`` prepared as the training data was. The
+    hypotheses are read from the ``generate-SUBSET.txt`` fairseq-generate writes into ``work_dir``; ``extra``:
+    more fairseq-generate options (e.g. ``--model-overrides``)."""
     refs = read_text(ref_path, "reference file")
     data_bin = data
     if src_path is not None:
@@ -64,12 +123,31 @@ def evaluate(prep: Preparation, data: str, checkpoint: str, work_dir: str, ref_p
         if len(src) != len(refs):
             raise OutlayersConfigError(f"{src_path} has {len(src)} lines but {ref_path} has {len(refs)}; a test "
                                        "set's source and reference files must be line-aligned")
-        data_bin = binarise(prep, src, None, data, os.path.join(work_dir, "data"))
-    cmd, hyp_tok = generate(data_bin, checkpoint, work_dir, beam, lenpen, batch_size)
+        data_bin, subset = binarise(prep, src, None, data, os.path.join(work_dir, "data")), "test"
+    cmd, hyp_tok = generate(data_bin, checkpoint, work_dir, beam, lenpen, batch_size, subset, extra)
     hyp_detok = prep.detokenise(hyp_tok)
     result = score(hyp_tok, hyp_detok, refs, prep)
     result["generate"] = cmd
-    return result, hyp_detok, refs
+    return result, hyp_tok, hyp_detok, refs
+
+
+def score_subset(data_bin: str, checkpoint: str, hyp_path: str, ref_path: str, beam: int = 5, lenpen: float = 1.0,
+                 batch_size: int = 128, subset: str = "test", extra: Sequence[str] = (),
+                 lowercase: Optional[bool] = None, src: Optional[str] = None, tgt: Optional[str] = None) -> Dict:
+    """``evaluate`` of a subset of ``data_bin`` as the runners use it: the tokenised hypotheses are written to
+    ``hyp_path`` (atomically), fairseq-generate's own output to ``HYP_PATH_WITHOUT_EXTENSION.generate/``;
+    ``lowercase`` None reads the case from the data directory's ``.done``, ``src``/``tgt`` None the languages from
+    its binarised files."""
+    from fairseq_outlayers.outfiles import write_text
+
+    if (src is None) != (tgt is None):
+        found_src, found_tgt = data_languages(data_bin)
+        src, tgt = src or found_src, tgt or found_tgt
+    prep = Preparation.from_data(data_bin, src, tgt, lowercase=lowercase)
+    scores, hyp_tok, _, _ = evaluate(prep, data_bin, checkpoint, os.path.splitext(hyp_path)[0] + ".generate",
+                                     ref_path, None, beam, lenpen, batch_size, subset, extra)
+    write_text(hyp_path, "".join(h + "\n" for h in hyp_tok))
+    return scores
 
 
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

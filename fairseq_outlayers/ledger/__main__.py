@@ -21,7 +21,7 @@ LEDGER = "docs/results/runs"
 
 
 def _run(args) -> int:
-    from fairseq_outlayers.cli.compare import log
+    from fairseq_outlayers.fairseq_runs import log
     from fairseq_outlayers.evaluation.scoring import parse_raw_sets
     from fairseq_outlayers.ledger import rows as ledger_rows
     from fairseq_outlayers.ledger import runner
@@ -29,7 +29,7 @@ def _run(args) -> int:
     files = sorted(set(f for p in args.rows for f in (glob.glob(p) or [p])))
     rows = [ledger_rows.read_ledger_row(f, args.data) for f in files]
     for warning in ledger_rows.check_rows(rows):
-        log(f"warning: {warning}")
+        log(f"warning: {warning}", "ledger")
     for row in rows:
         if not args.dry_run and not os.path.isdir(row.data_bin):
             raise OutlayersConfigError(f"{row.path}: data '{row.data_bin}' is not a directory; prepare it first "
@@ -54,9 +54,9 @@ def _run(args) -> int:
                 raise  # a record made with other options, bad input: stop
             except (SystemExit, Exception) as exc:  # one failed run must not stop the others
                 failed.append(f"{row.name} seed {seed}")
-                log(f"{row.name} seed {seed} FAILED: {exc}")
+                log(f"{row.name} seed {seed} FAILED: {exc}", "ledger")
                 continue
-            log(("recorded already: " if skipped else "recorded: ") + runner.summary(record, args.test_name))
+            log(("recorded already: " if skipped else "recorded: ") + runner.summary(record, args.test_name), "ledger")
     if failed:
         print(f"ledger: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, Tuple
 
-from fairseq_outlayers.cli import compare
+from fairseq_outlayers import fairseq_runs
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.evaluation.scoring import evaluate
 from fairseq_outlayers.ledger import records
@@ -100,11 +100,11 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
                                    "directory (or give another --work) to start this one afresh")
     write_text(claim, json.dumps(options) + "\n")
     log_path = os.path.join(run_dir, "train.log")
-    cmd = [compare._bin("fairseq-train"), options[0], "--user-dir", compare._user_dir(), *options[1:],
+    cmd = [fairseq_runs.executable("fairseq-train"), options[0], "--user-dir", fairseq_runs.user_dir(), *options[1:],
            "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
            "--no-progress-bar"]
     resumed = os.path.exists(os.path.join(run_dir, "checkpoint_last.pt"))
-    seconds = compare.run_training(cmd, log_path, run_dir)
+    seconds = fairseq_runs.run_training(cmd, log_path, run_dir, prog="ledger")
     best_ckpt = os.path.join(run_dir, "checkpoint_best.pt")
     last, best = checkpoint_state(os.path.join(run_dir, "checkpoint_last.pt")), checkpoint_state(best_ckpt)
 
@@ -112,7 +112,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     tests, hyps, refs = {}, {}, {}
     sets = [(s.test_name, None, s.test_ref)] + [(n, src, ref) for n, (src, ref) in sorted(s.extra_sets.items())]
     for name, src, ref in sets:
-        tests[name], hyps[name], refs[name] = evaluate(prep, row.data_bin, best_ckpt,
+        tests[name], _, hyps[name], refs[name] = evaluate(prep, row.data_bin, best_ckpt,
                                                        os.path.join(run_dir, f"eval-{name}"), ref, src, s.beam,
                                                        s.lenpen, s.batch_size)
         tests[name].update(source=src, reference_file=ref)
@@ -131,8 +131,8 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "epochs": last["epoch"], "updates": last["updates"], "best_epoch": best["epoch"],
         "best_updates": best["updates"], "wall_seconds": round(seconds, 1),
         "training_seconds": last["training_seconds"], "resumed": resumed,
-        "tokens_per_second": finite(compare.training_speed(log_path)),
-        "params": compare.parameter_counts(best_ckpt),
+        "tokens_per_second": finite(fairseq_runs.training_speed(log_path)),
+        "params": fairseq_runs.parameter_counts(best_ckpt, prog="ledger"),
         "decoding": {"beam": s.beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10},
         "lowercase": prep.lowercase,
         "test": tests,

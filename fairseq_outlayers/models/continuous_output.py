@@ -61,17 +61,13 @@ def add_continuous_args(parser):
                         f"over them (default: every word with exact search, {DEFAULT_FAISS_TOPK} with faiss)")
 
 
+DEFAULTS = {"target_vectors": None, "continuous_dim": None, "continuous_layernorm": False,
+            "tie_input_to_target_vectors": False, "target_vectors_center": False, "target_vectors_min_coverage": 0.5,
+            "continuous_score_scale": None, "continuous_search": "exact", "continuous_topk": None}
+
+
 def continuous_defaults(args):
-    args.target_vectors = getattr(args, "target_vectors", None)
-    args.continuous_dim = getattr(args, "continuous_dim", None)
-    args.continuous_layernorm = getattr(args, "continuous_layernorm", False) or False
-    args.tie_input_to_target_vectors = getattr(args, "tie_input_to_target_vectors", False) or False
-    args.target_vectors_center = getattr(args, "target_vectors_center", False) or False
-    if getattr(args, "target_vectors_min_coverage", None) is None:
-        args.target_vectors_min_coverage = 0.5
-    args.continuous_score_scale = getattr(args, "continuous_score_scale", None)
-    args.continuous_search = getattr(args, "continuous_search", None) or "exact"
-    args.continuous_topk = getattr(args, "continuous_topk", None)
+    """--tie-input-to-target-vectors selects the target-vector input embeddings (the one derived option)."""
     if args.tie_input_to_target_vectors:
         if args.embeddings == "standard":
             args.embeddings = "target-vectors"
@@ -104,13 +100,8 @@ def target_table(args, task):
 
 def decoding_options(args, task):
     """The decoding-search keyword arguments of ``ContinuousOutput``, checked."""
-    if args.continuous_search not in SEARCHES:
-        raise OutlayersConfigError(f"--continuous-search must be one of {', '.join(SEARCHES)}, got "
-                                   f"'{args.continuous_search}'")
-    topk = args.continuous_topk
-    if topk is not None and topk < 1:
-        raise OutlayersConfigError(f"--continuous-topk must be at least 1, got {topk}")
-    if topk is not None and topk < MIN_TOPK:
+    topk = args.continuous_topk  # values are checked by ContinuousOutput (below 1: refused there)
+    if topk is not None and 1 <= topk < MIN_TOPK:
         logger.warning(f"--continuous-topk {topk}: with fewer than {MIN_TOPK} words a hypothesis whose best word is "
                        f"</s> has nothing else to extend and fairseq's search fails at the maximum length; using "
                        f"K = {MIN_TOPK}")
@@ -125,7 +116,8 @@ def decoding_options(args, task):
 
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
-                       add_args=add_continuous_args, set_defaults=continuous_defaults, criterion_family="continuous")
+                       add_args=add_continuous_args, defaults=DEFAULTS, set_defaults=continuous_defaults,
+                       criterion_family="continuous")
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
     if args.continuous_score_scale is not None and not args.continuous_score_scale > 0:
         raise OutlayersConfigError(f"--continuous-score-scale must be > 0, got {args.continuous_score_scale}")

@@ -78,12 +78,20 @@ def core_defaults(args):
     model_args.record(args, **{fingerprints.ALLOW: bool(getattr(args, fingerprints.ALLOW, False))})
     selected = (args.output_layer, args.embeddings)  # before a method's defaults switch the embeddings
     for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
-        if spec.set_defaults is not None:
-            spec.set_defaults(args)
+        apply_defaults(spec, args)
     if fresh:  # a new training run: options and criterion are checked once, before any data is read
         check_unused_options(args, given, *selected)
         check_criterion(args)
         model_args.record(args, **{STATE: "pending"})
+
+
+def apply_defaults(spec, args):
+    """A seam's declared ``defaults`` for the options left unset (missing or None), then its derived options."""
+    for dest, value in spec.defaults.items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, value)
+    if spec.set_defaults is not None:
+        spec.set_defaults(args)
 
 
 def _spec_options(spec):
@@ -93,8 +101,7 @@ def _spec_options(spec):
     parser = argparse.ArgumentParser(add_help=False)
     spec.add_args(parser)
     defaults = argparse.Namespace(output_layer=spec.name, embeddings="standard")
-    if spec.set_defaults is not None:
-        spec.set_defaults(defaults)
+    apply_defaults(spec, defaults)
     return {a.dest: (a.option_strings[0], getattr(defaults, a.dest, None)) for a in parser._actions
             if a.option_strings}
 
@@ -250,6 +257,13 @@ def check_core_args(args, task):
             f"joined dictionary, but the source ({len(src_dict)} types) and target ({len(tgt_dict)} types) "
             "dictionaries differ; re-run fairseq-preprocess with --joined-dictionary, or use --output-layer tied"
         )
+    if out_spec.refuses_tying:  # before the model's build turns fairseq's tying flags into the output layer's
+        for flag in ("share_decoder_input_output_embed", "share_all_embeddings"):
+            if getattr(args, flag, False):
+                raise OutlayersConfigError(
+                    f"--output-layer {out_spec.name} {out_spec.refuses_tying}, which contradicts "
+                    f"--{flag.replace('_', '-')} (it ties the output matrix to the learned decoder embedding); drop "
+                    "that option, or use --output-layer tied / tied-all for tying")
     check_binarised_data(task)
     fingerprints.check_dictionaries(args, task)
     if getattr(args, "adaptive_softmax_cutoff", None):

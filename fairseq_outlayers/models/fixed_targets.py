@@ -46,43 +46,20 @@ def add_fixed_args(parser):
                         "runs can share one classifier (default: 1)")
 
 
-def fixed_defaults(args):
-    for name, value in DEFAULTS.items():
-        current = getattr(args, name, None)
-        setattr(args, name, value if current is None else current)
-    if getattr(args, "output_layer", None) == "fixed":
-        check_fixed_args(args)
-
-
 def check_fixed_args(args):
-    """Option checks that need no data; raised from the architecture function, before anything is built."""
-    if args.fixed_targets_init not in INITS:
-        raise OutlayersConfigError(f"--fixed-targets-init '{args.fixed_targets_init}' is unknown; choose one of: "
-                                   + ", ".join(INITS))
-    value_range = float(args.fixed_targets_range)
-    if not (value_range > 0 and math.isfinite(value_range)):
-        raise OutlayersConfigError(f"--fixed-targets-range must be a positive number (the targets are drawn from "
-                                   f"[-R, R]); got {args.fixed_targets_range}")
+    """The options the layer's constructor does not see (the dimension it is given, the bias);
+    --fixed-targets-init and --fixed-targets-range are checked by ``FixedRandomOutput`` itself, fairseq's tying
+    flags and --output-bias by the core (``refuses_tying``, ``output_bias``)."""
     if args.fixed_targets_dim is not None and int(args.fixed_targets_dim) <= 0:
         raise OutlayersConfigError(f"--fixed-targets-dim must be a positive integer; got {args.fixed_targets_dim} "
                                    "(leave it out to use the decoder output size)")
     if not math.isfinite(float(args.fixed_targets_bias)):
         raise OutlayersConfigError(f"--fixed-targets-bias must be a finite number; got {args.fixed_targets_bias}")
-    for flag in ("share_decoder_input_output_embed", "share_all_embeddings"):
-        if getattr(args, flag, False):
-            raise OutlayersConfigError(
-                f"--output-layer fixed keeps a frozen random classifier, which contradicts --{flag.replace('_', '-')} "
-                "(it ties the output matrix to the learned decoder embedding); drop that option, or use "
-                "--output-layer tied / tied-all for tying"
-            )
-    if getattr(args, "output_bias", False):
-        raise OutlayersConfigError("--output-bias learns a per-word bias, but --output-layer fixed keeps its bias "
-                                   "fixed; drop --output-bias (--fixed-targets-bias C sets the fixed value)")
 
 
 @register_output_layer("fixed", help="frozen random classifier, uniform [-10, 10] rows normalised to unit length, "
                        "fixed bias (Shalev et al. 2021); options --fixed-targets-*",
-                       add_args=add_fixed_args, set_defaults=fixed_defaults)
+                       add_args=add_fixed_args, defaults=DEFAULTS, refuses_tying="keeps a frozen random classifier")
 def build_fixed(args, task, decoder_embed_tokens, input_dim):
     check_fixed_args(args)
     num_words = len(task.target_dictionary)

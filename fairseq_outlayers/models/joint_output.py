@@ -1,10 +1,10 @@
 """Registration of ``--output-layer joint`` (Pappas et al. 2018); its ``--arch`` presets are in ``presets.py``.
 
 The layer itself is ``fairseq_outlayers.modules.joint_output.JointOutputLayer``; this file only wires the
-command-line options to it and checks them.
+command-line options to it. The values are checked once, by the layer's constructor (the model core turns its
+ValueError into a one-line error naming ``--output-layer joint``).
 """
 
-from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
 
 from .registry import register_output_layer
@@ -25,31 +25,10 @@ def add_joint_args(parser):
                         help="dropout on the projected decoder state in the joint space (default: 0.0)")
 
 
-def set_joint_defaults(args):
-    for name, value in DEFAULTS.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
-
-
 @register_output_layer("joint", help="joint input-output embedding, sigma(E U + b_u) sigma(V h + b_v) + b "
                        "(Pappas et al. 2018; --joint-dim, --joint-activation, --joint-structure, --joint-dropout)",
-                       add_args=add_joint_args, set_defaults=set_joint_defaults, ties_decoder_embedding=True)
+                       add_args=add_joint_args, defaults=DEFAULTS, ties_decoder_embedding=True)
 def build_joint(args, task, decoder_embed_tokens, input_dim):
-    set_joint_defaults(args)
-    if args.joint_dim <= 0:
-        raise OutlayersConfigError(
-            f"--joint-dim must be a positive integer, got {args.joint_dim}; the paper uses 512, 2048 or 4096"
-        )
-    if not 0.0 <= args.joint_dropout < 1.0:
-        raise OutlayersConfigError(f"--joint-dropout must be in [0, 1), got {args.joint_dropout}")
-    if args.joint_activation not in ACTIVATIONS:
-        raise OutlayersConfigError(
-            f"--joint-activation '{args.joint_activation}' is unknown; choose one of {', '.join(ACTIVATIONS)}"
-        )
-    if args.joint_structure not in STRUCTURES:
-        raise OutlayersConfigError(
-            f"--joint-structure '{args.joint_structure}' is unknown; choose one of {', '.join(STRUCTURES)}"
-        )
     return JointOutputLayer(decoder_embed_tokens, input_dim, joint_dim=args.joint_dim,
                             activation=args.joint_activation, structure=args.joint_structure,
                             dropout=args.joint_dropout, word_bias=True)

@@ -4,8 +4,8 @@ A method plugs in by registering a builder here; the models never name a method.
 command-line options (``add_args``) and declare what it needs from the data (a joined dictionary) so that a bad
 combination fails before any tensor is allocated, with a message that says what to change.
 """
-from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional
 
 
 @dataclass
@@ -14,11 +14,13 @@ class OutputLayerSpec:
     build: Callable  # build(args, task, decoder_embed_tokens, input_dim) -> OutputLayer
     help: str
     add_args: Optional[Callable] = None  # add_args(parser)
-    set_defaults: Optional[Callable] = None  # set_defaults(args): fill missing options (architecture functions)
+    set_defaults: Optional[Callable] = None  # set_defaults(args): options derived from others (after ``defaults``)
+    defaults: Dict[str, Any] = field(default_factory=dict)  # {dest: value} for the options left unset (None)
     requires_joined_dictionary: bool = False
     shares_all_embeddings: bool = False  # encoder, decoder and output use one matrix
     ties_decoder_embedding: bool = False  # reads the decoder input embedding weight
     output_bias: bool = False  # honours --output-bias (a learned per-word bias)
+    refuses_tying: Optional[str] = None  # why fairseq's tying flags contradict the layer (checked by the core)
     criterion_family: str = "softmax"  # "continuous": trained with the continuous-output criterions only
 
 
@@ -30,6 +32,7 @@ class EmbeddingSpec:
     add_args: Optional[Callable] = None
     set_defaults: Optional[Callable] = None
     options_from: Optional[str] = None  # also reads the options of this output layer (e.g. its vector file)
+    defaults: Dict[str, Any] = field(default_factory=dict)
 
 
 OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
@@ -37,7 +40,9 @@ EMBEDDING_REGISTRY: Dict[str, EmbeddingSpec] = {}
 
 
 def register_output_layer(name: str, help: str, add_args=None, set_defaults=None, **flags):
-    """Decorator registering ``build(args, task, decoder_embed_tokens, input_dim)`` as ``--output-layer NAME``."""
+    """Decorator registering ``build(args, task, decoder_embed_tokens, input_dim)`` as ``--output-layer NAME``.
+    ``defaults={dest: value}`` fills the options the user left unset; ``set_defaults(args)`` only derives options
+    from others. Values are checked once, where the layer is built (its module's constructor)."""
 
     def wrapper(build):
         if name in OUTPUT_LAYER_REGISTRY:
@@ -48,13 +53,14 @@ def register_output_layer(name: str, help: str, add_args=None, set_defaults=None
     return wrapper
 
 
-def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None):
+def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None, defaults=None):
     """Decorator registering ``build(args, task, encoder_dim, decoder_dim, share_all)`` as ``--embeddings NAME``."""
 
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:
             raise ValueError(f"embeddings '{name}' are registered twice")
-        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add_args, set_defaults, options_from)
+        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add_args, set_defaults, options_from,
+                                                 dict(defaults or {}))
         return build
 
     return wrapper

@@ -30,11 +30,6 @@ def add_args(parser):
                         f"(lexical meaning, same word form, unrelated), each in [0, 1] (default: {DEFAULT_LAMBDAS})")
 
 
-def set_defaults(args):
-    args.pairing = getattr(args, "pairing", None)
-    args.shared_private_lambdas = getattr(args, "shared_private_lambdas", None) or DEFAULT_LAMBDAS
-
-
 def _placeholder_pairs(dictionary, sizes):
     """A one-to-one map with the recorded category sizes; the real maps come from the checkpoint buffers."""
     free = [i for i in range(len(dictionary)) if i not in special_indices(dictionary)]
@@ -50,7 +45,7 @@ def _placeholder_pairs(dictionary, sizes):
 
 @register_embeddings("shared-private", help="shared-private bilingual embeddings (Liu et al. 2019): paired source "
                      "and target words share their first lambda*d features (needs --pairing)",
-                     add_args=add_args, set_defaults=set_defaults)
+                     add_args=add_args, defaults={"pairing": None, "shared_private_lambdas": DEFAULT_LAMBDAS})
 def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     out_spec = get_output_layer_spec(args.output_layer)

@@ -85,10 +85,11 @@ class ContinuousOutput(TiedReference, OutputLayer):
         self.proj = nn.Linear(input_dim, dim)
         self.score_scale = score_scale
         self.chunk_size = chunk_size
+        # the one check of these options (messages name the command-line options the values come from)
         if search not in SEARCHES:
-            raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+            raise ValueError(f"--continuous-search must be one of {', '.join(SEARCHES)}, got '{search}'")
         if topk is not None and topk < 1:
-            raise ValueError(f"topk must be >= 1, got {topk}")
+            raise ValueError(f"--continuous-topk must be at least 1, got {topk}")
         self.search = search
         self.topk = topk
         self.eos = eos  # always scored when only the top K are (so that a hypothesis can always end)

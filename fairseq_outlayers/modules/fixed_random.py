@@ -77,9 +77,10 @@ def draw_fixed_targets(num_words: int, dim: int, init: str = "uniform", value_ra
     The numbers come from a private ``torch.Generator`` seeded with ``seed``, on the CPU.
     """
     if init not in INITS:
-        raise ValueError(f"unknown fixed-target init '{init}'; choose one of {', '.join(INITS)}")
+        raise ValueError(f"--fixed-targets-init '{init}' is unknown; choose one of: {', '.join(INITS)}")
     if not (value_range > 0 and math.isfinite(value_range)):
-        raise ValueError(f"the range of the fixed targets must be a positive number, got {value_range}")
+        raise ValueError(f"--fixed-targets-range must be a positive number (the targets are drawn from [-R, R]); "
+                         f"got {value_range}")
     if num_words <= 0 or dim <= 0:
         raise ValueError(f"fixed targets need a positive shape, got {num_words} x {dim}")
     generator = torch.Generator(device="cpu")

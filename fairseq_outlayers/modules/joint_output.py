@@ -54,7 +54,7 @@ def joint_activation(name: str):
         return torch.sigmoid
     if name == "identity":
         return lambda x: x
-    raise ValueError(f"unknown joint activation '{name}'; choose one of {', '.join(ACTIVATIONS)}")
+    raise ValueError(f"--joint-activation '{name}' is unknown; choose one of {', '.join(ACTIVATIONS)}")
 
 
 def joint_logits(embeddings: torch.Tensor, features: torch.Tensor, out_proj: Optional[nn.Linear],
@@ -94,12 +94,14 @@ class JointOutputLayer(TiedReference, FactorisedSoftmaxOutput):
                  structure: str = "full", dropout: float = 0.0, word_bias: bool = True):
         num_words, embed_dim = embedding.weight.shape
         super().__init__(num_words, input_dim)
+        # the one check of each option (messages name the command-line option: that is where values come from)
         if structure not in STRUCTURES:
-            raise ValueError(f"unknown joint structure '{structure}'; choose one of {', '.join(STRUCTURES)}")
+            raise ValueError(f"--joint-structure '{structure}' is unknown; choose one of {', '.join(STRUCTURES)}")
         if joint_dim <= 0:
-            raise ValueError(f"joint_dim must be positive, got {joint_dim}")
+            raise ValueError(f"--joint-dim must be a positive integer, got {joint_dim}; the paper uses 512, 2048 "
+                             "or 4096")
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"joint dropout must be in [0, 1), got {dropout}")
+            raise ValueError(f"--joint-dropout must be in [0, 1), got {dropout}")
         self._set_tied_embedding(embedding)
         self.embed_dim = embed_dim
         self.structure = structure

@@ -81,26 +81,17 @@ def main(argv=None):
     p.add_argument("--replace-unk", default="0")
     p.add_argument("--unk-lexicon", default="", help="with --replace-unk 1: source unit -> target word lexicon")
     a = p.parse_args(argv)
-    import sacrebleu
-    from sacremoses import MosesDetokenizer, MosesTokenizer
+    # the package's one evaluation path (fairseq_outlayers/evaluation/scoring.py): the same parsing of
+    # fairseq-generate's output, detokenisation, reference tokenisation and BLEU as the runners and the ledger
+    from fairseq_outlayers.evaluation.scoring import corpus_bleu, detokenise, read_generate_output
+    from fairseq_outlayers.rawtext import Preparation
 
     out, tgt, raw_ref, rare, ckpt, beam, lenpen, tok_ref = (a.out, a.tgt, a.raw_ref, a.rare_f1, a.checkpoint,
                                                             a.beam, a.lenpen, a.tok_ref)
     lower, replace_unk = a.lowercase == "1", a.replace_unk == "1"
-    hyps, refs, srcs, aligns = {}, {}, {}, {}
-    for line in open(os.path.join(out, "generate.out"), encoding="utf-8"):
-        if line.startswith("H-"):
-            idx, _score, text = (line.rstrip("\n").split("\t", 2) + [""])[:3]
-            hyps[int(idx[2:])] = text
-        elif line.startswith("T-"):
-            idx, text = (line.rstrip("\n").split("\t", 1) + [""])[:2]
-            refs[int(idx[2:])] = text
-        elif line.startswith("S-"):
-            idx, text = (line.rstrip("\n").split("\t", 1) + [""])[:2]
-            srcs[int(idx[2:])] = text
-        elif line.startswith("A-"):
-            idx, text = (line.rstrip("\n").split("\t", 1) + [""])[:2]
-            aligns[int(idx[2:])] = text
+    with open(os.path.join(out, "generate.out"), encoding="utf-8") as f:
+        found = read_generate_output(f.read())
+    hyps, refs, srcs, aligns = found["H"], found["T"], found["S"], found["A"]
     replaced, unk_counts, lexicon = 0, Counter(), None
     if replace_unk:
         if a.unk_lexicon:
@@ -122,8 +113,7 @@ def main(argv=None):
     hyp_tok = [hyps[i] for i in ids]
     ref_tok = [refs.get(i, "") for i in ids]
     tok_origin = "fairseq's target side, BPE removed"
-    detok = MosesDetokenizer(lang=tgt)
-    hyp_detok = [detok.detokenize(h.split()) for h in hyp_tok]
+    hyp_detok = detokenise(hyp_tok, tgt)
 
     def read_ref(path, option):
         lines = [x.rstrip("\n") for x in open(path, encoding="utf-8")]
@@ -135,12 +125,12 @@ def main(argv=None):
     if raw_ref:
         ref_detok = read_ref(raw_ref, "--raw-ref")
         ref_origin = raw_ref
-        moses = MosesTokenizer(lang=tgt)  # as scripts/lib/corpus_tools.py tokenize: escaped, optionally lowercased
-        ref_tok = [moses.tokenize(r, return_str=True, escape=True) for r in ref_detok]
-        ref_tok = [r.lower() for r in ref_tok] if lower else ref_tok
+        # as scripts/lib/corpus_tools.py tokenize: escaped, optionally lowercased
+        ref_tok = Preparation(src="", tgt=tgt, lowercase=lower, bpe_codes=None, target_bpe=False).tokenise(
+            ref_detok, tgt)
         tok_origin = f"{raw_ref} tokenised with sacremoses{' and lowercased' if lower else ''}"
     else:
-        ref_detok = [detok.detokenize(r.split()) for r in ref_tok]
+        ref_detok = detokenise(ref_tok, tgt)
         ref_origin = "detokenised references of the binarised data (no --raw-ref: not a standard sacreBLEU score)"
     if tok_ref:
         ref_tok = read_ref(tok_ref, "--tok-ref")
@@ -149,14 +139,11 @@ def main(argv=None):
 
     for name, lines in (("hyp.tok", hyp_tok), ("ref.tok", ref_tok), ("hyp.detok", hyp_detok)):
         write_text(os.path.join(out, name), "".join(x + "\n" for x in lines))
-    sbleu = sacrebleu.metrics.BLEU(lowercase=lower)
-    s = sbleu.corpus_score(hyp_detok, [ref_detok])
-    tbleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lower)
-    t = tbleu.corpus_score(hyp_tok, [ref_tok])
+    bleu, s, t = corpus_bleu(hyp_tok, hyp_detok, ref_tok, ref_detok, lower)
     scores = {"checkpoint": ckpt, "sentences": len(ids), "beam": int(beam), "lenpen": float(lenpen),
-              "sacrebleu": round(s.score, 2), "sacrebleu_signature": str(sbleu.get_signature()),
-              "sacrebleu_reference": ref_origin, "tokenized_bleu": round(t.score, 2),
-              "tokenized_bleu_signature": str(tbleu.get_signature()),
+              "sacrebleu": bleu["sacrebleu"], "sacrebleu_signature": bleu["sacrebleu_signature"],
+              "sacrebleu_reference": ref_origin, "tokenized_bleu": bleu["tokenized_bleu"],
+              "tokenized_bleu_signature": bleu["tokenized_bleu_signature"],
               "tokenized_bleu_reference": tok_origin}
     if replace_unk:
         scores["unk_replaced"] = replaced

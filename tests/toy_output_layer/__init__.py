@@ -45,13 +45,8 @@ def add_toy_args(parser):
                         help=f"scale s of the cosine logits, fixed (default: {DEFAULT_SCALE:g})")
 
 
-def toy_defaults(args):
-    if getattr(args, "toy_cosine_scale", None) is None:
-        args.toy_cosine_scale = DEFAULT_SCALE
-
-
 @register_output_layer("toy-cosine", help="scaled-cosine softmax s * cos(h, w_v) (a toy, registered from tests/); "
-                       "option --toy-cosine-scale", add_args=add_toy_args, set_defaults=toy_defaults)
+                       "option --toy-cosine-scale", add_args=add_toy_args, defaults={"toy_cosine_scale": DEFAULT_SCALE})
 def build_toy_cosine(args, task, decoder_embed_tokens, input_dim):
     scale = float(args.toy_cosine_scale)
     if not (scale > 0 and math.isfinite(scale)):
