@@ -50,13 +50,14 @@ done
 VENV_BIN=${VENV_BIN:-$ROOT/.venv/bin}
 [ -d "$VENV_BIN" ] && export PATH="$VENV_BIN:$PATH"
 RECIPES=$ROOT/scripts/lib/recipes.py
-if [ "$MODE" = list ]; then exec python "$RECIPES" list; fi
+PY=python; command -v python >/dev/null 2>&1 || PY=python3
+if [ "$MODE" = list ]; then exec "$PY" "$RECIPES" list; fi
 [ $# -ge 2 ] || usage "METHOD and DATASET are required"
 METHOD=$1; DATASET=$2; shift 2
 EXTRA=("$@")
 
 # ---- the recipe: configs/DATASET/METHOD.yaml and the dataset's entry of configs/datasets.yaml -----------------
-SETTINGS=$(python "$RECIPES" settings "$METHOD" "$DATASET" 2>&1) || {
+SETTINGS=$("$PY" "$RECIPES" settings "$METHOD" "$DATASET" 2>&1) || {
   [ $? = 2 ] && usage "$SETTINGS"; die "$SETTINGS"; }
 while IFS='=' read -r key value; do
   case "$key" in
@@ -73,7 +74,7 @@ PAIRING=${PAIRING:-$(dirname "$TEXT_DIR")/pairing.$SRC-$TGT.txt}
 VALUES=(task.data="$DATA_BIN" checkpoint.save_dir="$SAVE_DIR"); PREP_STEP=
 case "$FILL" in *" model.target_vectors "*) VALUES+=(model.target_vectors="$VECTORS"); PREP_STEP=vectors;; esac
 case "$FILL" in *" model.pairing "*) VALUES+=(model.pairing="$PAIRING"); PREP_STEP=pairing;; esac
-RECIPE_ARGS=$(python "$RECIPES" args "$METHOD" "$DATASET" "${VALUES[@]}") || exit 1
+RECIPE_ARGS=$("$PY" "$RECIPES" args "$METHOD" "$DATASET" "${VALUES[@]}") || exit 1
 mapfile -t RECIPE_ARGS <<< "$RECIPE_ARGS"
 ARGS=("${RECIPE_ARGS[0]}" --user-dir "$ROOT/fairseq_outlayers" "${RECIPE_ARGS[@]:1}" ${EXTRA[@]+"${EXTRA[@]}"})
 

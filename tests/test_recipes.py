@@ -347,7 +347,7 @@ def test_prepare_without_local_copy_tries_the_download(tmp_path, script, args, v
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# train.sh, evaluate.sh, hydra configs
+# train.sh, evaluate.sh, the recipes (configs/DATASET/METHOD.yaml)
 # ---------------------------------------------------------------------------------------------------------------
 RECIPES = recipes.recipes()  # (method, dataset) for every configs/DATASET/METHOD.yaml
 EXPECTED = os.path.join(REPO, "tests", "expected")
@@ -369,8 +369,8 @@ def test_train_sh_settings_and_errors():
     s = print_args("shared-private", "iwslt14")
     assert s[s.index("--embeddings") + 1] == "shared-private" and s[s.index("--output-layer") + 1] == "tied"
     assert s[s.index("--shared-private-lambdas") + 1] == "0.9,0.7,0.5"
-    # extra options come last, so they win in fairseq's parser
     assert print_args("tied", "multi30k")[1:3] == ["--user-dir", os.path.join(REPO, "fairseq_outlayers")]
+    # extra options come last, so they win in fairseq's parser
     assert bash("train.sh", "--print-args", "tied", "multi30k", "--lr", "1").stdout.split("\n")[-3:-1] == ["--lr", "1"]
     bad = bash("train.sh", "magic", "multi30k", check=False)
     assert bad.returncode == 2 and "unknown METHOD 'magic'" in bad.stderr and "shared-private" in bad.stderr
