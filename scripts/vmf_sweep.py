@@ -4,7 +4,7 @@ each decoded at several beam sizes, with the criterion's validation figures (κ,
     python scripts/vmf_sweep.py --rows "configs/vmf-sweep/*.args" --seeds 1 2 --out work/vmf-sweep
 
 Every row trains the same model at the same budget as the continuous rows of docs/results.md (the demo
-Transformer of ``fairseq_outlayers.cli.compare``, 800 updates, lr 0.003) through the real ``fairseq-train``;
+Transformer of ``configs/demo-base.args``, 800 updates, lr 0.003) through the real ``fairseq-train``;
 its last checkpoint is translated with ``fairseq-generate`` at ``--beams`` (default 1, the paper's
 nearest-neighbour decoding, and 5) and scored with sacreBLEU against the raw references, exactly as
 ``make results`` does (``fairseq_outlayers.evaluation.scoring``). A finished run (its ``meta.json``) is reused,
@@ -208,7 +208,7 @@ def main(argv=None):
     parser.add_argument("--lenpen", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--base-args", default=None, help="fairseq-train options of every row (default: the "
-                        "demo Transformer recipe of compare.py)")
+                        "options in configs/demo-base.args)")
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at the same time")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores/jobs)")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint_best.pt as well")
@@ -240,7 +240,7 @@ def main(argv=None):
         parser.error("two row files have the same name (after the NN- prefix)")
     threads = args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    base_args = shlex.split(args.base_args) if args.base_args else list(compare.DEMO_BASE_ARGS)
+    base_args = shlex.split(args.base_args) if args.base_args else compare.demo_base_args()
     os.makedirs(args.out, exist_ok=True)
     report = os.path.join(args.out, "sweep.md")
     lock = threading.Lock()

@@ -1,17 +1,43 @@
 """The comparison runner behind `make demo`: option merging, speed parsing, the table and the plot."""
+import glob
+import json
 import os
 
 import pytest
 
-from fairseq_outlayers.cli.compare import (DEMO_BASE_ARGS, format_table, merge_args, read_row, row_data_bin,
+from fairseq_outlayers.cli import compare
+from fairseq_outlayers.cli.compare import (demo_base_args, format_table, merge_args, read_row, row_data_bin,
                                            training_speed, write_plot)
+from harness import REPO
 
 
 def test_row_with_its_own_criterion_drops_the_base_criterion():
-    merged = merge_args(DEMO_BASE_ARGS, ["--output-layer", "continuous", "--criterion", "vmf_nll"])
+    base = demo_base_args()
+    merged = merge_args(base, ["--output-layer", "continuous", "--criterion", "vmf_nll"])
     assert merged.count("--criterion") == 1 and merged[-1] == "vmf_nll"
     assert "--label-smoothing" not in merged and "0.1" not in merged[merged.index("--max-tokens"):][:2]
-    assert merge_args(DEMO_BASE_ARGS, ["--output-layer", "tied"]) == DEMO_BASE_ARGS + ["--output-layer", "tied"]
+    assert merge_args(base, ["--output-layer", "tied"]) == base + ["--output-layer", "tied"]
+    with pytest.warns(DeprecationWarning, match="demo_base_args"):
+        assert compare.DEMO_BASE_ARGS == base  # the old name still works
+
+
+def test_every_row_trains_with_the_same_command_as_before(monkeypatch):
+    """tests/expected/demo_rows.json holds the fairseq-train command of every demo / results / sweep row (default
+    base, seed 1, 200 updates) from when the base options were a constant in compare.py: unchanged, to the letter."""
+    with open(os.path.join(REPO, "tests", "expected", "demo_rows.json"), encoding="utf-8") as f:
+        expected = json.load(f)
+    rows = [os.path.relpath(p, REPO) for d in ("demo", "continuous", "vmf-sweep")
+            for p in glob.glob(os.path.join(REPO, "configs", d, "*.args"))]
+    assert sorted(rows) == sorted(expected)
+    commands = []
+    monkeypatch.setattr(compare, "run_training", lambda cmd, log_path, what: commands.append(cmd) or 0.0)
+    for row in sorted(rows):
+        name, row_args = read_row(os.path.join(REPO, row))
+        data_bin, train_args = row_data_bin(row_args, "work/multi30k/data-bin/de-en")
+        compare.train_row(data_bin, "{save_dir}", demo_base_args(), train_args, 1, 200, os.devnull)
+        cmd = commands.pop()
+        cmd[0], cmd[cmd.index("--user-dir") + 1] = os.path.basename(cmd[0]), "{user_dir}"
+        assert {"name": name, "command": cmd} == expected[row], row
 
 
 def test_training_speed_is_tokens_over_time(tmp_path):

@@ -1,11 +1,13 @@
 """The shell recipes: scripts/prepare-*.sh on tiny fake raw corpora in the official layouts (offline path),
 the --force / never-overwrite rule, one-line errors on bad input, scripts/train.sh and scripts/evaluate.sh end
-to end on a 300-line slice of Multi30k, and the hydra YAMLs against train.sh.
+to end on a 300-line slice of Multi30k, and the recipe table (configs/DATASET/METHOD.yaml) against fairseq's parser
+and against what train.sh gave before the YAMLs became the recipes.
 """
 import collections
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,7 @@ SCRIPTS = os.path.join(REPO, "scripts")
 MULTI30K = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
 sys.path.insert(0, os.path.join(SCRIPTS, "lib"))
 import corpus_tools  # noqa: E402
+import recipes  # noqa: E402
 import score_translations  # noqa: E402
 
 TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
@@ -344,10 +347,10 @@ def test_prepare_without_local_copy_tries_the_download(tmp_path, script, args, v
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# train.sh, evaluate.sh, hydra configs
+# train.sh, evaluate.sh, the recipes (configs/DATASET/METHOD.yaml)
 # ---------------------------------------------------------------------------------------------------------------
-METHODS = ["softmax", "tied", "joint", "fixed", "continuous", "shared-private"]
-DATASETS = ["multi30k", "iwslt14", "wmt14", "wmt16-word"]
+RECIPES = recipes.recipes()  # (method, dataset) for every configs/DATASET/METHOD.yaml
+EXPECTED = os.path.join(REPO, "tests", "expected")
 
 
 def print_args(method, dataset, env=None):
@@ -366,36 +369,127 @@ def test_train_sh_settings_and_errors():
     s = print_args("shared-private", "iwslt14")
     assert s[s.index("--embeddings") + 1] == "shared-private" and s[s.index("--output-layer") + 1] == "tied"
     assert s[s.index("--shared-private-lambdas") + 1] == "0.9,0.7,0.5"
+    assert print_args("tied", "multi30k")[1:3] == ["--user-dir", os.path.join(REPO, "fairseq_outlayers")]
     # extra options come last, so they win in fairseq's parser
-    assert print_args("tied", "multi30k")[-2:] == ["--log-interval", "100"]
     assert bash("train.sh", "--print-args", "tied", "multi30k", "--lr", "1").stdout.split("\n")[-3:-1] == ["--lr", "1"]
     bad = bash("train.sh", "magic", "multi30k", check=False)
-    assert bad.returncode == 2 and "unknown METHOD 'magic'" in bad.stderr
+    assert bad.returncode == 2 and "unknown METHOD 'magic'" in bad.stderr and "shared-private" in bad.stderr
+    bad = bash("train.sh", "tied", "wmt99", check=False)
+    assert bad.returncode == 2 and "unknown DATASET 'wmt99'; choose multi30k, iwslt14" in bad.stderr
+    assert bash("train.sh", "--list").stdout.split("\n")[:-1] == [f"{m} {d}" for m, d in RECIPES]
     missing = bash("train.sh", "tied", "iwslt14", env={"DATA_BIN": "/nonexistent"}, check=False)
     assert missing.returncode == 1 and "prepare the data first" in missing.stderr
     dry = bash("train.sh", "--dry-run", "continuous", "multi30k", env={"DATA_BIN": "/d/data-bin/de-en-word"}).stdout
     assert "train_target_vectors.py --input /d/bpe-word/train.en --output /d/vectors.word.en.300d.vec" in dry
     assert "+ fairseq-train /d/data-bin/de-en-word --user-dir" in dry and not os.path.exists("/d")
-    assert "--target-vectors-center" in dry
+    assert "--target-vectors-center" in dry and "recipe: configs/multi30k/continuous.yaml" in dry
     dry = bash("train.sh", "--dry-run", "continuous", "iwslt14", env={"DATA_BIN": "/d/data-bin/de-en"}).stdout
     assert "train_target_vectors.py --input /d/bpe/train.en --output /d/vectors.en.300d.vec" in dry
     assert "--target-vectors-center" not in dry
 
 
-def test_yaml_configs_match_train_sh(tmp_path):
-    """Every configs/DATASET/METHOD.yaml sets exactly the options train.sh passes, with the values fairseq's own
-    parser gives them; a changed value is reported."""
-    proc = run([sys.executable, os.path.join(SCRIPTS, "lib", "args2yaml.py"), "check-all"], check=False)
-    assert proc.returncode == 0, proc.stdout
-    assert proc.stdout.count(": OK") == len(METHODS) * len(DATASETS)
-    bad = tmp_path / "joint.yaml"
-    text = open(os.path.join(REPO, "configs", "iwslt14", "joint.yaml")).read()
-    bad.write_text(text.replace("joint_dim: 512", "joint_dim: 1024").replace("  max_tokens: 4096\n", ""))
-    proc = run([sys.executable, os.path.join(SCRIPTS, "lib", "args2yaml.py"), "check", "joint", "iwslt14", str(bad)],
-               check=False)
-    assert proc.returncode == 1
-    assert "model.joint_dim: " in proc.stdout and "1024" in proc.stdout
-    assert "dataset.max_tokens: set by train.sh (4096)" in proc.stdout
+def _options(args):
+    """{option: [values]} of a fairseq-train argument list after its positional data path; an option given
+    twice is an error (the recipe would depend on the order)."""
+    options, current = {}, None
+    for arg in args[1:]:
+        if arg.startswith("--"):
+            assert arg not in options, f"{arg} given twice"
+            current = options[arg] = []
+        else:
+            current.append(arg)
+    return options
+
+
+def test_train_sh_gives_the_same_recipes_as_before():
+    """tests/expected/train_sh_recipes.json holds what train.sh printed for every recipe when the recipes were
+    its own case blocks: the same data path, --user-dir, options and values (in the YAML's order now), and the
+    same evaluate.sh hint (continuous on wmt14: beam 1, the documented setting, where the old hint kept 4)."""
+    with open(os.path.join(EXPECTED, "train_sh_recipes.json"), encoding="utf-8") as f:
+        expected = json.load(f)
+    assert sorted(expected) == sorted(f"{d}/{m}" for m, d in RECIPES)
+    for name, before in expected.items():
+        dataset, method = name.split("/")
+        dry = bash("train.sh", "--dry-run", method, dataset).stdout.replace(REPO, "{root}").split("\n")
+        command = [line for line in dry if line.startswith("+ fairseq-train ")]
+        args = shlex.split(command[0])[2:]  # the printed command, as the shell reads it
+        assert args[:3] == before["args"][:3], name
+        assert _options(args) == _options(before["args"]), name
+        assert before["afterwards"] in dry, name
+
+
+def _plain(value):
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+@pytest.mark.parametrize("method,dataset", RECIPES)
+def test_every_recipe_round_trips_through_fairseqs_parser(method, dataset):
+    """A recipe converted to fairseq-train arguments and parsed by fairseq-train's own parser (with the plugin's
+    --user-dir) gives back every value of the YAML, in the group the YAML puts it in (so fairseq-hydra-train reads
+    the same): the converter's naming rule is fairseq's."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    path = recipes.recipe_path(method, dataset)
+    recipe = recipes.load_recipe(path)
+    values = {f"{g}.{k}": f"/machine/{g}.{k}" for g, o in recipe.items() for k, v in o.items() if v == "???"}
+    recipe = recipes.with_values(recipe, values)
+    argv = recipes.fairseq_train_args(recipe, path) + ["--user-dir", os.path.join(REPO, "fairseq_outlayers")]
+    args = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+    cfg = convert_namespace_to_omegaconf(args)
+    choices = {"task": "task", "model": "arch", "criterion": "criterion", "optimizer": "optimizer",
+               "lr_scheduler": "lr_scheduler"}
+    for group, opts in recipe.items():
+        for key, value in opts.items():
+            if group == "generation":  # decoding settings, not fairseq-train's: a field of fairseq's group
+                assert key in cfg.generation, f"{path}: fairseq has no generation.{key}"
+                continue
+            if key == "_name":
+                got = getattr(args, choices[group])
+            elif group == "model":  # the plugin's models keep their options in the argparse namespace
+                got = getattr(args, key)
+            else:
+                assert key in cfg[group], f"{path}: fairseq has no {group}.{key}"
+                got = cfg[group][key]
+            assert _plain(got) == _plain(value), f"{path}: {group}.{key}"
+
+
+def test_bad_recipe_files_give_one_line_errors(tmp_path):
+    configs = tmp_path / "configs"
+    (configs / "toy").mkdir(parents=True)
+    (configs / "datasets.yaml").write_text("toy:\n  prepared: work/toy\n  reference: raw/test\n")
+    good = open(os.path.join(REPO, "configs", "iwslt14", "joint.yaml"), encoding="utf-8").read()
+    (configs / "toy" / "joint.yaml").write_text(good)
+    assert recipes.recipes(str(configs)) == [("joint", "toy")]
+    assert recipes.settings("joint", "toy", str(configs))["fill"] == "task.data"
+
+    def error(method="joint", dataset="toy"):
+        with pytest.raises(recipes.RecipeError) as e:
+            recipes.settings(method, dataset, str(configs))
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    assert "unknown METHOD 'tied' for toy; choose joint" in error("tied")
+    assert "unknown DATASET 'iwslt14'; choose toy" in error(dataset="iwslt14")
+    bad = configs / "toy" / "joint.yaml"
+    bad.write_text(good.replace("  max_tokens: 4096", "  max_tokens: [4096"))
+    assert "joint.yaml: not valid YAML at line" in error() and "fix the file" in error()
+    bad.write_text(good.replace("joint_dim: 512", "joint_dim: 512\n  share_all_embeddings: false"))
+    assert "model.share_all_embeddings: false has no fairseq-train flag; remove the line" in error()
+    bad.write_text(good.replace("  source_lang: de\n", ""))
+    assert "the task group needs source_lang and target_lang" in error()
+    bad.write_text("- a list\n")
+    assert "must map fairseq's groups" in error()
+    (configs / "datasets.yaml").write_text("toy:\n  prepared: work/toy\n")
+    assert "datasets.yaml: toy must have prepared and reference" in error()
+    with pytest.raises(recipes.RecipeError, match=r"task.data is \?\?\? .*set it with task.data=VALUE"):
+        recipes.fairseq_train_args({"task": {"data": "???"}})
+    assert recipes.main(["args", "joint", "iwslt14", "task.data"]) == 1
 
 
 @needs_multi30k
@@ -512,8 +606,7 @@ TINY_LSTM = ["--encoder-embed-dim", "32", "--encoder-hidden-size", "16", "--deco
 
 
 @needs_multi30k  # in the default run (CI): a recipe that stops working fails CI
-@pytest.mark.parametrize("dataset", DATASETS)
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method,dataset", RECIPES)
 def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, dataset):
     """Every METHOD x DATASET recipe of train.sh builds its model (presets, method options, criterion), trains
     2 updates on the Multi30k slice (tiny sizes) and evaluate.sh translates with the checkpoint."""

@@ -4,7 +4,7 @@
         --raw-dir work/multi30k/raw --rows configs/demo/*.args --out work/demo
 
 Each row file holds extra ``fairseq-train`` options (e.g. ``--output-layer tied``) added to one shared base
-command (``--base-args``, default: the demo Transformer). For every row and seed this runs the real CLIs:
+command (``--base-args``, default: the options in ``configs/demo-base.args``, the demo Transformer). For every row and seed this runs the real CLIs:
 ``fairseq-train --user-dir ...`` -> ``fairseq-generate`` (``--remove-bpe``) -> sacremoses detokenisation ->
 sacreBLEU against the raw references. It reports BLEU (with sacreBLEU's signature), total / trained / embedding
 / output-layer parameters, training target tokens/s and wall time, prints the table as it goes and writes it to
@@ -22,27 +22,44 @@ import re
 import shlex
 import subprocess
 import time
+import warnings
 
 from fairseq_outlayers.evaluation.scoring import score_subset
 from fairseq_outlayers.fairseq_runs import executable, log, parameter_counts, run_training, training_speed, user_dir
 from fairseq_outlayers.outfiles import write_text
 
-DEMO_BASE_ARGS = [
-    "--arch", "outlayers_transformer_tiny",
-    "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "0.003", "--lr-scheduler", "inverse_sqrt",
-    "--warmup-updates", "150", "--clip-norm", "0.0",
-    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-    "--max-tokens", "4096", "--dropout", "0.1",
-]
+#: the rows' shared options, from the repository root (a checkout: ``make install`` installs it editable)
+DEMO_BASE_FILE = os.path.join("configs", "demo-base.args")
 #: base options that belong to the base criterion (each takes one value)
 CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
 
 
-def read_row(path):
+def read_options(path):
+    """The options of an ``.args`` file: its lines without ``#`` comments, split as the shell would."""
     with open(path, encoding="utf-8") as f:
-        text = " ".join(line.split("#", 1)[0] for line in f)
+        return shlex.split(" ".join(line.split("#", 1)[0] for line in f))
+
+
+def read_row(path):
     name = re.sub(r"^\d+-", "", os.path.splitext(os.path.basename(path))[0])
-    return name, shlex.split(text)
+    return name, read_options(path)
+
+
+def demo_base_args():
+    """The fairseq-train options every row shares by default: ``configs/demo-base.args`` of this checkout."""
+    path = os.path.join(os.path.dirname(user_dir()), DEMO_BASE_FILE)
+    if not os.path.isfile(path):
+        raise SystemExit(f"compare: {path} (the rows' shared options) does not exist; run from a checkout of the "
+                         "repository or give --base-args")
+    return read_options(path)
+
+
+def __getattr__(name):
+    if name == "DEMO_BASE_ARGS":  # a constant until the options moved to configs/demo-base.args
+        warnings.warn("compare.DEMO_BASE_ARGS is deprecated; call compare.demo_base_args() (configs/demo-base.args)",
+                      DeprecationWarning, stacklevel=2)
+        return demo_base_args()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def row_data_bin(row_args, default):
@@ -168,7 +185,7 @@ def main(argv=None):
     parser.add_argument("--max-update", type=int, default=1200)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--base-args", default=None, help="fairseq-train options shared by every row "
-                        "(default: the demo Transformer recipe)")
+                        f"(default: the options in {DEMO_BASE_FILE})")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--lenpen", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=128)
@@ -182,7 +199,7 @@ def main(argv=None):
     ref_path = os.path.join(args.raw_dir, f"{args.test_prefix}.{args.tgt}")
     if not os.path.isfile(ref_path):
         parser.error(f"reference file '{ref_path}' does not exist; check --raw-dir/--test-prefix/--tgt")
-    base_args = shlex.split(args.base_args) if args.base_args else list(DEMO_BASE_ARGS)
+    base_args = shlex.split(args.base_args) if args.base_args else demo_base_args()
     row_files = sorted(set(f for pattern in args.rows for f in (glob.glob(pattern) or [pattern])))
     for f in row_files:
         if not os.path.isfile(f):

@@ -59,7 +59,7 @@ def _fresh(args) -> bool:
     configuration), False for a model rebuilt from a checkpoint (old checkpoints have no state at all)."""
     if isinstance(args, argparse.Namespace):
         return hasattr(args, STATE) and getattr(args, STATE) is None
-    if getattr(args, STATE, None) not in (None, "pending"):  # "pending": written out by scripts/lib/args2yaml.py
+    if getattr(args, STATE, None) not in (None, "pending"):  # "pending": a checked command line made a config
         return False
     try:
         from hydra.core.hydra_config import HydraConfig
