@@ -84,7 +84,11 @@ def detokenise(lines: Sequence[str], lang: str) -> List[str]:
 def bleu_metric(lowercase: bool, tokenize: Optional[str] = None):
     from sacrebleu.metrics import BLEU
 
-    return BLEU(lowercase=lowercase) if tokenize is None else BLEU(lowercase=lowercase, tokenize=tokenize)
+    if tokenize is None:
+        return BLEU(lowercase=lowercase)
+    # tokenised BLEU scores tokenised text on purpose: force=True keeps sacreBLEU's "forgot to detokenize"
+    # warning out of the logs (the signature is the same)
+    return BLEU(lowercase=lowercase, tokenize=tokenize, force=True)
 
 
 def corpus_bleu(hyp_tok: Sequence[str], hyp_detok: Sequence[str], ref_tok: Sequence[str],
