@@ -2,8 +2,10 @@
 
 * ``executable(name)``: the ``fairseq-*`` program beside the running interpreter (the venv's), else from PATH;
 * ``user_dir()``: the ``--user-dir`` that loads this package;
-* ``run_training(cmd, log_path, what)``: one ``fairseq-train`` run, its output logged, progress echoed;
+* ``run_training(cmd, log_path, what)``: one ``fairseq-train`` run, its output logged (appended to when the run
+  resumes), progress echoed;
 * ``training_speed(log_path)``: training target tokens per second, from that log;
+* ``validations(log_path)``: the figures of every validation in that log, one dict per epoch;
 * ``parameter_counts(checkpoint)``: the parameter report of ``python -m fairseq_outlayers params``.
 """
 import json
@@ -28,11 +30,12 @@ def log(msg, prog="compare"):
     print(f"[{prog} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_training(cmd, log_path, what, prog="compare"):
-    """Run a fairseq-train command, its output to ``log_path`` with progress lines echoed; the wall seconds."""
+def run_training(cmd, log_path, what, prog="compare", append=False):
+    """Run a fairseq-train command, its output to ``log_path`` with progress lines echoed; the wall seconds.
+    ``append``: add to the log (a run resuming from its checkpoint keeps the log of its earlier epochs)."""
     log("  " + " ".join(shlex.quote(c) for c in cmd), prog)
     start = time.time()
-    with open(log_path, "w") as out:
+    with open(log_path, "a" if append else "w") as out:
         env = dict(os.environ, PYTHONUNBUFFERED="1")  # fairseq logs to stdout: unbuffered for live progress
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         for line in proc.stdout:
@@ -54,6 +57,10 @@ def training_speed(log_path):
     last_updates = 0
     with open(log_path, encoding="utf-8") as f:
         for line in f:
+            resumed = RESUMED.search(line)
+            if resumed:  # a resumed run counts its updates from the checkpoint it loaded
+                last_updates = int(resumed.group(1))
+                continue
             if "train_inner" not in line:
                 continue
             fields = dict(re.findall(r"(\w+)=([\d.]+)", line))
@@ -67,6 +74,30 @@ def training_speed(log_path):
             tokens += interval_tokens
             seconds += interval_tokens / float(fields["wps"])
     return tokens / seconds if seconds else float("nan")
+
+
+#: fairseq.trainer's line when a run resumes: "Loaded checkpoint PATH (epoch 9 @ 1008 updates)"
+RESUMED = re.compile(r"Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)")
+#: one figure of a fairseq log line: "| name value"
+FIGURE = re.compile(r"\| (\w+) ([-\d.e+]+|nan|inf)(?= \||$)")
+
+
+def validations(log_path, subset="valid"):
+    """[{"epoch": 3, "num_updates": 378.0, "loss": 4.9, "bleu": 30.1, ...}, ...]: the figures of each validation of
+    ``subset`` in a fairseq-train log written with ``--log-format simple`` (the runners' format), in epoch order; an epoch validated
+    twice (a run stopped during validation and resumed) keeps its last line."""
+    by_epoch = {}
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if f"valid on '{subset}' subset" not in line:
+                continue
+            epoch = re.search(r"\| epoch (\d+) \|", line)
+            if not epoch:
+                continue
+            number = int(epoch.group(1))
+            values = {k: float(v) for k, v in FIGURE.findall(line.rstrip()) if k != "epoch"}
+            by_epoch[number] = dict({"epoch": number}, **values)
+    return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def parameter_counts(checkpoint, prog="compare"):

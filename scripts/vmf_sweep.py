@@ -17,7 +17,6 @@ import glob
 import json
 import os
 import platform
-import re
 import shlex
 import subprocess
 import sys
@@ -36,12 +35,9 @@ VALID_FIELDS = ("loss", "cos", "norm", "nn_acc", "kappa_low", "kappa_high")
 
 
 def last_valid(log_path):
-    """The fields of the last ``valid on 'valid'`` line of a fairseq-train log (floats), {} if none."""
-    found = {}
-    for line in open(log_path, encoding="utf-8", errors="replace"):
-        if "| valid on" in line:
-            found = {k: float(v) for k, v in re.findall(r"\| (\w+) ([-\d.e+]+|nan)", line) if k in VALID_FIELDS}
-    return found
+    """The figures of the last validation in a fairseq-train log (floats), {} if none."""
+    found = fairseq_runs.validations(log_path)
+    return {k: v for k, v in found[-1].items() if k in VALID_FIELDS} if found else {}
 
 
 def run_one(row, seed, args, base_args, ref_path, lock):

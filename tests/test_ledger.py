@@ -229,3 +229,61 @@ def test_a_partial_run_with_other_options_is_not_resumed(tmp_path):
     (partial / "options.json").write_text('["data", "--output-layer", "softmax"]\n')
     with pytest.raises(OutlayersConfigError, match="tied.seed1 holds a partial run made with other options"):
         run(row, 1, Settings(ledger=str(tmp_path / "runs"), work=str(tmp_path / "work"), test_ref="ref"))
+
+
+LOG = """\
+2026-11-23 21:20:00 | INFO | train_inner | epoch 001:     50 / 126 loss=9.1, wps=0, wpb=2000, num_updates=50
+2026-11-23 21:21:00 | INFO | train_inner | epoch 001:    100 / 126 loss=8.1, wps=1000, wpb=2000, num_updates=100
+2026-11-23 21:24:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.689 | nll_loss 6.911 | ppl 120.37 | bleu 3.45 | wps 1043.8 | wpb 2524.5 | bsz 168 | num_updates 126
+2026-11-23 21:25:00 | INFO | train_inner | epoch 002:     24 / 126 loss=7.1, wps=2000, wpb=2000, num_updates=150
+2026-11-23 21:26:00 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 6.5 | nll_loss 5.5 | ppl 45.25 | bleu 10.0 | wps 800 | wpb 2524.5 | bsz 168 | num_updates 252 | best_bleu 10.0
+2026-11-23 22:00:00 | INFO | fairseq.trainer | Loaded checkpoint run/checkpoint_last.pt (epoch 2 @ 126 updates)
+2026-11-23 22:01:00 | INFO | train_inner | epoch 002:     50 / 126 loss=7.0, wps=4000, wpb=2000, num_updates=176
+2026-11-23 22:02:00 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 6.194 | nll_loss 5.176 | ppl 36.14 | bleu 13.43 | wps 824.5 | wpb 2524.5 | bsz 168 | num_updates 252 | best_bleu 13.43
+2026-11-23 22:02:00 | INFO | valid | epoch 002 | valid on 'test' subset | loss 6.0 | bleu 14.0 | num_updates 252
+"""
+
+
+def test_learning_curve_and_speed_from_a_resumed_log(tmp_path):
+    from fairseq_outlayers.fairseq_runs import training_speed, validations
+    from fairseq_outlayers.ledger.runner import curve
+
+    log = tmp_path / "train.log"
+    log.write_text(LOG)
+    found = validations(str(log))
+    assert [v["epoch"] for v in found] == [1, 2]
+    assert found[1]["bleu"] == 13.43 and found[1]["best_bleu"] == 13.43  # the epoch validated again after resuming
+    assert curve(str(log)) == [
+        {"epoch": 1, "num_updates": 126, "loss": 7.689, "nll_loss": 6.911, "bleu": 3.45},
+        {"epoch": 2, "num_updates": 252, "loss": 6.194, "nll_loss": 5.176, "bleu": 13.43}]
+    assert validations(str(log), "test") == [{"epoch": 2, "loss": 6.0, "bleu": 14.0, "num_updates": 252.0}]
+    # 50 updates at 1000 tok/s, 50 at 2000, then 50 (126 -> 176, not 150 -> 176) at 4000: 300,000 tokens
+    assert training_speed(str(log)) == pytest.approx(300000 / (100 + 50 + 25))
+
+
+def test_plots_are_drawn_from_the_records_and_deterministic(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from fairseq_outlayers.ledger.plots import nice_ticks
+
+    ledger = str(tmp_path / "runs")
+    for seed in (1, 2):
+        rec = fake_record(ledger, "softmax", seed, 30.0 + seed, HYP_A)
+        rec["curve"] = [{"epoch": e, "bleu": 10.0 * e + seed} for e in (1, 2, 3)]
+        records.write_record(ledger, rec, {"test2016": HYP_A}, {"test2016": REFS})
+    fake_record(ledger, "tied", 1, 29.0, HYP_B, baseline="softmax")  # no curve: in the score plot only
+    out = tmp_path / "docs" / "ledger.md"
+    assert ledger_main(["render", "--ledger", ledger, "--out", str(out)]) == 0
+    curves, scores = out.parent / "ledger-t-curves.svg", out.parent / "ledger-t-scores.svg"
+    text = out.read_text()
+    assert "![t: validation score per epoch](ledger-t-curves.svg)" in text
+    assert "(ledger-t-scores.svg)" in text
+    ns = "{http://www.w3.org/2000/svg}"
+    lines = ET.parse(curves).getroot().findall(f"{ns}polyline")
+    assert len(lines) == 2 and lines[1].get("stroke-dasharray")  # one per seed of softmax, seed 2 dashed
+    legend = [t.text for t in ET.parse(scores).getroot().iter(f"{ns}text")]
+    assert "softmax (2 seeds)" in legend and "tied (1 seed)" in legend
+    first = (curves.read_bytes(), scores.read_bytes())
+    assert ledger_main(["render", "--ledger", ledger, "--out", str(out)]) == 0
+    assert (curves.read_bytes(), scores.read_bytes()) == first
+    assert nice_ticks(3.45, 40.02) == [0, 10, 20, 30, 40, 50] and nice_ticks(2.2, 2.8) == [2.2, 2.4, 2.6, 2.8]

@@ -7,7 +7,8 @@
 
 ``run`` trains every row with the first seed before any row with the next one, skips each run already recorded
 (and stops when a record was made with other options), and writes one record per finished run; a failed run is
-reported and the others go on. ``render`` writes the tables from the records alone.
+reported and the others go on. ``render`` writes the tables from the records alone, and beside them the plots
+(SVG: validation per epoch, test score against trained parameters) of each table.
 """
 import argparse
 import glob
@@ -67,10 +68,15 @@ def _render(args) -> int:
     from fairseq_outlayers.ledger.render import render
     from fairseq_outlayers.outfiles import write_text
 
-    text = render(args.ledger, seeds=args.seeds, test=args.test_name, title=args.title)
+    figures = None if args.out == "-" else {}
+    text = render(args.ledger, seeds=args.seeds, test=args.test_name, title=args.title, figures=figures)
     if args.out == "-":
         sys.stdout.write(text + "\n")
     else:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        for name, svg in sorted(figures.items()):
+            write_text(os.path.join(os.path.dirname(args.out), name), svg)
+            print(f"wrote {os.path.join(os.path.dirname(args.out), name)}")
         write_text(args.out, text + "\n")
         print(f"wrote {args.out}")
     return 0
@@ -101,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_run)
     p = sub.add_parser("render", help="write the Markdown tables from the records alone")
     p.add_argument("--ledger", default=LEDGER)
-    p.add_argument("--out", default="docs/results/ledger.md", help="Markdown file ('-': standard output)")
+    p.add_argument("--out", default="docs/results/ledger.md", help="Markdown file ('-': standard output, "
+                   "no plots); the plots are written beside it")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds every row should have "
                    "(a recorded seed outside them is shown too)")
     p.add_argument("--test-name", default="test2016")

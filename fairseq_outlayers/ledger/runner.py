@@ -7,7 +7,8 @@ against the row's options), else after:
    BLEU or loss within ``--max-epoch``), the seed, and ``--save-dir WORK/ROW.seedN`` (an interrupted run resumes
    from its ``checkpoint_last.pt``, fairseq's own behaviour; ``options.json`` there makes sure it is the same run);
 2. epochs, updates, training time and the best validation score from the checkpoints fairseq wrote; target
-   tokens per second from its log; parameter counts of ``checkpoint_best.pt``;
+   tokens per second and the validation figures of every epoch (the learning curve) from its log; parameter
+   counts of ``checkpoint_best.pt``;
 3. ``checkpoint_best.pt`` on the data's test split against the raw references (``--test-ref``), and on each extra
    raw test set (``NAME=SRC_FILE,REF_FILE``, prepared with the training data's tokeniser, case and BPE);
 4. the record and the detokenised hypotheses written into the ledger (``records.write_record``).
@@ -19,7 +20,7 @@ import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 from fairseq_outlayers import fairseq_runs
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -86,6 +87,21 @@ def finite(value: float):
     return round(value, 1) if value == value and abs(value) != float("inf") else None
 
 
+#: the validation figures a record keeps per epoch
+CURVE_FIELDS = ("num_updates", "loss", "nll_loss", "bleu")
+
+
+def curve(log_path: str) -> List[Dict]:
+    """[{"epoch": 1, "num_updates": 126, "loss": 7.689, "nll_loss": 6.911, "bleu": 3.45}, ...] from a training log
+    (epochs logged before a resume made by an older version of the runner, which rewrote the log, are absent)."""
+    out = []
+    for v in fairseq_runs.validations(log_path):
+        point = {"epoch": v["epoch"]}
+        point.update({k: (int(v[k]) if k == "num_updates" else v[k]) for k in CURVE_FIELDS if k in v})
+        out.append(point)
+    return out
+
+
 def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     """(record, True when it was already in the ledger)."""
     options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
@@ -104,7 +120,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
            "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
            "--no-progress-bar"]
     resumed = os.path.exists(os.path.join(run_dir, "checkpoint_last.pt"))
-    seconds = fairseq_runs.run_training(cmd, log_path, run_dir, prog="ledger")
+    seconds = fairseq_runs.run_training(cmd, log_path, run_dir, prog="ledger", append=resumed)
     best_ckpt = os.path.join(run_dir, "checkpoint_best.pt")
     last, best = checkpoint_state(os.path.join(run_dir, "checkpoint_last.pt")), checkpoint_state(best_ckpt)
 
@@ -132,6 +148,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "best_updates": best["updates"], "wall_seconds": round(seconds, 1),
         "training_seconds": last["training_seconds"], "resumed": resumed,
         "tokens_per_second": finite(fairseq_runs.training_speed(log_path)),
+        "curve": curve(log_path),
         "params": fairseq_runs.parameter_counts(best_ckpt, prog="ledger"),
         "decoding": {"beam": s.beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10},
         "lowercase": prep.lowercase,
