@@ -35,7 +35,7 @@ def run_training(cmd, log_path, what, prog="compare", append=False):
     ``append``: add to the log (a run resuming from its checkpoint keeps the log of its earlier epochs)."""
     log("  " + " ".join(shlex.quote(c) for c in cmd), prog)
     start = time.time()
-    with open(log_path, "a" if append else "w") as out:
+    with open(log_path, "a" if append else "w", buffering=1) as out:  # line-buffered: a killed runner loses no line
         env = dict(os.environ, PYTHONUNBUFFERED="1")  # fairseq logs to stdout: unbuffered for live progress
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         for line in proc.stdout:
