@@ -370,3 +370,44 @@ def test_norm_frequency_plot_is_saved_with_matplotlib(tiny_bin, transformer_run,
     with pytest.raises(SystemExit):  # an existing file is not overwritten without --overwrite
         analysis.main([ckpt, os.path.join(tiny_bin, "dict.en.txt"), "--plot", str(plot)])
     assert "pass --overwrite" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- frequency-prior probe
+def test_output_bias_probe(tiny_bin, tmp_path):
+    """scripts/probe_output_bias.py: its no-bias NLL is the model's own over every validation sentence, the fitted
+    bias does not raise the training NLL, and the checkpoint it writes carries that bias into fairseq's model."""
+    import json
+
+    from fairseq import checkpoint_utils
+
+    probe = load_script("probe_output_bias.py")
+    save = str(tmp_path / "fixed")
+    train(tiny_bin, save, TINY_TRANSFORMER, ["--output-layer", "fixed"], max_update=6)
+    ckpt, out_json, out_ckpt = os.path.join(save, "checkpoint_last.pt"), tmp_path / "p.json", tmp_path / "b.pt"
+    assert probe.main([ckpt, "--data", tiny_bin, "--epochs", "20", "--lr", "0.1", "--json", str(out_json),
+                       "--out-checkpoint", str(out_ckpt)]) == 0
+    result = json.loads(out_json.read_text())
+
+    def valid_nll(path):  # independent: fairseq's own forward and normalisation, every sentence, base 2
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": tiny_bin})
+        model = models[0].eval()
+        task.load_dataset("valid")
+        itr = task.get_batch_iterator(task.dataset("valid"), max_tokens=2000,
+                                      required_batch_size_multiple=1).next_epoch_itr(shuffle=False)
+        total = count = 0
+        with torch.no_grad():
+            for batch in itr:
+                lprobs = model.get_normalized_probs(model(**batch["net_input"]), log_probs=True)
+                mask = batch["target"].ne(task.target_dictionary.pad())
+                total += F.nll_loss(lprobs[mask], batch["target"][mask], reduction="sum").item()
+                count += int(mask.sum())
+        return total / count / math.log(2), model
+
+    plain, _ = valid_nll(ckpt)
+    with_bias, model = valid_nll(str(out_ckpt))
+    assert result["valid_nll_bits"]["no bias"] == pytest.approx(plain, abs=1e-4)
+    assert result["valid_nll_bits"]["fitted bias"] == pytest.approx(with_bias, abs=1e-4)
+    assert result["train_nll_bits"]["fitted bias"] <= result["train_nll_bits"]["no bias"]
+    assert bool(model.decoder.output_projection.bias.any())  # the fitted bias is in the model generate loads
+    with pytest.raises(SystemExit):  # nothing is overwritten
+        probe.main([ckpt, "--data", tiny_bin, "--json", str(out_json)])

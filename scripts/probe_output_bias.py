@@ -1,0 +1,148 @@
+"""How much of a trained translation model's validation loss a per-word output bias alone removes: the frequency-prior
+probe of docs/fixed-targets.md.
+
+The fixed random classifier of Shalev et al. (2021) has no learned bias and, with normalised rows, no vector norms:
+nothing in the output layer can say that "a" is more frequent than "trombone". This script freezes a trained model,
+learns only a bias ``b`` (one value per target word, initialised to 0) on top of its output layer from the training
+data, and reports the validation NLL (bits per target token, fairseq's ``nll_loss``) without ``b``, with the log
+unigram frequency as ``b`` and with the fitted ``b``, and the rank correlation of the fitted ``b`` with word counts.
+
+    python scripts/probe_output_bias.py work/ledger/tiny-fixed.seed1/checkpoint_best.pt \\
+        [--data work/multi30k/data-bin/de-en] [--epochs 3] [--json probe.json] [--out-checkpoint fixed+bias.pt]
+
+``--out-checkpoint`` (fixed classifier only) writes a copy of the checkpoint whose frozen bias is the fitted one, for
+``fairseq-generate``; an existing file is never overwritten. The validation NLL with ``b = 0`` is the model's own
+over every validation sentence; fairseq-train's ``valid nll_loss`` reads lower (2.36 against 2.405 bits on the
+tiny softmax) because its batching drops the last 1014 mod 8 = 6 sentences of Multi30k's validation set
+(``--required-batch-size-multiple 8``, fairseq issue #5036; the same batching gives 2.3596 here).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+CHUNK = 8192
+
+
+def load(checkpoint, data):
+    import fairseq_outlayers  # noqa: F401  (registers the package and allow-lists its checkpoints)
+    from fairseq import checkpoint_utils
+
+    overrides = {"data": data} if data else {}
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+    model = models[0].eval()
+    return model, task
+
+
+@torch.no_grad()
+def features(model, task, split, max_tokens, max_sentences=None):
+    """(decoder features of every target token, target ids) of a split, teacher-forced, dropout off."""
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    itr = task.get_batch_iterator(dataset, max_tokens=max_tokens, ignore_invalid_inputs=False,
+                                  seed=1).next_epoch_itr(shuffle=False)
+    pad = task.target_dictionary.pad()
+    feats, targets, seen = [], [], 0
+    for batch in itr:
+        net = batch["net_input"]
+        encoder_out = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+        x, _ = model.decoder(net["prev_output_tokens"], encoder_out=encoder_out, features_only=True)
+        mask = batch["target"].ne(pad)
+        feats.append(x[mask].float())
+        targets.append(batch["target"][mask])
+        seen += batch["nsentences"]
+        if max_sentences and seen >= max_sentences:
+            break
+    return torch.cat(feats), torch.cat(targets)
+
+
+def nll_bits(layer, feats, targets, bias=None):
+    """Mean negative log-likelihood of the targets in bits, the output layer's logits plus ``bias``."""
+    total = 0.0
+    with torch.no_grad():
+        for i in range(0, len(targets), CHUNK):
+            logits = layer(feats[i:i + CHUNK]).float()
+            if bias is not None:
+                logits = logits + bias
+            total += F.cross_entropy(logits, targets[i:i + CHUNK], reduction="sum").item()
+    return total / len(targets) / math.log(2)
+
+
+def fit_bias(layer, feats, targets, vocab, epochs, lr, seed=1):
+    """A bias over the frozen layer's logits, Adam on the training tokens' cross-entropy."""
+    bias = torch.zeros(vocab, requires_grad=True)
+    opt = torch.optim.Adam([bias], lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    chunks = range(0, len(targets), CHUNK)
+    for _ in range(epochs):
+        for j in torch.randperm(len(chunks), generator=gen).tolist():
+            with torch.no_grad():  # the layer is frozen: its logits are computed chunk by chunk, never all kept
+                logits = layer(feats[chunks[j]:chunks[j] + CHUNK]).float()
+            opt.zero_grad()
+            F.cross_entropy(logits + bias, targets[chunks[j]:chunks[j] + CHUNK]).backward()
+            opt.step()
+    return bias.detach()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--data", default=None, help="binarised data (default: the checkpoint's own --data)")
+    parser.add_argument("--train-sentences", type=int, default=None, help="fit on the first N training sentences")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--out-checkpoint", default=None, help="fixed classifier: a copy with the fitted bias")
+    args = parser.parse_args(argv)
+    for path in (args.json, args.out_checkpoint):
+        if path and os.path.exists(path):
+            parser.error(f"{path} exists; give another name (nothing is overwritten)")
+    from scipy.stats import spearmanr
+
+    from fairseq_outlayers.outfiles import atomic_write, write_text
+
+    model, task = load(args.checkpoint, args.data)
+    layer = model.decoder.output_projection
+    vocab = len(task.target_dictionary)
+    train_x, train_y = features(model, task, "train", args.max_tokens, args.train_sentences)
+    valid_x, valid_y = features(model, task, "valid", args.max_tokens)
+    counts = torch.bincount(train_y, minlength=vocab).double()
+    unigram = torch.log(counts + 1).float()
+    bias = fit_bias(layer, train_x, train_y, vocab, args.epochs, args.lr)
+    seen = counts > 0
+    rho = spearmanr(bias[seen].numpy(), counts[seen].numpy()).correlation
+    out = {"checkpoint": args.checkpoint, "layer": type(layer).__name__, "train_tokens": len(train_y),
+           "valid_tokens": len(valid_y),
+           "valid_nll_bits": {"no bias": round(nll_bits(layer, valid_x, valid_y), 4),
+                              "log unigram bias": round(nll_bits(layer, valid_x, valid_y, unigram), 4),
+                              "fitted bias": round(nll_bits(layer, valid_x, valid_y, bias), 4)},
+           "train_nll_bits": {"no bias": round(nll_bits(layer, train_x, train_y), 4),
+                              "fitted bias": round(nll_bits(layer, train_x, train_y, bias), 4)},
+           "spearman_bias_count": round(float(rho), 4), "epochs": args.epochs, "lr": args.lr}
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.json:
+        write_text(args.json, text + "\n")
+    if args.out_checkpoint:
+        if not hasattr(layer, "bias") or not isinstance(getattr(layer, "bias"), torch.Tensor) or \
+                "bias" not in dict(layer.named_buffers()):
+            parser.error("--out-checkpoint needs the fixed classifier (its frozen bias holds the fitted one)")
+        state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+        key = "decoder.output_projection.bias"
+        state["model"][key] = state["model"][key] + bias.to(state["model"][key].dtype)
+        with atomic_write(args.out_checkpoint, "wb") as f:
+            torch.save(state, f)
+        print(f"wrote {args.out_checkpoint}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
