@@ -160,6 +160,16 @@ def test_rows_directives_and_protocol(tmp_path):
     row.write_text("# x\n--output-layer tied\n")
     with pytest.raises(OutlayersConfigError, match="names no --data-bin"):
         read_ledger_row(str(row))
+    row.write_text("# continuous, greedy\n# beam: 1\n--data-bin d --criterion vmf_nll\n")
+    r = read_ledger_row(str(row))
+    assert r.beam == 1 and r.decoding_beam(5) == 1
+    assert '{"beam": 1, "max_len_a": 1.2, "max_len_b": 10}' in protocol_options(r, 5, 40, 5)
+    for bad in ("0", "two"):
+        row.write_text(f"# x\n# beam: {bad}\n--data-bin d\n")
+        with pytest.raises(OutlayersConfigError, match=f"40-fixed.args:2: '# beam: {bad}': the beam must be"):
+            read_ledger_row(str(row))
+    row.write_text("# x\n--data-bin d\n")
+    assert read_ledger_row(str(row)).decoding_beam(5) == 5  # no directive: the runner's --beam
 
 
 def test_a_record_made_with_other_options_is_an_error_naming_both(tmp_path):

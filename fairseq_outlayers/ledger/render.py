@@ -144,8 +144,9 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
             v = r["validation"]
             why = f" — {v['reason']}" if v.get("reason") else ""
             options = " ".join(shlex.quote(o) for o in r["options"][:-2])  # without --seed N
+            beam = (r.get("decoding") or {}).get("beam")
             md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; early stopping on validation "
-                      f"{v['metric']}{why}")
+                      f"{v['metric']}{why}" + (f"; beam {beam}" if beam else ""))
         md.append("")
     return "\n".join(md)
 

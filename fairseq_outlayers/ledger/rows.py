@@ -11,7 +11,9 @@ may hold directives ``# key: value``::
 * ``baseline: NAME``: the row it is compared with (a paired bootstrap test per table); absent for a baseline;
 * ``method: NAME``: the ``make demo`` row it stands for (default: the row's own name);
 * ``table: NAME``: the table it belongs to (default: the name of the folder holding the row file);
-* ``validate: bleu`` (default) or ``validate: loss -- REASON``: the early-stopping metric; loss needs a reason.
+* ``validate: bleu`` (default) or ``validate: loss -- REASON``: the early-stopping metric; loss needs a reason;
+* ``beam: N``: the beam of this row's validation BLEU and test translations (default: the runner's ``--beam``), for
+  a method whose recipe decodes otherwise (continuous outputs: beam 1, the nearest neighbour of each vector).
 
 The first comment line that is not a directive describes the row. The options line is complete (architecture,
 optimiser, criterion, data): the runner adds only the protocol (``protocol_options``), the seed and paths.
@@ -25,7 +27,7 @@ from typing import List, Optional
 from fairseq_outlayers.cli.compare import read_row, row_data_bin
 from fairseq_outlayers.errors import OutlayersConfigError
 
-DIRECTIVES = ("baseline", "method", "table", "validate")
+DIRECTIVES = ("baseline", "method", "table", "validate", "beam")
 DIRECTIVE = re.compile(r"^#\s*([a-z]+)\s*:\s*(.*?)\s*$")
 
 
@@ -41,6 +43,10 @@ class LedgerRow:
     table: str = ""
     validate: str = "bleu"
     validate_reason: str = ""
+    beam: Optional[int] = None
+
+    def decoding_beam(self, default: int) -> int:
+        return self.beam or default
 
 
 def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
@@ -82,6 +88,11 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
             raise OutlayersConfigError(f"{path}:{lineno}: '# validate: loss' needs the reason BLEU validation "
                                        "is not used, e.g. '# validate: loss -- ...'")
         row.validate, row.validate_reason = metric, reason
+    if "beam" in found:
+        value, lineno = found["beam"]
+        if not value.isdigit() or int(value) < 1:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# beam: {value}': the beam must be a positive integer")
+        row.beam = int(value)
     return row
 
 
@@ -96,7 +107,8 @@ def protocol_options(row: LedgerRow, patience: int, max_epoch: int, beam: int) -
     opts = ["--patience", str(patience), "--max-epoch", str(max_epoch)]
     if row.validate == "loss":
         return opts + ["--best-checkpoint-metric", "loss"]
-    opts += ["--eval-bleu", "--eval-bleu-args", json.dumps({"beam": beam, "max_len_a": 1.2, "max_len_b": 10}),
+    opts += ["--eval-bleu", "--eval-bleu-args", json.dumps({"beam": row.decoding_beam(beam), "max_len_a": 1.2,
+                                                           "max_len_b": 10}),
              "--eval-bleu-detok", "moses"]
     if target_is_bpe(row.data_bin):
         opts.append("--eval-bleu-remove-bpe")

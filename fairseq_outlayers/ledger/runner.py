@@ -127,9 +127,10 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     prep = Preparation.from_data(row.data_bin)
     tests, hyps, refs = {}, {}, {}
     sets = [(s.test_name, None, s.test_ref)] + [(n, src, ref) for n, (src, ref) in sorted(s.extra_sets.items())]
+    beam = row.decoding_beam(s.beam)
     for name, src, ref in sets:
         tests[name], _, hyps[name], refs[name] = evaluate(prep, row.data_bin, best_ckpt,
-                                                       os.path.join(run_dir, f"eval-{name}"), ref, src, s.beam,
+                                                       os.path.join(run_dir, f"eval-{name}"), ref, src, beam,
                                                        s.lenpen, s.batch_size)
         tests[name].update(source=src, reference_file=ref)
         tests[name]["generate"] = " ".join(shlex.quote(c) for c in tests[name]["generate"])
@@ -150,7 +151,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "tokens_per_second": finite(fairseq_runs.training_speed(log_path)),
         "curve": curve(log_path),
         "params": fairseq_runs.parameter_counts(best_ckpt, prog="ledger"),
-        "decoding": {"beam": s.beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10},
+        "decoding": {"beam": beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10},
         "lowercase": prep.lowercase,
         "test": tests,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
