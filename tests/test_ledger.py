@@ -297,3 +297,21 @@ def test_plots_are_drawn_from_the_records_and_deterministic(tmp_path):
     assert ledger_main(["render", "--ledger", ledger, "--out", str(out)]) == 0
     assert (curves.read_bytes(), scores.read_bytes()) == first
     assert nice_ticks(3.45, 40.02) == [0, 10, 20, 30, 40, 50] and nice_ticks(2.2, 2.8) == [2.2, 2.4, 2.6, 2.8]
+
+
+def test_a_row_of_the_other_direction(tmp_path, capsys):
+    """--source-lang/--target-lang in a row: the runner's direction, checked against the test reference."""
+    data = tmp_path / "data"
+    data.mkdir()
+    row = tmp_path / "10-en-de.args"
+    row.write_text(f"# en-de\n--data-bin {data} -s en --target-lang de --output-layer softmax\n")
+    assert read_ledger_row(str(row)).languages() == ("en", "de")
+    ref = tmp_path / "test_2016_flickr.en"
+    ref.write_text("a\n")
+    assert ledger_main(["run", "--rows", str(row), "--test-ref", str(ref), "--ledger", str(tmp_path / "l")]) == 2
+    assert "translates into 'de' but --test-ref" in capsys.readouterr().err
+    row.write_text(f"# en-de\n--data-bin {data} --source-lang en --output-layer softmax\n")
+    with pytest.raises(OutlayersConfigError, match="give both --source-lang and --target-lang"):
+        read_ledger_row(str(row)).languages()
+    row.write_text(f"# de-en\n--data-bin {data} --output-layer softmax\n")
+    assert read_ledger_row(str(row)).languages() == (None, None)

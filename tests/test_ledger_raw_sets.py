@@ -145,3 +145,25 @@ def test_extra_raw_test_set_is_scored_end_to_end_and_a_recorded_run_is_skipped(p
     assert translate_main(["--checkpoint", ckpt, "--data", prepared["data"], "--input", str(tmp_path / "no.de"),
                            "--output", str(tmp_path / "o")]) == 2
     assert "translate: error: --input" in capsys.readouterr().err
+
+
+def test_a_row_of_the_other_direction_is_translated_and_detokenised_in_its_own(prepared, tmp_path):
+    """An en-de row on the de-en data directory: fairseq-generate gets the row's direction (else it would read the
+    data directory's de-en), the German output is scored against the German reference and detokenised as German
+    (an extra raw set is prepared from English)."""
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    options = " ".join(TINY_TRANSFORMER + ["--optimizer", "adam", "--lr", "0.003", "--max-tokens", "600", "--cpu",
+                                           "--num-workers", "0", "--source-lang", "en", "--target-lang", "de"])
+    (rows / "10-en-de.args").write_text(f"# tiny en-de\n--data-bin {prepared['data']} {options}\n")
+    raw, ledger = prepared["raw"], str(tmp_path / "runs")
+    assert ledger_main(["run", "--rows", str(rows / "*.args"), "--seeds", "1", "--max-epoch", "1", "--patience", "1",
+                        "--beam", "2", "--test-ref", os.path.join(raw, "test.de"), "--test-set",
+                        f"heldout={raw}/valid.en,{raw}/valid.de", "--ledger", ledger,
+                        "--work", str(tmp_path / "work")]) == 0
+    record = json.load(open(os.path.join(ledger, "en-de.seed1.json")))
+    assert "--source-lang en --target-lang de" in record["test"]["test2016"]["generate"]
+    assert record["preparation"].startswith("sacremoses tokenisation (en)")
+    refs = records.read_lines(ledger, record["test"]["test2016"]["reference"])
+    assert refs == open(os.path.join(raw, "test.de"), encoding="utf-8").read().splitlines()
+    assert set(record["test"]) == {"test2016", "heldout"} and record["test"]["heldout"]["sentences"] > 0

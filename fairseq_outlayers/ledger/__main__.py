@@ -42,6 +42,13 @@ def _run(args) -> int:
     if not args.dry_run and not os.path.isfile(args.test_ref):
         raise OutlayersConfigError(f"--test-ref '{args.test_ref}' does not exist; give the raw reference of the "
                                    "data's test split (scripts/prepare-multi30k.sh writes work/multi30k/raw/)")
+    suffix = os.path.splitext(args.test_ref)[1].lstrip(".")
+    for row in rows:
+        target = row.languages()[1]
+        if target and len(suffix) == 2 and suffix != target:
+            raise OutlayersConfigError(f"{row.path} translates into '{target}' but --test-ref '{args.test_ref}' "
+                                       f"reads as '{suffix}'; run the rows of each direction with their own "
+                                       "--test-ref")
     failed = []
     for seed in args.seeds:
         for row in rows:

@@ -22,7 +22,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from fairseq_outlayers.cli.compare import read_row, row_data_bin
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -47,6 +47,18 @@ class LedgerRow:
 
     def decoding_beam(self, default: int) -> int:
         return self.beam or default
+
+    def languages(self) -> Tuple[Optional[str], Optional[str]]:
+        """(source, target) named by the row's ``--source-lang``/``-s`` and ``--target-lang``/``-t`` (a row that
+        trains the other direction of its data directory), else (None, None): the data directory's pair."""
+        found = {}
+        for i, arg in enumerate(self.train_args[:-1]):
+            key = {"-s": "src", "--source-lang": "src", "-t": "tgt", "--target-lang": "tgt"}.get(arg)
+            if key:
+                found[key] = self.train_args[i + 1]
+        if len(found) == 1:
+            raise OutlayersConfigError(f"{self.path}: give both --source-lang and --target-lang (or neither)")
+        return found.get("src"), found.get("tgt")
 
 
 def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:

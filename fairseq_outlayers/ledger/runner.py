@@ -124,14 +124,17 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     best_ckpt = os.path.join(run_dir, "checkpoint_best.pt")
     last, best = checkpoint_state(os.path.join(run_dir, "checkpoint_last.pt")), checkpoint_state(best_ckpt)
 
-    prep = Preparation.from_data(row.data_bin)
+    src_lang, tgt_lang = row.languages()
+    prep = Preparation.from_data(row.data_bin, src_lang, tgt_lang)
+    # the row's direction for fairseq-generate too (it would read the data directory's pair otherwise)
+    direction = ["--source-lang", src_lang, "--target-lang", tgt_lang] if src_lang else []
     tests, hyps, refs = {}, {}, {}
     sets = [(s.test_name, None, s.test_ref)] + [(n, src, ref) for n, (src, ref) in sorted(s.extra_sets.items())]
     beam = row.decoding_beam(s.beam)
     for name, src, ref in sets:
         tests[name], _, hyps[name], refs[name] = evaluate(prep, row.data_bin, best_ckpt,
                                                        os.path.join(run_dir, f"eval-{name}"), ref, src, beam,
-                                                       s.lenpen, s.batch_size)
+                                                       s.lenpen, s.batch_size, extra=direction)
         tests[name].update(source=src, reference_file=ref)
         tests[name]["generate"] = " ".join(shlex.quote(c) for c in tests[name]["generate"])
     desc, device = machine()
