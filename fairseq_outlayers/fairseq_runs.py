@@ -30,9 +30,10 @@ def log(msg, prog="compare"):
     print(f"[{prog} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_training(cmd, log_path, what, prog="compare", append=False):
-    """Run a fairseq-train command, its output to ``log_path`` with progress lines echoed; the wall seconds.
-    ``append``: add to the log (a run resuming from its checkpoint keeps the log of its earlier epochs)."""
+def run_training(cmd, log_path, what, prog="compare", append=False, label=""):
+    """Run a fairseq-train command, its output to ``log_path`` with progress lines echoed (after ``label``, which
+    tells runs apart when several run at once); the wall seconds. ``append``: add to the log (a run resuming from
+    its checkpoint keeps the log of its earlier epochs)."""
     log("  " + " ".join(shlex.quote(c) for c in cmd), prog)
     start = time.time()
     with open(log_path, "a" if append else "w", buffering=1) as out:  # line-buffered: a killed runner loses no line
@@ -43,7 +44,7 @@ def run_training(cmd, log_path, what, prog="compare", append=False):
             if "train_inner" in line or "valid on" in line:  # visible progress
                 m = re.search(r"(num_updates=\d+|valid on.*?\| loss [\d.]+)", line)
                 if m:
-                    print(f"    {m.group(1)}", flush=True)
+                    print(f"    {label}{m.group(1)}", flush=True)
         proc.wait()
     if proc.returncode != 0:
         raise SystemExit(f"{prog}: fairseq-train failed for {what}; see {log_path}")

@@ -315,3 +315,40 @@ def test_a_row_of_the_other_direction(tmp_path, capsys):
         read_ledger_row(str(row)).languages()
     row.write_text(f"# de-en\n--data-bin {data} --output-layer softmax\n")
     assert read_ledger_row(str(row)).languages() == (None, None)
+
+
+def test_jobs_run_every_row_and_seed_and_other_options_stop_before_training(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from fairseq_outlayers.ledger import runner
+
+    (tmp_path / "data").mkdir()
+    ref = tmp_path / "test.en"
+    ref.write_text("a\n")
+    for name in ("10-softmax", "20-tied"):
+        (tmp_path / f"{name}.args").write_text(f"# {name}\n--data-bin {tmp_path / 'data'} --output-layer x\n")
+    started, running, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def fake_run(row, seed, settings):
+        with lock:
+            started.append((row.name, seed))
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return fake_record(settings.ledger, row.name, seed, 30.0, HYP_A), False
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    ledger = str(tmp_path / "runs")
+    argv = ["run", "--rows", str(tmp_path / "*.args"), "--seeds", "1", "2", "--test-ref", str(ref),
+            "--ledger", ledger, "--jobs", "3"]
+    assert ledger_main(argv) == 0
+    assert started[:2] == [("softmax", 1), ("tied", 1)] and sorted(started) == [
+        ("softmax", 1), ("softmax", 2), ("tied", 1), ("tied", 2)]
+    assert most[0] == 3  # three at once
+    # the fake records hold other options than the rows give: refused before anything trains
+    started.clear()
+    assert ledger_main(argv) == 2 and started == []

@@ -5,12 +5,13 @@
         [--test-set flickr2017=SRC_FILE,REF_FILE ...] [--ledger docs/results/runs] [--work work/ledger]
     python -m fairseq_outlayers.ledger render [--ledger docs/results/runs] [--out docs/results/ledger.md]
 
-``run`` trains every row with the first seed before any row with the next one, skips each run already recorded
-(and stops when a record was made with other options), and writes one record per finished run; a failed run is
-reported and the others go on. ``render`` writes the tables from the records alone, and beside them the plots
+``run`` trains every row with the first seed before any row with the next one (``--jobs N``: N at a time, started
+in that order), skips each run already recorded (and stops, before training anything, when a record was made with
+other options), and writes one record per finished run; a failed run is reported and the others go on. ``render`` writes the tables from the records alone, and beside them the plots
 (SVG: validation per epoch, test score against trained parameters) of each table.
 """
 import argparse
+import concurrent.futures
 import glob
 import os
 import shlex
@@ -24,6 +25,7 @@ LEDGER = "docs/results/runs"
 def _run(args) -> int:
     from fairseq_outlayers.fairseq_runs import log
     from fairseq_outlayers.evaluation.scoring import parse_raw_sets
+    from fairseq_outlayers.ledger import records
     from fairseq_outlayers.ledger import rows as ledger_rows
     from fairseq_outlayers.ledger import runner
 
@@ -49,22 +51,35 @@ def _run(args) -> int:
             raise OutlayersConfigError(f"{row.path} translates into '{target}' but --test-ref '{args.test_ref}' "
                                        f"reads as '{suffix}'; run the rows of each direction with their own "
                                        "--test-ref")
+    runs = [(row, seed) for seed in args.seeds for row in rows]  # every row with a seed before the next seed
+    if args.dry_run:
+        for row, seed in runs:
+            options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
+            print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}")
+        return 0
+    for row, seed in runs:  # a record made with other options stops everything before anything trains
+        records.recorded(args.ledger, row.name, seed,
+                         ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam), row.path)
     failed = []
-    for seed in args.seeds:
-        for row in rows:
-            if args.dry_run:
-                options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
-                print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}")
-                continue
-            try:
-                record, skipped = runner.run(row, seed, settings)
-            except OutlayersConfigError:
-                raise  # a record made with other options, bad input: stop
-            except (SystemExit, Exception) as exc:  # one failed run must not stop the others
-                failed.append(f"{row.name} seed {seed}")
-                log(f"{row.name} seed {seed} FAILED: {exc}", "ledger")
-                continue
-            log(("recorded already: " if skipped else "recorded: ") + runner.summary(record, args.test_name), "ledger")
+
+    def one(row, seed):
+        try:
+            record, skipped = runner.run(row, seed, settings)
+        except OutlayersConfigError:
+            raise  # bad input: stop
+        except (SystemExit, Exception) as exc:  # one failed run must not stop the others
+            failed.append(f"{row.name} seed {seed}")
+            log(f"{row.name} seed {seed} FAILED: {exc}", "ledger")
+            return
+        log(("recorded already: " if skipped else "recorded: ") + runner.summary(record, args.test_name), "ledger")
+
+    if args.jobs == 1:
+        for row, seed in runs:
+            one(row, seed)
+    else:  # N runs at once, started in the same order; each is its own fairseq-train process
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for future in [pool.submit(one, row, seed) for row, seed in runs]:
+                future.result()
     if failed:
         print(f"ledger: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -110,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--ledger", default=LEDGER, help="where records and hypotheses are written (committed)")
     p.add_argument("--work", default="work/ledger", help="checkpoints and logs (not committed)")
+    p.add_argument("--jobs", type=int, default=1, help="train N runs at once (one fairseq-train process each; "
+                   "on a CPU give each OMP_NUM_THREADS=cores/N; several small runs share one GPU well)")
     p.add_argument("--dry-run", action="store_true", help="print each run's fairseq-train options; train nothing")
     p.set_defaults(func=_run)
     p = sub.add_parser("render", help="write the Markdown tables from the records alone")
@@ -126,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    for option in ("patience", "max_epoch", "beam"):
+    for option in ("patience", "max_epoch", "beam", "jobs"):
         if getattr(args, option, 1) < 1:
             raise SystemExit(f"ledger: --{option.replace('_', '-')} must be a positive integer")
     try:

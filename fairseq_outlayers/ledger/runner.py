@@ -120,7 +120,8 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
            "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
            "--no-progress-bar"]
     resumed = os.path.exists(os.path.join(run_dir, "checkpoint_last.pt"))
-    seconds = fairseq_runs.run_training(cmd, log_path, run_dir, prog="ledger", append=resumed)
+    seconds = fairseq_runs.run_training(cmd, log_path, run_dir, prog="ledger", append=resumed,
+                                        label=f"{row.name} seed {seed}: ")
     best_ckpt = os.path.join(run_dir, "checkpoint_best.pt")
     last, best = checkpoint_state(os.path.join(run_dir, "checkpoint_last.pt")), checkpoint_state(best_ckpt)
 
