@@ -85,8 +85,8 @@ FIGURE = re.compile(r"\| (\w+) ([-\d.e+]+|nan|inf)(?= \||$)")
 
 def validations(log_path, subset="valid"):
     """[{"epoch": 3, "num_updates": 378.0, "loss": 4.9, "bleu": 30.1, ...}, ...]: the figures of each validation of
-    ``subset`` in a fairseq-train log written with ``--log-format simple`` (the runners' format), in epoch order; an epoch validated
-    twice (a run stopped during validation and resumed) keeps its last line."""
+    ``subset`` in a fairseq-train log written with ``--log-format simple`` (the runners' format), in epoch order;
+    an epoch validated twice (a run stopped during validation and resumed) keeps its last line."""
     by_epoch = {}
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:

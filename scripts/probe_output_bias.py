@@ -111,6 +111,8 @@ def main(argv=None):
 
     model, task = load(args.checkpoint, args.data)
     layer = model.decoder.output_projection
+    if args.out_checkpoint and "bias" not in dict(layer.named_buffers()):
+        parser.error("--out-checkpoint needs the fixed classifier (its frozen bias holds the fitted one)")
     vocab = len(task.target_dictionary)
     train_x, train_y = features(model, task, "train", args.max_tokens, args.train_sentences)
     valid_x, valid_y = features(model, task, "valid", args.max_tokens)
@@ -132,9 +134,6 @@ def main(argv=None):
     if args.json:
         write_text(args.json, text + "\n")
     if args.out_checkpoint:
-        if not hasattr(layer, "bias") or not isinstance(getattr(layer, "bias"), torch.Tensor) or \
-                "bias" not in dict(layer.named_buffers()):
-            parser.error("--out-checkpoint needs the fixed classifier (its frozen bias holds the fitted one)")
         state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
         key = "decoder.output_projection.bias"
         state["model"][key] = state["model"][key] + bias.to(state["model"][key].dtype)

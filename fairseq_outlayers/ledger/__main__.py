@@ -7,8 +7,9 @@
 
 ``run`` trains every row with the first seed before any row with the next one (``--jobs N``: N at a time, started
 in that order), skips each run already recorded (and stops, before training anything, when a record was made with
-other options), and writes one record per finished run; a failed run is reported and the others go on. ``render`` writes the tables from the records alone, and beside them the plots
-(SVG: validation per epoch, test score against trained parameters) of each table.
+other options), and writes one record per finished run; a failed run is reported and the others go on.
+``render`` writes the tables from the records alone, and beside them the plots (SVG: validation per epoch, test
+score against trained parameters) of each table.
 """
 import argparse
 import concurrent.futures

@@ -60,7 +60,8 @@ class Chart:
             self.parts.append(f'<line x1="{x0}" y1="{_num(y)}" x2="{x1}" y2="{_num(y)}" stroke="#e5e5e5"/>')
             self.parts.append(f'<text x="{x0 - 6}" y="{_num(y + 4)}" text-anchor="end">{_label(t)}</text>')
         self.parts.append(f'<rect x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" fill="none" stroke="#333"/>')
-        self.parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{HEIGHT - 12}" text-anchor="middle">{escape(xlabel)}</text>')
+        self.parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{HEIGHT - 12}" text-anchor="middle">'
+                          f'{escape(xlabel)}</text>')
         self.parts.append(f'<text transform="translate(16 {(y0 + y1) / 2:.1f}) rotate(-90)" text-anchor="middle">'
                           f'{escape(ylabel)}</text>')
         self.legend_y = TOP + 4
@@ -90,7 +91,8 @@ class Chart:
     def legend(self, text: str, colour: str, dash: str = ""):
         x, y = WIDTH - RIGHT + 12, self.legend_y
         style = f' stroke-dasharray="{dash}"' if dash else ""
-        self.parts.append(f'<line x1="{x}" y1="{y}" x2="{x + 22}" y2="{y}" stroke="{colour}" stroke-width="1.5"{style}/>')
+        self.parts.append(f'<line x1="{x}" y1="{y}" x2="{x + 22}" y2="{y}" stroke="{colour}" '
+                          f'stroke-width="1.5"{style}/>')
         self.parts.append(f'<text x="{x + 28}" y="{y + 4}">{escape(text)}</text>')
         self.legend_y += 18
 
