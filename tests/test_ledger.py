@@ -25,14 +25,14 @@ HYP_B = ["a man is riding a bike down the street .", "two dogs are playing in th
          "the old man reads a newspaper in the park .", "a girl jumps .", "three persons sit around a table ."]
 
 
-def fake_record(ledger, row, seed, bleu, hyps, baseline=None, device="cpu", table="t", tok=None):
+def fake_record(ledger, row, seed, bleu, hyps, baseline=None, device="cpu", table="t", tok=None, params=None):
     rec = {"row": row, "seed": seed, "table": table, "method": row, "baseline": baseline,
            "row_file": f"configs/x/{row}.args", "description": row,
            "validation": {"metric": "bleu", "reason": "", "patience": 5, "max_epoch": 50, "best": 1.0},
            "options": ["data", "--output-layer", row, "--seed", str(seed)], "command": "fairseq-train ...",
            "commit": "abc1234", "machine": "test", "device": device, "epochs": 10, "updates": 1000,
            "best_epoch": 8, "best_updates": 800, "wall_seconds": 1.0, "training_seconds": 1.0, "resumed": False,
-           "tokens_per_second": 1000.0, "params": {"total": 10, "trained": 8, "embedding": 4, "output": 2},
+           "tokens_per_second": 1000.0, "params": params or {"total": 10, "trained": 8, "embedding": 4, "output": 2},
            "lowercase": False,
            "test": {"test2016": {"sentences": len(hyps), "sacrebleu": bleu, "sacrebleu_signature": "sig",
                                  "tokenized_bleu": bleu if tok is None else tok,
@@ -55,6 +55,19 @@ def test_three_seeds_give_mean_and_sample_deviation(tmp_path):
     assert mean_sd([30.0, 31.0, 35.0]) == (32.0, math.sqrt(7.0))
     assert mean_sd([30.0]) == (30.0, None) and mean_sd([]) == (None, None)
     assert converged_figures(ledger) == {"softmax": ["32.00 ± 2.65 (3 seeds, t/softmax)"]}
+
+
+def test_parameter_savings_are_relative_to_the_baseline(tmp_path):
+    # the shared-private row of the CPU table: trained 1,760,543 vs 2,797,568; word parameters 834,847 (embedding,
+    # output tied) vs 1,309,696 + 562,176 = 1,871,872 -> -37.07 % and -55.40 %
+    ledger = str(tmp_path)
+    fake_record(ledger, "softmax", 1, 30.0, HYP_A,
+                params={"total": 2797568, "trained": 2797568, "embedding": 1309696, "output": 562176})
+    fake_record(ledger, "sp", 1, 31.0, HYP_B, baseline="softmax",
+                params={"total": 1760543, "trained": 1760543, "embedding": 834847, "output": 0})
+    text = render(ledger)
+    assert "| 1,760,543 (-37.1 %) | 1,760,543 | 834,847 | 0 | 834,847 (-55.4 %) |" in _row_line(text, "sp")
+    assert "| 2,797,568 | 2,797,568 | 1,309,696 | 562,176 | 1,871,872 |" in _row_line(text, "softmax")
 
 
 def test_a_missing_seed_is_shown_and_not_averaged(tmp_path):

@@ -28,6 +28,17 @@ def mean_pm_sd(values: Sequence[float]) -> str:
     return f"{mean:.2f}" + (f" ± {sd:.2f}" if sd is not None else " (1 seed)")
 
 
+def _word_params(params: Dict) -> int:
+    """Parameters that represent words (input embeddings and the output layer, trained or frozen): the papers'
+    "embedding parameters" (Liu et al. 2019 count source, target and output matrices)."""
+    return params["embedding"] + params.get("output", 0)
+
+
+def _count_vs(count: int, baseline: Optional[int]) -> str:
+    """``1,760,543 (-37.1 %)``: a parameter count and its relative difference from the baseline's."""
+    return f"{count:,}" + (f" ({100.0 * (count - baseline) / baseline:+.1f} %)" if baseline else "")
+
+
 def group(records: List[Dict]) -> Dict[str, Dict[str, Dict[int, Dict]]]:
     """{table: {row: {seed: record}}}, tables and rows in order (rows by their row file's name)."""
     tables: Dict[str, Dict[str, Dict[int, Dict]]] = {}
@@ -73,8 +84,9 @@ def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], t
     extra = sorted({t for runs in rows.values() for r in runs.values() for t in r["test"]} - {test})
     head = (["row", "baseline", f"{test} sacreBLEU per seed ({' / '.join(map(str, seeds))})", "mean ± sd",
              "tokenised BLEU", "Δ vs baseline", "p (paired bootstrap)"] + [f"{t} mean ± sd" for t in extra]
-            + ["trained params", "total params", "embedding", "output layer", "epochs (best)", "updates",
-               "train tok/s", "device"])
+            + ["trained params (vs baseline)", "total params", "embedding", "output layer",
+               "word params: embedding + output (vs baseline)", "epochs (best)", "updates", "train tok/s",
+               "device"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, runs in rows.items():
         first = runs[min(runs)]
@@ -86,12 +98,16 @@ def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], t
             return mean_pm_sd([r["test"][t][key] for r in done if t in r["test"]])
 
         p = first["params"]
+        baseline = first.get("baseline")
+        base_p = rows[baseline][min(rows[baseline])]["params"] if baseline in rows else None
         cells = [name, first.get("baseline") or "", per_seed, over("sacrebleu"), over("tokenized_bleu")]
         cells += significance(ledger, rows, name, test, cache)
         cells += [over("sacrebleu", t) for t in extra]
         epochs = mean_sd([r["epochs"] for r in done])[0]
         best = mean_sd([r["best_epoch"] for r in done])[0]
-        cells += [f"{p['trained']:,}", f"{p['total']:,}", f"{p['embedding']:,}", f"{p.get('output', 0):,}",
+        cells += [_count_vs(p["trained"], base_p and base_p["trained"]), f"{p['total']:,}",
+                  f"{p['embedding']:,}", f"{p.get('output', 0):,}",
+                  _count_vs(_word_params(p), base_p and _word_params(base_p)),
                   f"{_fmt(epochs, 1)} ({_fmt(best, 1)})", f"{mean_sd([r['updates'] for r in done])[0]:,.0f}",
                   _fmt(mean_sd([r["tokens_per_second"] for r in done if r.get("tokens_per_second")])[0], 0),
                   ", ".join(sorted({r["device"] for r in done}))]
