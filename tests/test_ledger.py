@@ -9,7 +9,7 @@ import pytest
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.__main__ import main as ledger_main
-from fairseq_outlayers.ledger.render import converged_figures, render
+from fairseq_outlayers.ledger.render import compare, converged_figures, group, render
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
 from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap, sentence_stats
 
@@ -68,6 +68,27 @@ def test_parameter_savings_are_relative_to_the_baseline(tmp_path):
     text = render(ledger)
     assert "| 1,760,543 (-37.1 %) | 1,760,543 | 834,847 | 0 | 834,847 (-55.4 %) |" in _row_line(text, "sp")
     assert "| 2,797,568 | 2,797,568 | 1,309,696 | 562,176 | 1,871,872 |" in _row_line(text, "softmax")
+
+
+def test_compare_sets_any_two_rows_against_each_other(tmp_path, capsys):
+    ledger = str(tmp_path)
+    for seed, (hyp_a, hyp_b) in enumerate([(HYP_A, HYP_B), (HYP_B, HYP_A)], start=1):
+        fake_record(ledger, "softmax", seed, 30.0, HYP_A)
+        fake_record(ledger, "tied", seed, 31.0 + seed, hyp_a, baseline="softmax")
+        fake_record(ledger, "sp", seed, 33.0 + seed, hyp_b, baseline="softmax")
+    stats = {name: {seed: sentence_stats(h, REFS, False) for seed, h in hyps.items()}
+             for name, hyps in {"tied": {1: HYP_A, 2: HYP_B}, "sp": {1: HYP_B, 2: HYP_A}}.items()}
+    diff, p, seeds = paired_bootstrap(stats["sp"], stats["tied"])
+    assert seeds == [1, 2]
+    assert ledger_main(["compare", "sp", "tied", "--ledger", ledger]) == 0
+    out = capsys.readouterr().out
+    assert out == (f"t, test2016: sp 34.00 / 35.00 (seeds 1, 2: 34.50 ± 0.71) vs tied 32.00 / 33.00 (seeds 1, 2: "
+                   f"32.50 ± 0.71): Δ {diff:+.2f} over seeds 1, 2, p = {p:.3f} (paired bootstrap, 1000 resamples, "
+                   "seed 12345)\n")
+    # the same draw and statistic as the table's column for a row and its baseline
+    assert compare(ledger, group(records.read_records(ledger))["t"], "sp", "tied", "test2016")["p"] == p
+    assert ledger_main(["compare", "sp", "nope", "--ledger", ledger]) == 2
+    assert "rows with records: softmax, sp, tied" in capsys.readouterr().err
 
 
 def test_a_missing_seed_is_shown_and_not_averaged(tmp_path):

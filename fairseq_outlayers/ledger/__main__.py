@@ -1,15 +1,17 @@
-"""python -m fairseq_outlayers.ledger {run,render}: converged runs into the ledger, tables out of it.
+"""python -m fairseq_outlayers.ledger {run,render,compare}: converged runs into the ledger, tables out of it.
 
     python -m fairseq_outlayers.ledger run --rows "configs/ledger/multi30k-fixed/*.args" --seeds 1 2 3 \\
         [--patience 5] [--max-epoch 50] [--test-ref work/multi30k/raw/test_2016_flickr.en] \\
         [--test-set flickr2017=SRC_FILE,REF_FILE ...] [--ledger docs/results/runs] [--work work/ledger]
     python -m fairseq_outlayers.ledger render [--ledger docs/results/runs] [--out docs/results/ledger.md]
+    python -m fairseq_outlayers.ledger compare tiny-shared-private tiny-tied [--ledger docs/results/runs]
 
 ``run`` trains every row with the first seed before any row with the next one (``--jobs N``: N at a time, started
 in that order), skips each run already recorded (and stops, before training anything, when a record was made with
 other options), and writes one record per finished run; a failed run is reported and the others go on.
 ``render`` writes the tables from the records alone, and beside them the plots (SVG: validation per epoch, test
-score against trained parameters) of each table.
+score against trained parameters) of each table. ``compare`` sets any two rows of a table against each other
+(the tables compare each row with its own baseline only).
 """
 import argparse
 import concurrent.futures
@@ -105,6 +107,13 @@ def _render(args) -> int:
     return 0
 
 
+def _compare(args) -> int:
+    from fairseq_outlayers.ledger.render import compare_line
+
+    print(compare_line(args.ledger, args.row, args.other, args.test_name))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fairseq_outlayers.ledger",
                                      description=__doc__.strip().splitlines()[0])
@@ -139,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-name", default="test2016")
     p.add_argument("--title", default="Results ledger: converged runs")
     p.set_defaults(func=_render)
+    p = sub.add_parser("compare", help="any two rows of a table: means, difference, paired bootstrap p-value")
+    p.add_argument("row", help="a row name (e.g. tiny-shared-private)")
+    p.add_argument("other", help="the row it is compared with (e.g. tiny-tied)")
+    p.add_argument("--ledger", default=LEDGER)
+    p.add_argument("--test-name", default="test2016")
+    p.set_defaults(func=_compare)
     return parser
 
 

@@ -10,6 +10,7 @@ files named in the Markdown. ``converged_figures`` gives the same means to ``mak
 import shlex
 from typing import Dict, List, Optional, Sequence
 
+from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import plots
 from fairseq_outlayers.ledger import records as rec
 from fairseq_outlayers.ledger.stats import N_SAMPLES, SEED, mean_sd, paired_bootstrap, sentence_stats
@@ -61,23 +62,34 @@ def _stats_by_seed(ledger: str, runs: Dict[int, Dict], test: str, cache: Dict) -
     return out
 
 
+def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str, test: str,
+            cache: Optional[Dict] = None) -> Dict:
+    """Row ``name`` against row ``other`` of one table: {"diff", "p", "seeds", "complete"}, or {"why"} when the
+    two cannot be compared (no records, different devices, no seed in common)."""
+    cache = {} if cache is None else cache
+    if other not in rows:
+        return {"why": f"{other}: no records"}
+    devices = {r["device"] for r in rows[name].values()} | {r["device"] for r in rows[other].values()}
+    if len(devices) > 1:
+        return {"why": "devices differ"}
+    system = _stats_by_seed(ledger, rows[name], test, cache)
+    base = _stats_by_seed(ledger, rows[other], test, cache)
+    if not set(system) & set(base):
+        return {"why": "no common seed"}
+    diff, p, seeds = paired_bootstrap(system, base)
+    return {"diff": diff, "p": p, "seeds": seeds, "complete": set(seeds) == set(system) == set(base)}
+
+
 def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test: str, cache: Dict) -> List[str]:
     """[Δ vs baseline, p-value] cells of one row."""
     baseline = next(iter(rows[name].values())).get("baseline")
     if not baseline:
         return ["(baseline)", ""]
-    if baseline not in rows:
-        return [f"{baseline}: no records", "—"]
-    devices = {r["device"] for r in rows[name].values()} | {r["device"] for r in rows[baseline].values()}
-    if len(devices) > 1:
-        return ["—", "— (devices differ)"]
-    system = _stats_by_seed(ledger, rows[name], test, cache)
-    base = _stats_by_seed(ledger, rows[baseline], test, cache)
-    if not set(system) & set(base):
-        return ["—", "— (no common seed)"]
-    diff, p, seeds = paired_bootstrap(system, base)
-    note = "" if set(seeds) == set(system) == set(base) else f" (seeds {', '.join(map(str, seeds))})"
-    return [f"{diff:+.2f}", f"{p:.3f}{note}"]
+    c = compare(ledger, rows, name, baseline, test, cache)
+    if "why" in c:
+        return ([c["why"], "—"] if c["why"].endswith("no records") else ["—", f"— ({c['why']})"])
+    note = "" if c["complete"] else f" (seeds {', '.join(map(str, c['seeds']))})"
+    return [f"{c['diff']:+.2f}", f"{c['p']:.3f}{note}"]
 
 
 def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
@@ -165,6 +177,31 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
                       f"{v['metric']}{why}" + (f"; beam {beam}" if beam else ""))
         md.append("")
     return "\n".join(md)
+
+
+def compare_line(ledger: str, name: str, other: str, test: str = "test2016") -> str:
+    """One line: row ``name`` against row ``other`` (any two rows of one table, not only a row and its baseline),
+    the per-seed scores, means, Δ and the paired bootstrap p-value; ``ledger compare`` prints it."""
+    tables = [(t, rows) for t, rows in group(rec.read_records(ledger)).items() if name in rows and other in rows]
+    if not tables:
+        known = sorted({row for rows in group(rec.read_records(ledger)).values() for row in rows})
+        raise OutlayersConfigError(f"no table of '{ledger}' has records of both '{name}' and '{other}'; rows "
+                                   f"with records: {', '.join(known) or 'none'}")
+    table_name, rows = tables[0]
+
+    def side(row):
+        runs = {s: r["test"][test]["sacrebleu"] for s, r in sorted(rows[row].items()) if test in r["test"]}
+        if len(runs) < 2:
+            return f"{row} " + "".join(f"{v:.2f} (seed {s})" for s, v in runs.items()) if runs else f"{row} (none)"
+        return (f"{row} {' / '.join(f'{v:.2f}' for v in runs.values())} (seeds {', '.join(map(str, runs))}: "
+                f"{mean_pm_sd(list(runs.values()))})")
+
+    c = compare(ledger, rows, name, other, test)
+    if "why" in c:
+        return f"{table_name}, {test}: {side(name)} vs {side(other)}: not compared ({c['why']})"
+    return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
+            f"{', '.join(map(str, c['seeds']))}, p = {c['p']:.3f} (paired bootstrap, {N_SAMPLES} resamples, "
+            f"seed {SEED})")
 
 
 def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:
