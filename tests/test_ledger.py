@@ -11,7 +11,7 @@ from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.ledger.render import compare, converged_figures, group, render
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
-from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap, sentence_stats
+from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap, paired_bootstrap_test, sentence_stats
 
 REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
         "a woman sells fruit at a market .", "children are running on the beach .",
@@ -79,14 +79,21 @@ def test_compare_sets_any_two_rows_against_each_other(tmp_path, capsys):
     stats = {name: {seed: sentence_stats(h, REFS, False) for seed, h in hyps.items()}
              for name, hyps in {"tied": {1: HYP_A, 2: HYP_B}, "sp": {1: HYP_B, 2: HYP_A}}.items()}
     diff, p, seeds = paired_bootstrap(stats["sp"], stats["tied"])
+    low, high = paired_bootstrap_test(stats["sp"], stats["tied"])["interval"]
     assert seeds == [1, 2]
     assert ledger_main(["compare", "sp", "tied", "--ledger", ledger]) == 0
     out = capsys.readouterr().out
     assert out == (f"t, test2016: sp 34.00 / 35.00 (seeds 1, 2: 34.50 ± 0.71) vs tied 32.00 / 33.00 (seeds 1, 2: "
-                   f"32.50 ± 0.71): Δ {diff:+.2f} over seeds 1, 2, p = {p:.3f} (paired bootstrap, 1000 resamples, "
+                   f"32.50 ± 0.71): Δ {diff:+.2f} over seeds 1, 2, 95 % interval [{low:+.2f}, {high:+.2f}], p = {p:.3f} "
+                   "(paired bootstrap, 1000 resamples, "
                    "seed 12345)\n")
     # the same draw and statistic as the table's column for a row and its baseline
     assert compare(ledger, group(records.read_records(ledger))["t"], "sp", "tied", "test2016")["p"] == p
+    # the table's cells for a row and its baseline come from the same test
+    base = {seed: sentence_stats(HYP_A, REFS, False) for seed in (1, 2)}
+    c = paired_bootstrap_test(stats["sp"], base)
+    assert (f"| {c['diff']:+.2f} [{c['interval'][0]:+.2f}, {c['interval'][1]:+.2f}] | {c['p']:.3f} |"
+            in _row_line(render(ledger), "sp"))
     assert ledger_main(["compare", "sp", "nope", "--ledger", ledger]) == 2
     assert "rows with records: softmax, sp, tied" in capsys.readouterr().err
 
@@ -161,6 +168,15 @@ def test_paired_bootstrap_over_seeds_matches_an_independent_computation():
     expected_p = (np.sum(sample - sample.mean() > abs(observed)) + 1) / (n + 1)
     assert diff == pytest.approx(observed, abs=1e-6)
     assert p == pytest.approx(expected_p, abs=1e-12)
+    # the percentile interval of the signed differences, from the same draws (numpy's linear interpolation)
+    signed = sorted(mean_bleu(system, idx) - mean_bleu(baseline, idx) for idx in draws)
+    low, high = paired_bootstrap_test({s: sentence_stats(h, REFS, False) for s, h in system.items()},
+                                      {s: sentence_stats(h, REFS, False) for s, h in baseline.items()},
+                                      n_samples=n, seed=7)["interval"]
+    # rank (n - 1) * 0.025 = 2.475 and 96.525: between the 3rd/4th and 97th/98th smallest
+    assert low == pytest.approx(signed[2] + 0.475 * (signed[3] - signed[2]), abs=1e-4)
+    assert high == pytest.approx(signed[96] + 0.525 * (signed[97] - signed[96]), abs=1e-4)
+    assert low <= diff <= high
 
 
 def test_devices_are_not_mixed_in_a_comparison(tmp_path):

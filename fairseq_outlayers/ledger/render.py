@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import plots
 from fairseq_outlayers.ledger import records as rec
-from fairseq_outlayers.ledger.stats import N_SAMPLES, SEED, mean_sd, paired_bootstrap, sentence_stats
+from fairseq_outlayers.ledger.stats import N_SAMPLES, SEED, mean_sd, paired_bootstrap_test, sentence_stats
 
 DEFAULT_SEEDS = (1, 2, 3)
 
@@ -76,8 +76,8 @@ def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str
     base = _stats_by_seed(ledger, rows[other], test, cache)
     if not set(system) & set(base):
         return {"why": "no common seed"}
-    diff, p, seeds = paired_bootstrap(system, base)
-    return {"diff": diff, "p": p, "seeds": seeds, "complete": set(seeds) == set(system) == set(base)}
+    result = paired_bootstrap_test(system, base)
+    return dict(result, complete=set(result["seeds"]) == set(system) == set(base))
 
 
 def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test: str, cache: Dict) -> List[str]:
@@ -89,13 +89,14 @@ def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test:
     if "why" in c:
         return ([c["why"], "—"] if c["why"].endswith("no records") else ["—", f"— ({c['why']})"])
     note = "" if c["complete"] else f" (seeds {', '.join(map(str, c['seeds']))})"
-    return [f"{c['diff']:+.2f}", f"{c['p']:.3f}{note}"]
+    low, high = c["interval"]
+    return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]", f"{c['p']:.3f}{note}"]
 
 
 def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
     extra = sorted({t for runs in rows.values() for r in runs.values() for t in r["test"]} - {test})
     head = (["row", "baseline", f"{test} sacreBLEU per seed ({' / '.join(map(str, seeds))})", "mean ± sd",
-             "tokenised BLEU", "Δ vs baseline", "p (paired bootstrap)"] + [f"{t} mean ± sd" for t in extra]
+             "tokenised BLEU", "Δ vs baseline [95 % interval]", "p (paired bootstrap)"] + [f"{t} mean ± sd" for t in extra]
             + ["trained params (vs baseline)", "total params", "embedding", "output layer",
                "word params: embedding + output (vs baseline)", "epochs (best)", "updates", "train tok/s",
                "device"])
@@ -152,7 +153,8 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
           "over the recorded seeds; a seed without a record reads \"missing\" and is not averaged in. "
           f"p: paired bootstrap resampling of the test sentences ({N_SAMPLES} resamples, seed {SEED}, the same "
           "draw for every seed of both systems, the statistic being the difference of mean BLEU over the seeds "
-          "both have; with one seed it is `sacrebleu --paired-bs`). Epochs: trained (of the best checkpoint).", ""]
+          "both have; with one seed it is `sacrebleu --paired-bs`); the interval is the 2.5-97.5 percentile range of the "
+          "resampled differences. Epochs: trained (of the best checkpoint).", ""]
     if not records:
         md += ["The ledger holds no record yet.", ""]
         return "\n".join(md)
@@ -199,9 +201,10 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016") -> 
     c = compare(ledger, rows, name, other, test)
     if "why" in c:
         return f"{table_name}, {test}: {side(name)} vs {side(other)}: not compared ({c['why']})"
+    low, high = c["interval"]
     return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
-            f"{', '.join(map(str, c['seeds']))}, p = {c['p']:.3f} (paired bootstrap, {N_SAMPLES} resamples, "
-            f"seed {SEED})")
+            f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], p = {c['p']:.3f} "
+            f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED})")
 
 
 def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:

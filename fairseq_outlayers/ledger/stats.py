@@ -61,6 +61,15 @@ def bleu_from_stats(sums: np.ndarray) -> float:
 def paired_bootstrap(system: Dict[int, np.ndarray], baseline: Dict[int, np.ndarray], n_samples: int = N_SAMPLES,
                      seed: int = SEED) -> Tuple[float, float, List[int]]:
     """(observed difference of mean BLEU, p-value, the seeds used) over the seeds both systems have."""
+    result = paired_bootstrap_test(system, baseline, n_samples, seed)
+    return result["diff"], result["p"], result["seeds"]
+
+
+def paired_bootstrap_test(system: Dict[int, np.ndarray], baseline: Dict[int, np.ndarray],
+                          n_samples: int = N_SAMPLES, seed: int = SEED, level: float = 0.95) -> Dict:
+    """``paired_bootstrap`` with the resampled differences kept: {"diff", "p", "seeds", "interval"}, the interval
+    being the percentile bootstrap interval of the difference (``level``, 95 % by default) from the same
+    resamples as the p-value."""
     seeds = sorted(set(system) & set(baseline))
     if not seeds:
         raise ValueError("the system and its baseline have no seed in common")
@@ -78,7 +87,10 @@ def paired_bootstrap(system: Dict[int, np.ndarray], baseline: Dict[int, np.ndarr
 
     observed = difference(None)
     idxs = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
-    diffs = np.abs(np.array([difference(idx) for idx in idxs]))
+    signed = np.array([difference(idx) for idx in idxs])
+    diffs = np.abs(signed)
     centred = diffs - diffs.mean()
     p = (np.sum(centred > abs(observed)).item() + 1) / (n_samples + 1)
-    return observed, p, seeds
+    tail = 100.0 * (1.0 - level) / 2.0
+    interval = (float(np.percentile(signed, tail)), float(np.percentile(signed, 100.0 - tail)))
+    return {"diff": observed, "p": p, "seeds": seeds, "interval": interval}
