@@ -84,9 +84,8 @@ def test_compare_sets_any_two_rows_against_each_other(tmp_path, capsys):
     assert ledger_main(["compare", "sp", "tied", "--ledger", ledger]) == 0
     out = capsys.readouterr().out
     assert out == (f"t, test2016: sp 34.00 / 35.00 (seeds 1, 2: 34.50 ± 0.71) vs tied 32.00 / 33.00 (seeds 1, 2: "
-                   f"32.50 ± 0.71): Δ {diff:+.2f} over seeds 1, 2, 95 % interval [{low:+.2f}, {high:+.2f}], p = {p:.3f} "
-                   "(paired bootstrap, 1000 resamples, "
-                   "seed 12345)\n")
+                   f"32.50 ± 0.71): Δ {diff:+.2f} over seeds 1, 2, 95 % interval [{low:+.2f}, {high:+.2f}], "
+                   f"p = {p:.3f} (paired bootstrap, 1000 resamples, seed 12345)\n")
     # the same draw and statistic as the table's column for a row and its baseline
     assert compare(ledger, group(records.read_records(ledger))["t"], "sp", "tied", "test2016")["p"] == p
     # the table's cells for a row and its baseline come from the same test

@@ -85,9 +85,11 @@ def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test:
     baseline = next(iter(rows[name].values())).get("baseline")
     if not baseline:
         return ["(baseline)", ""]
+    if baseline not in rows:
+        return [f"{baseline}: no records", "—"]
     c = compare(ledger, rows, name, baseline, test, cache)
     if "why" in c:
-        return ([c["why"], "—"] if c["why"].endswith("no records") else ["—", f"— ({c['why']})"])
+        return ["—", f"— ({c['why']})"]
     note = "" if c["complete"] else f" (seeds {', '.join(map(str, c['seeds']))})"
     low, high = c["interval"]
     return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]", f"{c['p']:.3f}{note}"]
@@ -96,7 +98,8 @@ def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test:
 def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
     extra = sorted({t for runs in rows.values() for r in runs.values() for t in r["test"]} - {test})
     head = (["row", "baseline", f"{test} sacreBLEU per seed ({' / '.join(map(str, seeds))})", "mean ± sd",
-             "tokenised BLEU", "Δ vs baseline [95 % interval]", "p (paired bootstrap)"] + [f"{t} mean ± sd" for t in extra]
+             "tokenised BLEU", "Δ vs baseline [95 % interval]", "p (paired bootstrap)"]
+            + [f"{t} mean ± sd" for t in extra]
             + ["trained params (vs baseline)", "total params", "embedding", "output layer",
                "word params: embedding + output (vs baseline)", "epochs (best)", "updates", "train tok/s",
                "device"])
@@ -113,7 +116,7 @@ def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], t
         p = first["params"]
         baseline = first.get("baseline")
         base_p = rows[baseline][min(rows[baseline])]["params"] if baseline in rows else None
-        cells = [name, first.get("baseline") or "", per_seed, over("sacrebleu"), over("tokenized_bleu")]
+        cells = [name, baseline or "", per_seed, over("sacrebleu"), over("tokenized_bleu")]
         cells += significance(ledger, rows, name, test, cache)
         cells += [over("sacrebleu", t) for t in extra]
         epochs = mean_sd([r["epochs"] for r in done])[0]
@@ -153,8 +156,8 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
           "over the recorded seeds; a seed without a record reads \"missing\" and is not averaged in. "
           f"p: paired bootstrap resampling of the test sentences ({N_SAMPLES} resamples, seed {SEED}, the same "
           "draw for every seed of both systems, the statistic being the difference of mean BLEU over the seeds "
-          "both have; with one seed it is `sacrebleu --paired-bs`); the interval is the 2.5-97.5 percentile range of the "
-          "resampled differences. Epochs: trained (of the best checkpoint).", ""]
+          "both have; with one seed it is `sacrebleu --paired-bs`); the interval is the 2.5-97.5 percentile range "
+          "of the resampled differences. Epochs: trained (of the best checkpoint).", ""]
     if not records:
         md += ["The ledger holds no record yet.", ""]
         return "\n".join(md)
@@ -184,17 +187,21 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
 def compare_line(ledger: str, name: str, other: str, test: str = "test2016") -> str:
     """One line: row ``name`` against row ``other`` (any two rows of one table, not only a row and its baseline),
     the per-seed scores, means, Δ and the paired bootstrap p-value; ``ledger compare`` prints it."""
-    tables = [(t, rows) for t, rows in group(rec.read_records(ledger)).items() if name in rows and other in rows]
+    grouped = group(rec.read_records(ledger))
+    tables = [(t, rows) for t, rows in grouped.items() if name in rows and other in rows]
     if not tables:
-        known = sorted({row for rows in group(rec.read_records(ledger)).values() for row in rows})
+        known = sorted({row for rows in grouped.values() for row in rows})
         raise OutlayersConfigError(f"no table of '{ledger}' has records of both '{name}' and '{other}'; rows "
                                    f"with records: {', '.join(known) or 'none'}")
     table_name, rows = tables[0]
 
     def side(row):
         runs = {s: r["test"][test]["sacrebleu"] for s, r in sorted(rows[row].items()) if test in r["test"]}
-        if len(runs) < 2:
-            return f"{row} " + "".join(f"{v:.2f} (seed {s})" for s, v in runs.items()) if runs else f"{row} (none)"
+        if not runs:
+            return f"{row} (no {test} score)"
+        if len(runs) == 1:
+            (seed, value), = runs.items()
+            return f"{row} {value:.2f} (seed {seed})"
         return (f"{row} {' / '.join(f'{v:.2f}' for v in runs.values())} (seeds {', '.join(map(str, runs))}: "
                 f"{mean_pm_sd(list(runs.values()))})")
 
