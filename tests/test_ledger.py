@@ -366,6 +366,33 @@ def test_a_row_of_the_other_direction(tmp_path, capsys):
     assert read_ledger_row(str(row)).languages() == (None, None)
 
 
+def test_both_directions_in_one_call_each_with_its_own_reference(tmp_path, monkeypatch, capsys):
+    """The default --test-ref names the language {tgt}: each row gets the reference of its target language (its
+    --target-lang, else its data directory's target); a missing one is named before anything trains."""
+    from fairseq_outlayers.ledger import runner
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.de-en.de.idx").write_bytes(b"")
+    (tmp_path / "10-de-en.args").write_text(f"# de-en\n--data-bin {data} --output-layer softmax\n")
+    (tmp_path / "20-en-de.args").write_text(f"# en-de\n--data-bin {data} -s en -t de --output-layer softmax\n")
+    (tmp_path / "test.en").write_text("a\n")
+    seen = {}
+
+    def fake_run(row, seed, settings):
+        seen[row.name] = settings.test_ref
+        return fake_record(settings.ledger, row.name, seed, 30.0, HYP_A), False
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    argv = ["run", "--rows", str(tmp_path / "*.args"), "--seeds", "1", "--test-ref", str(tmp_path / "test.{tgt}"),
+            "--ledger", str(tmp_path / "runs")]
+    assert ledger_main(argv) == 2 and seen == {}
+    assert f"20-en-de.args: test reference '{tmp_path / 'test.de'}' does not exist" in capsys.readouterr().err
+    (tmp_path / "test.de").write_text("b\n")
+    assert ledger_main(argv) == 0
+    assert seen == {"de-en": str(tmp_path / "test.en"), "en-de": str(tmp_path / "test.de")}
+
+
 def test_jobs_run_every_row_and_seed_and_other_options_stop_before_training(tmp_path, monkeypatch):
     import threading
     import time

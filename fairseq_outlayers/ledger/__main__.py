@@ -1,7 +1,7 @@
 """python -m fairseq_outlayers.ledger {run,render,compare}: converged runs into the ledger, tables out of it.
 
     python -m fairseq_outlayers.ledger run --rows "configs/ledger/multi30k-fixed/*.args" --seeds 1 2 3 \\
-        [--patience 5] [--max-epoch 50] [--test-ref work/multi30k/raw/test_2016_flickr.en] \\
+        [--patience 5] [--max-epoch 50] [--test-ref "work/multi30k/raw/test_2016_flickr.{tgt}"] \\
         [--test-set flickr2017=SRC_FILE,REF_FILE ...] [--ledger docs/results/runs] [--work work/ledger]
     python -m fairseq_outlayers.ledger render [--ledger docs/results/runs] [--out docs/results/ledger.md]
     python -m fairseq_outlayers.ledger compare tiny-shared-private tiny-tied [--ledger docs/results/runs]
@@ -15,6 +15,7 @@ score against trained parameters) of each table. ``compare`` sets any two rows o
 """
 import argparse
 import concurrent.futures
+import dataclasses
 import glob
 import os
 import shlex
@@ -44,16 +45,7 @@ def _run(args) -> int:
                                extra_sets=parse_raw_sets(args.test_set), patience=args.patience,
                                max_epoch=args.max_epoch, beam=args.beam, lenpen=args.lenpen,
                                batch_size=args.batch_size)
-    if not args.dry_run and not os.path.isfile(args.test_ref):
-        raise OutlayersConfigError(f"--test-ref '{args.test_ref}' does not exist; give the raw reference of the "
-                                   "data's test split (scripts/prepare-multi30k.sh writes work/multi30k/raw/)")
-    suffix = os.path.splitext(args.test_ref)[1].lstrip(".")
-    for row in rows:
-        target = row.languages()[1]
-        if target and len(suffix) == 2 and suffix != target:
-            raise OutlayersConfigError(f"{row.path} translates into '{target}' but --test-ref '{args.test_ref}' "
-                                       f"reads as '{suffix}'; run the rows of each direction with their own "
-                                       "--test-ref")
+    test_refs = {} if args.dry_run else {row.path: _test_ref(args.test_ref, row) for row in rows}
     runs = [(row, seed) for seed in args.seeds for row in rows]  # every row with a seed before the next seed
     if args.dry_run:
         for row, seed in runs:
@@ -67,7 +59,7 @@ def _run(args) -> int:
 
     def one(row, seed):
         try:
-            record, skipped = runner.run(row, seed, settings)
+            record, skipped = runner.run(row, seed, dataclasses.replace(settings, test_ref=test_refs[row.path]))
         except OutlayersConfigError:
             raise  # bad input: stop
         except (SystemExit, Exception) as exc:  # one failed run must not stop the others
@@ -87,6 +79,27 @@ def _run(args) -> int:
         print(f"ledger: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _test_ref(template: str, row) -> str:
+    """The raw test reference of a row: ``{tgt}`` in the template is the row's target language (its
+    ``--target-lang``, else the target of its data directory); a plain path must end in that language."""
+    from fairseq_outlayers.rawtext import data_languages
+
+    target = row.languages()[1]
+    if "{tgt}" in template:
+        ref = template.replace("{tgt}", target or data_languages(row.data_bin)[1])
+    else:
+        ref, suffix = template, os.path.splitext(template)[1].lstrip(".")
+        if target and len(suffix) == 2 and suffix != target:
+            raise OutlayersConfigError(f"{row.path} translates into '{target}' but --test-ref '{ref}' reads as "
+                                       f"'{suffix}'; run the rows of each direction with their own --test-ref, "
+                                       "or write the language as {tgt} in it")
+    if not os.path.isfile(ref):
+        raise OutlayersConfigError(f"{row.path}: test reference '{ref}' does not exist; give the raw reference of "
+                                   "the data's test split with --test-ref (scripts/prepare-multi30k.sh writes "
+                                   "work/multi30k/raw/)")
+    return ref
 
 
 def _render(args) -> int:
@@ -123,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="every row runs with the first "
                    "seed before any row runs with the next")
     p.add_argument("--data", default=None, help="data of a row that names no --data-bin")
-    p.add_argument("--test-ref", default="work/multi30k/raw/test_2016_flickr.en",
-                   help="raw (untokenised) reference of the data's test split")
+    p.add_argument("--test-ref", default="work/multi30k/raw/test_2016_flickr.{tgt}",
+                   help="raw (untokenised) reference of the data's test split; {tgt} is each row's target "
+                   "language, so rows of both directions run in one call")
     p.add_argument("--test-name", default="test2016", help="name of that test set in the records")
     p.add_argument("--test-set", nargs="*", default=[], metavar="NAME=SRC_FILE,REF_FILE",
                    help="extra raw test sets, prepared with each row's own tokeniser, case and BPE")
