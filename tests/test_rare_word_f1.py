@@ -65,3 +65,32 @@ def test_outputs_checked_first_and_never_clobbered(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert table.read_text().startswith("| training frequency |")
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_seeds_averaged_detokenised_and_gzipped_hypotheses(tmp_path):
+    """Several files of one system (a glob or commas): mean F1 in the table, each file's in the JSON; --tokenize
+    Moses-tokenises detokenised hypotheses (the ledger's, gzipped or not); the distinct words used, last line."""
+    import gzip
+
+    train = write(tmp_path / "train.en", ["the"] * 1000 + ["dog"] * 5 + ["cat", "sat sat", "."])
+    ref = write(tmp_path / "ref.en", ["the cat sat .", "the dog"])
+    write(tmp_path / "a.seed1.hyp", ["the cat sat.", "the mat"])         # "sat." -> "sat ." by the tokeniser
+    with gzip.open(tmp_path / "a.seed2.hyp.gz", "wt", encoding="utf-8") as f:
+        f.write("the dog sat.\nthe dog\n")
+    b = write(tmp_path / "b.hyp", ["the cat sat .", "the dog"])
+    proc = run("--train", train, "--ref", ref, "--tokenize", "en", "--hyp", f"A={tmp_path}/a.seed*.hyp*",
+               "--hyp", f"B={b},{b}", "--json", str(tmp_path / "f.json"))
+    assert proc.returncode == 0, proc.stderr
+    scores = json.load(open(tmp_path / "f.json"))
+    # bucket "1" (cat and ".", 2 reference words): seed 1 matches both (F1 100); seed 2 has only "." -> P 1, R 1/2
+    mean = round((100.0 + 66.67) / 2, 2)
+    assert scores["A"]["1"]["f1_per_file"] == [100.0, 66.67] and scores["A"]["1"]["f1"] == mean
+    assert scores["A"]["5-9"]["f1_per_file"] == [0.0, 66.67]  # dog: seed 2 hyp 2 (one in sentence 1), ref 1 -> 2/3
+    assert scores["A"]["distinct_words_per_file"] == [5, 4] and scores["A"]["distinct_words"] == 4.5
+    assert scores["B"]["1"]["f1"] == 100.0 and scores["B"]["distinct_words"] == 5.0
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "| training frequency | reference words | F1 A (mean of 2) | F1 B (mean of 2) | B - A |"
+    assert f"| 1 | 2 | {mean:.2f} | 100.00 | {100 - mean:+.2f} |" in lines
+    assert lines[-1] == "| distinct words used | 5 | 4.5 | 5.0 | +0.5 |"
+    proc = run("--train", train, "--ref", ref, "--hyp", f"A={tmp_path}/none*.hyp")
+    assert proc.returncode != 0 and "none*.hyp: no file matches" in proc.stderr
