@@ -11,7 +11,8 @@ from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.ledger.render import compare, converged_figures, group, render
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
-from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap, paired_bootstrap_test, sentence_stats
+from fairseq_outlayers.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, sentence_stats,
+                                            welch_t_test)
 
 REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
         "a woman sells fruit at a market .", "children are running on the beach .",
@@ -85,7 +86,8 @@ def test_compare_sets_any_two_rows_against_each_other(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out == (f"t, test2016: sp 34.00 / 35.00 (seeds 1, 2: 34.50 ± 0.71) vs tied 32.00 / 33.00 (seeds 1, 2: "
                    f"32.50 ± 0.71): Δ {diff:+.2f} over seeds 1, 2, 95 % interval [{low:+.2f}, {high:+.2f}], "
-                   f"p = {p:.3f} (paired bootstrap, 1000 resamples, seed 12345)\n")
+                   f"p = {p:.3f} (paired bootstrap, 1000 resamples, seed 12345); over seeds p = 0.106 (Welch t = "
+                   "+2.83, df 2.0)\n")
     # the same draw and statistic as the table's column for a row and its baseline
     assert compare(ledger, group(records.read_records(ledger))["t"], "sp", "tied", "test2016")["p"] == p
     # the table's cells for a row and its baseline come from the same test
@@ -95,6 +97,38 @@ def test_compare_sets_any_two_rows_against_each_other(tmp_path, capsys):
             in _row_line(render(ledger), "sp"))
     assert ledger_main(["compare", "sp", "nope", "--ledger", ledger]) == 2
     assert "rows with records: softmax, sp, tied" in capsys.readouterr().err
+
+
+def test_welch_t_test_of_the_seeds_against_closed_forms_and_mpmath(tmp_path):
+    """Seed-level test: 34/35 vs 32/33 -> t = 2 / sqrt(0.25 + 0.25) = 2 sqrt 2, df = 2, and with two degrees of
+    freedom the t distribution has a closed form, p = 1 - t / sqrt(2 + t^2) = 1 - sqrt(0.8); unequal seeds and
+    variances against the Student t CDF in mpmath (regularised incomplete beta, 30 digits)."""
+    import mpmath
+
+    w = welch_t_test([34.0, 35.0], [32.0, 33.0])
+    assert w["t"] == pytest.approx(2 * math.sqrt(2), rel=1e-14) and w["df"] == pytest.approx(2.0, rel=1e-14)
+    assert w["p"] == pytest.approx(1 - math.sqrt(0.8), rel=1e-12)
+    # the CPU table's fixed and softmax seeds
+    a, b = [36.27, 37.90, 37.48], [39.01, 39.71, 38.67, 40.02]
+    w = welch_t_test(a, b)
+    mpmath.mp.dps = 30
+    va = mpmath.mpf(mean_sd(a)[1]) ** 2 / 3
+    vb = mpmath.mpf(mean_sd(b)[1]) ** 2 / 4
+    t = (mpmath.mpf(sum(a)) / 3 - mpmath.mpf(sum(b)) / 4) / mpmath.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 3)
+    p = mpmath.betainc(df / 2, mpmath.mpf(1) / 2, 0, df / (df + t * t), regularized=True)  # two-sided
+    assert w["t"] == pytest.approx(float(t), rel=1e-12) and w["df"] == pytest.approx(float(df), rel=1e-12)
+    assert w["p"] == pytest.approx(float(p), rel=1e-9)
+    assert welch_t_test([30.0], [31.0, 32.0]) is None and welch_t_test([30.0, 30.0], [31.0, 31.0]) is None
+    # in the table: a row with two seeds a side gets the cell, one seed a side reads so
+    ledger = str(tmp_path)
+    for seed, bleu in ((1, 32.0), (2, 33.0)):
+        fake_record(ledger, "softmax", seed, bleu, HYP_A)
+        fake_record(ledger, "sp", seed, bleu + 2.0, HYP_B, baseline="softmax")
+    fake_record(ledger, "tied", 1, 31.0, HYP_B, baseline="softmax")
+    text = render(ledger)
+    assert _row_line(text, "sp").split(" | ")[7] == "0.106"
+    assert "| — (< 2 seeds a side) |" in _row_line(text, "tied")
 
 
 def test_a_missing_seed_is_shown_and_not_averaged(tmp_path):

@@ -13,7 +13,8 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import plots
 from fairseq_outlayers.ledger import records as rec
-from fairseq_outlayers.ledger.stats import N_SAMPLES, SEED, mean_sd, paired_bootstrap_test, sentence_stats
+from fairseq_outlayers.ledger.stats import (N_SAMPLES, SEED, mean_sd, paired_bootstrap_test, sentence_stats,
+                                            welch_t_test)
 
 DEFAULT_SEEDS = (1, 2, 3)
 
@@ -64,8 +65,10 @@ def _stats_by_seed(ledger: str, runs: Dict[int, Dict], test: str, cache: Dict) -
 
 def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str, test: str,
             cache: Optional[Dict] = None) -> Dict:
-    """Row ``name`` against row ``other`` of one table: {"diff", "p", "seeds", "complete"}, or {"why"} when the
-    two cannot be compared (no records, different devices, no seed in common)."""
+    """Row ``name`` against row ``other`` of one table: {"diff", "p", "seeds", "complete", "interval", "welch"}
+    (the paired bootstrap over the test sentences, and ``welch_t_test`` of every recorded seed's score, None below
+    two seeds a side), or {"why"} when the two cannot be compared (no records, different devices, no common
+    seed)."""
     cache = {} if cache is None else cache
     if other not in rows:
         return {"why": f"{other}: no records"}
@@ -77,28 +80,37 @@ def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str
     if not set(system) & set(base):
         return {"why": "no common seed"}
     result = paired_bootstrap_test(system, base)
-    return dict(result, complete=set(result["seeds"]) == set(system) == set(base))
+
+    def scores(row):
+        return [r["test"][test]["sacrebleu"] for _, r in sorted(rows[row].items()) if test in r["test"]]
+
+    return dict(result, complete=set(result["seeds"]) == set(system) == set(base),
+                welch=welch_t_test(scores(name), scores(other)))
+
+
+def _welch(c: Dict) -> str:
+    return "— (< 2 seeds a side)" if c["welch"] is None else f"{c['welch']['p']:.3f}"
 
 
 def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test: str, cache: Dict) -> List[str]:
-    """[Δ vs baseline, p-value] cells of one row."""
+    """[Δ vs baseline, paired bootstrap p, seed-level Welch p] cells of one row."""
     baseline = next(iter(rows[name].values())).get("baseline")
     if not baseline:
-        return ["(baseline)", ""]
+        return ["(baseline)", "", ""]
     if baseline not in rows:
-        return [f"{baseline}: no records", "—"]
+        return [f"{baseline}: no records", "—", "—"]
     c = compare(ledger, rows, name, baseline, test, cache)
     if "why" in c:
-        return ["—", f"— ({c['why']})"]
+        return ["—", f"— ({c['why']})", "—"]
     note = "" if c["complete"] else f" (seeds {', '.join(map(str, c['seeds']))})"
     low, high = c["interval"]
-    return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]", f"{c['p']:.3f}{note}"]
+    return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]", f"{c['p']:.3f}{note}", _welch(c)]
 
 
 def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
     extra = sorted({t for runs in rows.values() for r in runs.values() for t in r["test"]} - {test})
     head = (["row", "baseline", f"{test} sacreBLEU per seed ({' / '.join(map(str, seeds))})", "mean ± sd",
-             "tokenised BLEU", "Δ vs baseline [95 % interval]", "p (paired bootstrap)"]
+             "tokenised BLEU", "Δ vs baseline [95 % interval]", "p (paired bootstrap)", "p (seeds: Welch t)"]
             + [f"{t} mean ± sd" for t in extra]
             + ["trained params (vs baseline)", "total params", "embedding", "output layer",
                "word params: embedding + output (vs baseline)", "epochs (best)", "updates", "train tok/s",
@@ -157,7 +169,10 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
           f"p: paired bootstrap resampling of the test sentences ({N_SAMPLES} resamples, seed {SEED}, the same "
           "draw for every seed of both systems, the statistic being the difference of mean BLEU over the seeds "
           "both have; with one seed it is `sacrebleu --paired-bs`); the interval is the 2.5-97.5 percentile range "
-          "of the resampled differences. Epochs: trained (of the best checkpoint).", ""]
+          "of the resampled differences. Both hold the trained models fixed; p (seeds) is Welch's two-sided "
+          "t-test of the per-seed scores, which counts the seed-to-seed spread instead (each seed one "
+          "observation; with three seeds a side it has little power). Epochs: trained (of the best checkpoint).",
+          ""]
     if not records:
         md += ["The ledger holds no record yet.", ""]
         return "\n".join(md)
@@ -209,9 +224,11 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016") -> 
     if "why" in c:
         return f"{table_name}, {test}: {side(name)} vs {side(other)}: not compared ({c['why']})"
     low, high = c["interval"]
+    welch = ("" if c["welch"] is None else
+             f"; over seeds p = {c['welch']['p']:.3f} (Welch t = {c['welch']['t']:+.2f}, df {c['welch']['df']:.1f})")
     return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
             f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], p = {c['p']:.3f} "
-            f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED})")
+            f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED}){welch}")
 
 
 def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:

@@ -94,3 +94,23 @@ def paired_bootstrap_test(system: Dict[int, np.ndarray], baseline: Dict[int, np.
     tail = 100.0 * (1.0 - level) / 2.0
     interval = (float(np.percentile(signed, tail)), float(np.percentile(signed, 100.0 - tail)))
     return {"diff": observed, "p": p, "seeds": seeds, "interval": interval}
+
+
+def welch_t_test(system: Sequence[float], baseline: Sequence[float]) -> Optional[Dict]:
+    """Welch's two-sided t-test of the per-seed scores of two rows: {"t", "df", "p"}, or None below two seeds a side.
+
+    The paired bootstrap resamples test sentences for fixed trained models, so it leaves out how much a score moves
+    from one training seed to the next; this test is its complement at the level of seeds (each seed one
+    observation; unequal variances; Welch-Satterthwaite degrees of freedom). With three seeds a side it has little
+    power: a p-value above 0.05 here says the seeds are too few or too spread to separate the rows."""
+    from scipy.special import stdtr
+
+    if len(system) < 2 or len(baseline) < 2:
+        return None
+    (m1, s1), (m2, s2) = mean_sd(system), mean_sd(baseline)
+    v1, v2 = s1 * s1 / len(system), s2 * s2 / len(baseline)
+    if v1 + v2 == 0.0:
+        return None
+    t = (m1 - m2) / math.sqrt(v1 + v2)
+    df = (v1 + v2) ** 2 / (v1 * v1 / (len(system) - 1) + v2 * v2 / (len(baseline) - 1))
+    return {"t": t, "df": df, "p": float(2.0 * stdtr(df, -abs(t)))}
