@@ -323,8 +323,8 @@ def test_presets_and_options(tiny_bin):
         return options.parse_args_and_arch(parser, [tiny_bin, "--user-dir", USER_DIR, "--cpu"] + extra)
 
     args = parse(["--arch", "outlayers_lstm_luong_2x2_joint"])
-    assert (args.output_layer, args.joint_dim, args.joint_activation, args.joint_structure, args.joint_dropout) \
-        == ("joint", 512, "tanh", "full", 0.0)
+    assert (args.output_layer, args.joint_dim, args.joint_activation, args.joint_structure, args.joint_dropout,
+            args.joint_no_word_bias) == ("joint", 512, "tanh", "full", 0.0, False)
     assert args.decoder_layers == 2 and args.decoder_embed_dim == 512
     args = parse(["--arch", "outlayers_transformer_iwslt_de_en_joint", "--joint-dim", "2048"])
     assert args.output_layer == "joint" and args.joint_dim == 2048 and args.decoder_ffn_embed_dim == 1024
@@ -332,6 +332,22 @@ def test_presets_and_options(tiny_bin):
 
     with pytest.raises(OutlayersConfigError, match="is a preset of --output-layer joint"):
         parse(["--arch", "outlayers_transformer_small_joint", "--output-layer", "tied"])
+    # the bias ablation: exactly |V| parameters fewer, and no bias in the logits
+    from fairseq_outlayers.models.core import build_core_output_layer
+
+    emb = nn.Embedding(7, 4)
+    layers = {}
+    for flag in ([], ["--joint-no-word-bias"]):
+        args = parse(["--arch", "outlayers_lstm_luong_2x2_joint", "--joint-dim", "6"] + flag)
+        layers[bool(flag)] = build_core_output_layer(args, None, emb, 4)
+    assert layers[False].bias is not None and layers[True].bias is None
+    count = {k: sum(p.numel() for p in v.parameters()) for k, v in layers.items()}
+    assert count[False] - count[True] == 7
+    with torch.no_grad():
+        layers[False].bias.copy_(torch.arange(7.0))
+    layers[True].load_state_dict({k: v for k, v in layers[False].state_dict().items() if k != "bias"})
+    h = torch.randn(2, 3, 4)
+    torch.testing.assert_close(layers[False](h) - torch.arange(7.0), layers[True](h), rtol=0, atol=1e-5)
 
 
 def test_bad_joint_dim_is_one_line_error(tiny_bin, tmp_path):

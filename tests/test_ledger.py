@@ -462,3 +462,26 @@ def test_jobs_run_every_row_and_seed_and_other_options_stop_before_training(tmp_
     # the fake records hold other options than the rows give: refused before anything trains
     started.clear()
     assert ledger_main(argv) == 2 and started == []
+
+
+def test_every_committed_row_file_is_a_valid_fairseq_train_command():
+    """Each configs/ledger row parses, names a baseline of its own table, and its whole command (row options plus
+    the protocol) is accepted by fairseq-train's own parser with the plugin loaded: a typo fails here, not after
+    hours of training."""
+    import glob as globmod
+
+    from fairseq import options
+
+    from fairseq_outlayers.ledger.rows import check_rows
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = sorted(globmod.glob(os.path.join(repo, "configs", "ledger", "*", "*.args")))
+    assert len(files) >= 20
+    rows = [read_ledger_row(f) for f in files]
+    assert check_rows(rows) == []  # every baseline is a row of the same table
+    for row in rows:
+        cmd = row_options(row, 1, 5, 50, row.decoding_beam(5))
+        args = options.parse_args_and_arch(options.get_training_parser(),
+                                           cmd + ["--user-dir", os.path.join(repo, "fairseq_outlayers"), "--cpu"])
+        assert args.seed == 1 and args.patience == 5 and args.max_epoch == 50, row.path
+        assert args.best_checkpoint_metric == ("bleu" if row.validate == "bleu" else "loss"), row.path

@@ -9,7 +9,8 @@ from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, Join
 
 from .registry import register_output_layer
 
-DEFAULTS = {"joint_dim": 512, "joint_activation": "tanh", "joint_structure": "full", "joint_dropout": 0.0}
+DEFAULTS = {"joint_dim": 512, "joint_activation": "tanh", "joint_structure": "full", "joint_dropout": 0.0,
+            "joint_no_word_bias": False}
 
 
 def add_joint_args(parser):
@@ -23,12 +24,16 @@ def add_joint_args(parser):
                         "only (default: full)")
     parser.add_argument("--joint-dropout", type=float, metavar="P",
                         help="dropout on the projected decoder state in the joint space (default: 0.0)")
+    parser.add_argument("--joint-no-word-bias", action="store_true", default=None,
+                        help="leave out the per-word bias b of eq. 14 (an ablation: the paper learns it; the tied "
+                        "baseline has none unless --output-bias)")
 
 
 @register_output_layer("joint", help="joint input-output embedding, sigma(E U + b_u) sigma(V h + b_v) + b "
-                       "(Pappas et al. 2018; --joint-dim, --joint-activation, --joint-structure, --joint-dropout)",
+                       "(Pappas et al. 2018; --joint-dim, --joint-activation, --joint-structure, --joint-dropout, "
+                       "--joint-no-word-bias)",
                        add_args=add_joint_args, defaults=DEFAULTS, ties_decoder_embedding=True)
 def build_joint(args, task, decoder_embed_tokens, input_dim):
     return JointOutputLayer(decoder_embed_tokens, input_dim, joint_dim=args.joint_dim,
                             activation=args.joint_activation, structure=args.joint_structure,
-                            dropout=args.joint_dropout, word_bias=True)
+                            dropout=args.joint_dropout, word_bias=not args.joint_no_word_bias)
