@@ -485,3 +485,41 @@ def test_every_committed_row_file_is_a_valid_fairseq_train_command():
                                            cmd + ["--user-dir", os.path.join(repo, "fairseq_outlayers"), "--cpu"])
         assert args.seed == 1 and args.patience == 5 and args.max_epoch == 50, row.path
         assert args.best_checkpoint_metric == ("bleu" if row.validate == "bleu" else "loss"), row.path
+
+
+def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, capsys):
+    """`ledger status`: a record (its test score), a partial run (epoch, best validation and patience left, from
+    its log: the LOG above is epochs 1-2, best 13.43 at epoch 2), a run not started, and records or partial runs
+    made with other options than the row gives now."""
+    import json
+
+    from fairseq_outlayers.ledger.rows import row_options
+
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    for name in ("10-softmax", "20-tied", "30-joint"):
+        (rows / f"{name}.args").write_text(f"# {name}\n--data-bin data --output-layer {name[3:]}\n")
+    ledger, work = str(tmp_path / "runs"), tmp_path / "work"
+    softmax = read_ledger_row(str(rows / "10-softmax.args"))
+    rec = fake_record(ledger, "softmax", 1, 31.25, HYP_A, table="rows")
+    rec["options"] = row_options(softmax, 1, 5, 50, 5)
+    records.write_record(ledger, rec, {"test2016": HYP_A}, {"test2016": REFS})
+    fake_record(ledger, "softmax", 2, 30.0, HYP_A, table="rows")  # options of another experiment
+    tied = read_ledger_row(str(rows / "20-tied.args"))
+    (work / "tied.seed1").mkdir(parents=True)
+    (work / "tied.seed1" / "options.json").write_text(json.dumps(row_options(tied, 1, 5, 50, 5)))
+    (work / "tied.seed1" / "train.log").write_text(LOG)
+    (work / "tied.seed2").mkdir()
+    (work / "tied.seed2" / "options.json").write_text(json.dumps(row_options(tied, 2, 3, 50, 5)))
+    assert ledger_main(["status", "--rows", str(rows / "*.args"), "--seeds", "1", "2", "--ledger", ledger,
+                        "--work", str(work)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "rows:"
+    assert out[1] == "  softmax seed 1: recorded: test2016 31.25, best valid 1.0, 10 epochs"
+    assert out[2].startswith("  softmax seed 2: recorded with other options than") and "rename the row" in out[2]
+    assert out[3] == (f"  tied seed 1: partial: epoch 2 of at most 50, best valid bleu 13.43 at epoch 2, 5 of 5 "
+                      f"epochs of patience left ({work / 'tied.seed1'})")
+    assert out[4] == (f"  tied seed 2: {work / 'tied.seed2'} holds a partial run with other options: remove it to "
+                      "start this one")
+    assert out[5:] == ["  joint seed 1: not started", "  joint seed 2: not started",
+                       "1 recorded, 1 partial, 2 not started, 2 other options"]

@@ -5,13 +5,15 @@
         [--test-set flickr2017=SRC_FILE,REF_FILE ...] [--ledger docs/results/runs] [--work work/ledger]
     python -m fairseq_outlayers.ledger render [--ledger docs/results/runs] [--out docs/results/ledger.md]
     python -m fairseq_outlayers.ledger compare tiny-shared-private tiny-tied [--ledger docs/results/runs]
+    python -m fairseq_outlayers.ledger status [--rows "configs/ledger/*/*.args"] [--seeds 1 2 3]
 
 ``run`` trains every row with the first seed before any row with the next one (``--jobs N``: N at a time, started
 in that order), skips each run already recorded (and stops, before training anything, when a record was made with
 other options), and writes one record per finished run; a failed run is reported and the others go on.
 ``render`` writes the tables from the records alone, and beside them the plots (SVG: validation per epoch, test
 score against trained parameters) of each table. ``compare`` sets any two rows of a table against each other
-(the tables compare each row with its own baseline only).
+(the tables compare each row with its own baseline only). ``status`` says for every row x seed whether it is
+recorded, partly trained (its epoch and best validation so far: ``run`` resumes it) or not started.
 """
 import argparse
 import concurrent.futures
@@ -33,8 +35,7 @@ def _run(args) -> int:
     from fairseq_outlayers.ledger import rows as ledger_rows
     from fairseq_outlayers.ledger import runner
 
-    files = sorted(set(f for p in args.rows for f in (glob.glob(p) or [p])))
-    rows = [ledger_rows.read_ledger_row(f, args.data) for f in files]
+    rows = [ledger_rows.read_ledger_row(f, args.data) for f in _row_files(args.rows)]
     for warning in ledger_rows.check_rows(rows):
         log(f"warning: {warning}", "ledger")
     for row in rows:
@@ -78,6 +79,21 @@ def _run(args) -> int:
     if failed:
         print(f"ledger: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _row_files(patterns):
+    return sorted(set(f for p in patterns for f in (glob.glob(p) or [p])))
+
+
+def _status(args) -> int:
+    from fairseq_outlayers.ledger import rows as ledger_rows
+    from fairseq_outlayers.ledger.status import status_lines
+
+    rows = [ledger_rows.read_ledger_row(f, args.data) for f in _row_files(args.rows)]
+    ledger_rows.check_rows(rows)
+    print("\n".join(status_lines(rows, args.seeds, args.ledger, args.work, args.patience, args.max_epoch,
+                                 args.beam)))
     return 0
 
 
@@ -168,6 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger", default=LEDGER)
     p.add_argument("--test-name", default="test2016")
     p.set_defaults(func=_compare)
+    p = sub.add_parser("status", help="every row x seed: recorded, partly trained (resumable) or not started")
+    p.add_argument("--rows", nargs="+", default=["configs/ledger/*/*.args"], help="row files or glob patterns")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--data", default=None, help="data of a row that names no --data-bin")
+    p.add_argument("--ledger", default=LEDGER)
+    p.add_argument("--work", default="work/ledger", help="where run sets its partial runs")
+    p.add_argument("--patience", type=int, default=5, help="as given to run (the options a record is checked "
+                   "against)")
+    p.add_argument("--max-epoch", type=int, default=50)
+    p.add_argument("--beam", type=int, default=5)
+    p.set_defaults(func=_status)
     return parser
 
 

@@ -1,0 +1,68 @@
+"""Where each row x seed stands: recorded, partly trained (resumable), or not started; ``ledger status`` prints it.
+
+Read from the ledger's records and from the run directories of ``--work`` (``options.json`` and the training log
+the runner keeps there); nothing is loaded from checkpoints, so it is quick enough to run at any time. A partial
+run's epoch and best validation come from its log; it resumes from its ``checkpoint_last.pt`` with the same
+``ledger run`` command.
+"""
+import json
+import os
+from typing import Dict, List, Sequence
+
+from fairseq_outlayers import fairseq_runs
+from fairseq_outlayers.ledger import records
+from fairseq_outlayers.ledger.rows import LedgerRow, row_options
+
+
+def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, max_epoch: int,
+              beam: int, test: str = "test2016") -> Dict:
+    """{"state": "recorded" | "other options" | "partial" | "not started", "text": one line of detail}."""
+    options = row_options(row, seed, patience, max_epoch, beam)
+    path = records.record_path(ledger, row.name, seed)
+    if os.path.exists(path):
+        record = records.load_record(path)
+        if record["options"] != options:
+            return {"state": "other options",
+                    "text": f"recorded with other options than {row.path} now gives ({path}): rename the row or "
+                            "move the record away"}
+        score = record["test"].get(test, {}).get("sacrebleu")
+        return {"state": "recorded",
+                "text": f"recorded: {test} {score:.2f}, best valid {record['validation']['best']}, "
+                        f"{record['epochs']} epochs" if score is not None else "recorded"}
+    run_dir = os.path.join(work, f"{row.name}.seed{seed}")
+    claim, log = os.path.join(run_dir, "options.json"), os.path.join(run_dir, "train.log")
+    if not os.path.exists(claim):
+        return {"state": "not started", "text": "not started"}
+    with open(claim, encoding="utf-8") as f:
+        if json.load(f) != options:
+            return {"state": "other options",
+                    "text": f"{run_dir} holds a partial run with other options: remove it to start this one"}
+    validations = fairseq_runs.validations(log) if os.path.exists(log) else []
+    metric = "bleu" if row.validate == "bleu" else "loss"
+    scored = [v for v in validations if metric in v]
+    if not scored:
+        return {"state": "partial", "text": f"partial: no validation yet ({run_dir})"}
+    pick = max if metric == "bleu" else min
+    best = pick(scored, key=lambda v: v[metric])
+    last = scored[-1]["epoch"]
+    left = patience - (last - best["epoch"])
+    return {"state": "partial",
+            "text": f"partial: epoch {last} of at most {max_epoch}, best valid {metric} {best[metric]} at epoch "
+                    f"{best['epoch']}, {max(left, 0)} of {patience} epochs of patience left ({run_dir})"}
+
+
+def status_lines(rows: List[LedgerRow], seeds: Sequence[int], ledger: str, work: str, patience: int,
+                 max_epoch: int, beam: int) -> List[str]:
+    """One line per row x seed, grouped by table, then the counts per state."""
+    lines, counts, table = [], {}, None
+    for row in sorted(rows, key=lambda r: (r.table, os.path.basename(r.path))):
+        if row.table != table:
+            table = row.table
+            lines.append(f"{table}:")
+        for seed in seeds:
+            state = run_state(row, seed, ledger, work, patience, max_epoch, beam)
+            counts[state["state"]] = counts.get(state["state"], 0) + 1
+            lines.append(f"  {row.name} seed {seed}: {state['text']}")
+    order = ("recorded", "partial", "not started", "other options")
+    lines.append(", ".join(f"{counts[s]} {s}" for s in order if s in counts))
+    return lines
