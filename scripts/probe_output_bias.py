@@ -6,6 +6,10 @@ nothing in the output layer can say that "a" is more frequent than "trombone". T
 learns only a bias ``b`` (one value per target word, initialised to 0) on top of its output layer from the training
 data, and reports the validation NLL (bits per target token, fairseq's ``nll_loss``) without ``b``, with the log
 unigram frequency as ``b`` and with the fitted ``b``, and the rank correlation of the fitted ``b`` with word counts.
+It also fits a single scale ``s`` on the logits (a learned temperature, ``s * logits``, initialised to 1) the same
+way, and reports its validation NLL and value and the mean norm of the decoder features: a layer whose logits are
+bounded (unit-norm fixed rows: ``|logit| <= ||h||``) and cannot reach the sharpness the data asks for gains from
+``s > 1``.
 
     python scripts/probe_output_bias.py work/ledger/tiny-fixed.seed1/checkpoint_best.pt \\
         [--data work/multi30k/data-bin/de-en] [--epochs 3] [--json probe.json] [--out-checkpoint fixed+bias.pt]
@@ -91,6 +95,33 @@ def fit_bias(layer, feats, targets, vocab, epochs, lr, seed=1):
     return bias.detach()
 
 
+def fit_scale(layer, feats, targets, epochs, lr, seed=1):
+    """One scale on the frozen layer's logits (fitted as its logarithm, from 0), Adam on the training tokens."""
+    log_scale = torch.zeros((), requires_grad=True)
+    opt = torch.optim.Adam([log_scale], lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    chunks = range(0, len(targets), CHUNK)
+    for _ in range(epochs):
+        for j in torch.randperm(len(chunks), generator=gen).tolist():
+            with torch.no_grad():
+                logits = layer(feats[chunks[j]:chunks[j] + CHUNK]).float()
+            opt.zero_grad()
+            F.cross_entropy(logits * log_scale.exp(), targets[chunks[j]:chunks[j] + CHUNK]).backward()
+            opt.step()
+    return log_scale.detach().exp()
+
+
+class Scaled(torch.nn.Module):
+    """The frozen layer's logits times a scale (for ``nll_bits``)."""
+
+    def __init__(self, layer, scale):
+        super().__init__()
+        self.layer, self.scale = layer, scale
+
+    def forward(self, x):
+        return self.layer(x) * self.scale
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("checkpoint")
@@ -119,16 +150,20 @@ def main(argv=None):
     counts = torch.bincount(train_y, minlength=vocab).double()
     unigram = torch.log(counts + 1).float()
     bias = fit_bias(layer, train_x, train_y, vocab, args.epochs, args.lr)
+    scale = fit_scale(layer, train_x, train_y, args.epochs, args.lr)
     seen = counts > 0
     rho = spearmanr(bias[seen].numpy(), counts[seen].numpy()).correlation
     out = {"checkpoint": args.checkpoint, "layer": type(layer).__name__, "train_tokens": len(train_y),
            "valid_tokens": len(valid_y),
            "valid_nll_bits": {"no bias": round(nll_bits(layer, valid_x, valid_y), 4),
                               "log unigram bias": round(nll_bits(layer, valid_x, valid_y, unigram), 4),
-                              "fitted bias": round(nll_bits(layer, valid_x, valid_y, bias), 4)},
+                              "fitted bias": round(nll_bits(layer, valid_x, valid_y, bias), 4),
+                              "fitted scale": round(nll_bits(Scaled(layer, scale), valid_x, valid_y), 4)},
            "train_nll_bits": {"no bias": round(nll_bits(layer, train_x, train_y), 4),
                               "fitted bias": round(nll_bits(layer, train_x, train_y, bias), 4)},
-           "spearman_bias_count": round(float(rho), 4), "epochs": args.epochs, "lr": args.lr}
+           "spearman_bias_count": round(float(rho), 4), "fitted_scale": round(float(scale), 4),
+           "valid_feature_norm_mean": round(valid_x.norm(dim=1).mean().item(), 3),
+           "epochs": args.epochs, "lr": args.lr}
     text = json.dumps(out, indent=2)
     print(text)
     if args.json:

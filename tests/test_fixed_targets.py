@@ -375,7 +375,8 @@ def test_norm_frequency_plot_is_saved_with_matplotlib(tiny_bin, transformer_run,
 # ------------------------------------------------------------------------------------- frequency-prior probe
 def test_output_bias_probe(tiny_bin, tmp_path):
     """scripts/probe_output_bias.py: its no-bias NLL is the model's own over every validation sentence, the fitted
-    bias does not raise the training NLL, and the checkpoint it writes carries that bias into fairseq's model."""
+    bias does not raise the training NLL, and the checkpoint it writes carries that bias into fairseq's model; the
+    fitted logit scale's NLL is fairseq's own with the logits multiplied by it."""
     import json
 
     from fairseq import checkpoint_utils
@@ -388,7 +389,7 @@ def test_output_bias_probe(tiny_bin, tmp_path):
                        "--out-checkpoint", str(out_ckpt)]) == 0
     result = json.loads(out_json.read_text())
 
-    def valid_nll(path):  # independent: fairseq's own forward and normalisation, every sentence, base 2
+    def valid_nll(path, scale=1.0):  # independent: fairseq's own forward and normalisation, every sentence, base 2
         models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": tiny_bin})
         model = models[0].eval()
         task.load_dataset("valid")
@@ -397,7 +398,8 @@ def test_output_bias_probe(tiny_bin, tmp_path):
         total = count = 0
         with torch.no_grad():
             for batch in itr:
-                lprobs = model.get_normalized_probs(model(**batch["net_input"]), log_probs=True)
+                logits, extra = model(**batch["net_input"])
+                lprobs = model.get_normalized_probs((logits * scale, extra), log_probs=True)
                 mask = batch["target"].ne(task.target_dictionary.pad())
                 total += F.nll_loss(lprobs[mask], batch["target"][mask], reduction="sum").item()
                 count += int(mask.sum())
@@ -408,6 +410,9 @@ def test_output_bias_probe(tiny_bin, tmp_path):
     assert result["valid_nll_bits"]["no bias"] == pytest.approx(plain, abs=1e-4)
     assert result["valid_nll_bits"]["fitted bias"] == pytest.approx(with_bias, abs=1e-4)
     assert result["train_nll_bits"]["fitted bias"] <= result["train_nll_bits"]["no bias"]
+    assert result["fitted_scale"] > 0 and result["fitted_scale"] != 1.0
+    assert result["valid_nll_bits"]["fitted scale"] == pytest.approx(valid_nll(ckpt, result["fitted_scale"])[0],
+                                                                      abs=2e-4)
     assert bool(model.decoder.output_projection.bias.any())  # the fitted bias is in the model generate loads
     with pytest.raises(SystemExit):  # nothing is overwritten
         probe.main([ckpt, "--data", tiny_bin, "--json", str(out_json)])
