@@ -67,38 +67,26 @@ def features(model, task, split, max_tokens, max_sentences=None):
     return torch.cat(feats), torch.cat(targets)
 
 
-def nll_bits(layer, feats, targets, bias=None):
-    """Mean negative log-likelihood of the targets in bits, the output layer's logits plus ``bias``."""
+def nll_bits(layer, feats, targets, bias=None, scale=None):
+    """Mean negative log-likelihood of the targets in bits, the output layer's logits (times ``scale``) plus
+    ``bias``."""
     total = 0.0
     with torch.no_grad():
         for i in range(0, len(targets), CHUNK):
             logits = layer(feats[i:i + CHUNK]).float()
+            if scale is not None:
+                logits = logits * scale
             if bias is not None:
                 logits = logits + bias
             total += F.cross_entropy(logits, targets[i:i + CHUNK], reduction="sum").item()
     return total / len(targets) / math.log(2)
 
 
-def fit_bias(layer, feats, targets, vocab, epochs, lr, seed=1):
-    """A bias over the frozen layer's logits, Adam on the training tokens' cross-entropy."""
-    bias = torch.zeros(vocab, requires_grad=True)
-    opt = torch.optim.Adam([bias], lr=lr)
-    gen = torch.Generator().manual_seed(seed)
-    chunks = range(0, len(targets), CHUNK)
-    for _ in range(epochs):
-        for j in torch.randperm(len(chunks), generator=gen).tolist():
-            with torch.no_grad():  # the layer is frozen: its logits are computed chunk by chunk, never all kept
-                logits = layer(feats[chunks[j]:chunks[j] + CHUNK]).float()
-            opt.zero_grad()
-            F.cross_entropy(logits + bias, targets[chunks[j]:chunks[j] + CHUNK]).backward()
-            opt.step()
-    return bias.detach()
-
-
-def fit_scale(layer, feats, targets, epochs, lr, seed=1):
-    """One scale on the frozen layer's logits (fitted as its logarithm, from 0), Adam on the training tokens."""
-    log_scale = torch.zeros((), requires_grad=True)
-    opt = torch.optim.Adam([log_scale], lr=lr)
+def fit_on_logits(layer, feats, targets, init, apply, epochs, lr, seed=1):
+    """Parameters ``init`` of ``apply(logits, param)`` over the frozen layer's logits, Adam on the training tokens'
+    cross-entropy (the layer's logits are computed chunk by chunk, never all kept)."""
+    param = init.clone().requires_grad_(True)
+    opt = torch.optim.Adam([param], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     chunks = range(0, len(targets), CHUNK)
     for _ in range(epochs):
@@ -106,20 +94,19 @@ def fit_scale(layer, feats, targets, epochs, lr, seed=1):
             with torch.no_grad():
                 logits = layer(feats[chunks[j]:chunks[j] + CHUNK]).float()
             opt.zero_grad()
-            F.cross_entropy(logits * log_scale.exp(), targets[chunks[j]:chunks[j] + CHUNK]).backward()
+            F.cross_entropy(apply(logits, param), targets[chunks[j]:chunks[j] + CHUNK]).backward()
             opt.step()
-    return log_scale.detach().exp()
+    return param.detach()
 
 
-class Scaled(torch.nn.Module):
-    """The frozen layer's logits times a scale (for ``nll_bits``)."""
+def fit_bias(layer, feats, targets, vocab, epochs, lr, seed=1):
+    """A bias over the frozen layer's logits."""
+    return fit_on_logits(layer, feats, targets, torch.zeros(vocab), lambda z, b: z + b, epochs, lr, seed)
 
-    def __init__(self, layer, scale):
-        super().__init__()
-        self.layer, self.scale = layer, scale
 
-    def forward(self, x):
-        return self.layer(x) * self.scale
+def fit_scale(layer, feats, targets, epochs, lr, seed=1):
+    """One scale on the frozen layer's logits (fitted as its logarithm, from 0)."""
+    return fit_on_logits(layer, feats, targets, torch.zeros(()), lambda z, s: z * s.exp(), epochs, lr, seed).exp()
 
 
 def main(argv=None):
@@ -158,7 +145,7 @@ def main(argv=None):
            "valid_nll_bits": {"no bias": round(nll_bits(layer, valid_x, valid_y), 4),
                               "log unigram bias": round(nll_bits(layer, valid_x, valid_y, unigram), 4),
                               "fitted bias": round(nll_bits(layer, valid_x, valid_y, bias), 4),
-                              "fitted scale": round(nll_bits(Scaled(layer, scale), valid_x, valid_y), 4)},
+                              "fitted scale": round(nll_bits(layer, valid_x, valid_y, scale=scale), 4)},
            "train_nll_bits": {"no bias": round(nll_bits(layer, train_x, train_y), 4),
                               "fitted bias": round(nll_bits(layer, train_x, train_y, bias), 4)},
            "spearman_bias_count": round(float(rho), 4), "fitted_scale": round(float(scale), 4),
