@@ -11,8 +11,8 @@ from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.ledger.render import compare, converged_figures, group, render
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
-from fairseq_outlayers.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, sentence_stats,
-                                            welch_t_test)
+from fairseq_outlayers.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
+                                            sentence_stats, welch_t_test)
 
 REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
         "a woman sells fruit at a market .", "children are running on the beach .",
@@ -87,7 +87,8 @@ def test_compare_sets_any_two_rows_against_each_other(tmp_path, capsys):
     assert out == (f"t, test2016: sp 34.00 / 35.00 (seeds 1, 2: 34.50 ± 0.71) vs tied 32.00 / 33.00 (seeds 1, 2: "
                    f"32.50 ± 0.71): Δ {diff:+.2f} over seeds 1, 2, 95 % interval [{low:+.2f}, {high:+.2f}], "
                    f"p = {p:.3f} (paired bootstrap, 1000 resamples, seed 12345); over seeds p = 0.106 (Welch t = "
-                   "+2.83, df 2.0)\n")
+                   "+2.83, df 2.0); 4 seeds a row would find a true difference of 2.00 four times in five at this "
+                   "seed spread (0.71)\n")
     # the same draw and statistic as the table's column for a row and its baseline
     assert compare(ledger, group(records.read_records(ledger))["t"], "sp", "tied", "test2016")["p"] == p
     # the table's cells for a row and its baseline come from the same test
@@ -129,6 +130,35 @@ def test_welch_t_test_of_the_seeds_against_closed_forms_and_mpmath(tmp_path):
     text = render(ledger)
     assert _row_line(text, "sp").split(" | ")[7] == "0.106"
     assert "| — (< 2 seeds a side) |" in _row_line(text, "tied")
+
+
+def test_seeds_for_power_against_cohens_table_and_a_direct_integral():
+    """Seeds a row for 80 % power, two-sided 5 %: Cohen's (1988) sample sizes per group for d = 0.2 / 0.5 / 0.8 /
+    1.0 (394 / 64 / 26 / 17, as G*Power gives them); the power at the answer and one seed fewer against the
+    noncentral t written as an integral over the chi variable in mpmath; no spread or no difference: None."""
+    import mpmath
+
+    assert [seeds_for_power(d, 1.0) for d in (0.2, 0.5, 0.8, 1.0)] == [394, 64, 26, 17]
+    assert seeds_for_power(-0.8, 1.0) == 26 and seeds_for_power(1.6, 2.0) == 26  # sign- and scale-free
+    assert seeds_for_power(0.0, 1.0) is None and seeds_for_power(1.0, 0.0) is None
+    assert seeds_for_power(0.01, 1.0, most=1000) is None
+    mpmath.mp.dps = 20
+
+    def power(n, effect):
+        # P(|Z + delta| / sqrt(V / df) > c), V ~ chi2(df): integrate over V in closed form for Z
+        df, delta = 2 * n - 2, effect * mpmath.sqrt(mpmath.mpf(n) / 2)
+        from scipy.stats import t as student_t
+        c = mpmath.mpf(student_t.ppf(0.975, df))
+        density = lambda v: v ** (df / 2 - 1) * mpmath.exp(-v / 2) / (2 ** (df / 2) * mpmath.gamma(df / 2))
+        tail = lambda v: (mpmath.ncdf(-c * mpmath.sqrt(v / df) - delta)
+                          + 1 - mpmath.ncdf(c * mpmath.sqrt(v / df) - delta))
+        return mpmath.quad(lambda v: density(v) * tail(v), [0, df, mpmath.inf])
+
+    for effect in (0.5, 3.08):
+        n = seeds_for_power(effect, 1.0)
+        assert power(n, effect) >= 0.8 > power(n - 1, effect)
+    # three seeds a row: a difference of 3.071 seed deviations (2.15 BLEU at a spread of 0.7), not 3.07
+    assert seeds_for_power(3.072, 1.0) == 3 and seeds_for_power(3.07, 1.0) == 4
 
 
 def test_a_missing_seed_is_shown_and_not_averaged(tmp_path):

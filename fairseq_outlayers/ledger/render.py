@@ -7,13 +7,15 @@ hypotheses and references kept in the ledger), the extra test sets, parameter co
 the device; with ``figures``, the plots of ``plots`` (learning curves, score against trained parameters) as SVG
 files named in the Markdown. ``converged_figures`` gives the same means to ``make demo``'s table.
 """
+import math
 import shlex
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import plots
 from fairseq_outlayers.ledger import records as rec
-from fairseq_outlayers.ledger.stats import (N_SAMPLES, SEED, mean_sd, paired_bootstrap_test, sentence_stats,
+from fairseq_outlayers.ledger.stats import (N_SAMPLES, SEED, mean_sd, paired_bootstrap_test,
+                                            seeds_for_power, sentence_stats,
                                             welch_t_test)
 
 DEFAULT_SEEDS = (1, 2, 3)
@@ -80,12 +82,26 @@ def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str
     if not set(system) & set(base):
         return {"why": "no common seed"}
     result = paired_bootstrap_test(system, base)
-
-    def scores(row):
-        return [r["test"][test]["sacrebleu"] for _, r in sorted(rows[row].items()) if test in r["test"]]
-
     return dict(result, complete=set(result["seeds"]) == set(system) == set(base),
-                welch=welch_t_test(scores(name), scores(other)))
+                welch=welch_t_test(_scores(rows, name, test), _scores(rows, other, test)))
+
+
+def _scores(rows: Dict[str, Dict[int, Dict]], row: str, test: str) -> List[float]:
+    return [r["test"][test]["sacrebleu"] for _, r in sorted(rows[row].items()) if test in r["test"]]
+
+
+def _power(system: Sequence[float], baseline: Sequence[float]) -> str:
+    """'; N seeds a row would find ...': how many seeds a row the seed-level test would need to find the difference
+    of the two rows' seed means four times in five (two-sided, 5 % level; ``seeds_for_power``) at their pooled
+    seed standard deviation."""
+    (m1, s1), (m2, s2) = mean_sd(system), mean_sd(baseline)
+    spread = math.sqrt((s1 * s1 + s2 * s2) / 2.0)
+    if m1 == m2 or spread == 0.0:
+        return ""
+    n = seeds_for_power(m1 - m2, spread)
+    need = "more than 10000" if n is None else str(n)
+    return (f"; {need} seeds a row would find a true difference of {abs(m1 - m2):.2f} four times in five at this "
+            f"seed spread ({spread:.2f})")
 
 
 def _welch(c: Dict) -> str:
@@ -225,7 +241,8 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016") -> 
         return f"{table_name}, {test}: {side(name)} vs {side(other)}: not compared ({c['why']})"
     low, high = c["interval"]
     welch = ("" if c["welch"] is None else
-             f"; over seeds p = {c['welch']['p']:.3f} (Welch t = {c['welch']['t']:+.2f}, df {c['welch']['df']:.1f})")
+             f"; over seeds p = {c['welch']['p']:.3f} (Welch t = {c['welch']['t']:+.2f}, df {c['welch']['df']:.1f})"
+             + _power(_scores(rows, name, test), _scores(rows, other, test)))
     return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
             f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], p = {c['p']:.3f} "
             f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED}){welch}")

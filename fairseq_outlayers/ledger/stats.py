@@ -114,3 +114,39 @@ def welch_t_test(system: Sequence[float], baseline: Sequence[float]) -> Optional
     t = (m1 - m2) / math.sqrt(v1 + v2)
     df = (v1 + v2) ** 2 / (v1 * v1 / (len(system) - 1) + v2 * v2 / (len(baseline) - 1))
     return {"t": t, "df": df, "p": float(2.0 * stdtr(df, -abs(t)))}
+
+
+def seeds_for_power(diff: float, sd: float, alpha: float = 0.05, power: float = 0.8,
+                    most: int = 10000) -> Optional[int]:
+    """Seeds per row a two-sided two-sample t-test at level ``alpha`` needs to find a true difference ``diff``
+    between two rows whose scores spread with standard deviation ``sd`` from seed to seed, with probability
+    ``power``; None when ``most`` seeds would not do, or when there is no spread to measure.
+
+    Exact (noncentral t with 2n - 2 degrees of freedom and noncentrality diff / sd * sqrt(n / 2)), equal seeds a
+    side; Cohen's (1988) table gives 64 seeds a side for diff / sd = 0.5, 26 for 0.8. It says how far a
+    three-seed comparison can see: three seeds a row find a difference four times in five only when it is
+    above 3.071 seed standard deviations (2.15 BLEU at a spread of 0.7)."""
+    from scipy.stats import nct, t as student_t
+
+    if sd <= 0.0 or diff == 0.0:
+        return None
+    effect = abs(diff) / sd
+
+    def achieved(n: int) -> float:
+        df = 2 * n - 2
+        critical = student_t.ppf(1.0 - alpha / 2.0, df)
+        shift = effect * math.sqrt(n / 2.0)
+        return float(nct.sf(critical, df, shift) + nct.cdf(-critical, df, shift))
+
+    low, high = 2, 2
+    while achieved(high) < power:
+        if high >= most:
+            return None
+        low, high = high + 1, min(2 * high, most)
+    while low < high:
+        middle = (low + high) // 2
+        if achieved(middle) >= power:
+            high = middle
+        else:
+            low = middle + 1
+    return high
