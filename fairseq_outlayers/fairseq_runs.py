@@ -6,12 +6,15 @@
   resumes), progress echoed;
 * ``training_speed(log_path)``: training target tokens per second, from that log;
 * ``validations(log_path)``: the figures of every validation in that log, one dict per epoch;
+* ``epoch_seconds(log_path)``: the median wall time of one epoch (training and validation) in that log;
 * ``parameter_counts(checkpoint)``: the parameter report of ``python -m fairseq_outlayers params``.
 """
+import datetime
 import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -99,6 +102,32 @@ def validations(log_path, subset="valid"):
             values = {k: float(v) for k, v in FIGURE.findall(line.rstrip()) if k != "epoch"}
             by_epoch[number] = dict({"epoch": number}, **values)
     return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ")
+
+
+def epoch_seconds(log_path, subset="valid"):
+    """The median wall seconds from one validation of ``subset`` to the next epoch's, read from the time stamps of a
+    fairseq-train log (training plus validation, on the machine and load the run had); intervals that span a
+    resume are left out, as they hold the time the run was stopped. None below two validations in one stretch."""
+    gaps, last = [], None  # last: (epoch, time) of the previous validation in this stretch of the log
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if RESUMED.search(line):
+                last = None
+                continue
+            if f"valid on '{subset}' subset" not in line:
+                continue
+            stamp, epoch = STAMP.match(line), re.search(r"\| epoch (\d+) \|", line)
+            if not (stamp and epoch):
+                continue
+            when = datetime.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S")
+            number = int(epoch.group(1))
+            if last is not None and number == last[0] + 1:
+                gaps.append((when - last[1]).total_seconds())
+            last = (number, when)
+    return statistics.median(gaps) if gaps else None
 
 
 def parameter_counts(checkpoint, prog="compare"):

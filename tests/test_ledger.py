@@ -384,6 +384,25 @@ def test_learning_curve_and_speed_from_a_resumed_log(tmp_path):
     assert training_speed(str(log)) == pytest.approx(300000 / (100 + 50 + 25))
 
 
+def test_epoch_seconds_is_the_median_gap_between_validations_within_one_stretch_of_a_log(tmp_path):
+    """Epochs 1-4 validated 100, 300 and 120 s apart; a resume (34 min stopped) then epochs 5-6, 110 s apart: the
+    median of 100, 300, 120 and 110 is 115; the gap across the resume and the test-subset line are not counted."""
+    from fairseq_outlayers.fairseq_runs import epoch_seconds
+
+    def valid(time, epoch, subset="valid"):
+        return f"2026-11-23 {time} | INFO | valid | epoch {epoch:03d} | valid on '{subset}' subset | loss 5.0\n"
+
+    log = tmp_path / "train.log"
+    log.write_text(valid("10:00:00", 1) + valid("10:01:40", 2) + valid("10:01:50", 2, "test")
+                   + valid("10:06:40", 3) + valid("10:08:40", 4)
+                   + "2026-11-23 10:45:00 | INFO | fairseq.trainer | Loaded checkpoint c.pt (epoch 4 @ 504 updates)\n"
+                   + valid("10:47:00", 5) + valid("10:48:50", 6))
+    assert epoch_seconds(str(log)) == 115.0
+    assert epoch_seconds(str(log), "test") is None
+    (tmp_path / "one.log").write_text(valid("10:00:00", 1))
+    assert epoch_seconds(str(tmp_path / "one.log")) is None
+
+
 def test_plots_are_drawn_from_the_records_and_deterministic(tmp_path):
     import xml.etree.ElementTree as ET
 
@@ -541,15 +560,20 @@ def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, ca
     (work / "tied.seed1" / "train.log").write_text(LOG)
     (work / "tied.seed2").mkdir()
     (work / "tied.seed2" / "options.json").write_text(json.dumps(row_options(tied, 2, 3, 50, 5)))
+    joint = fake_record(ledger, "joint", 3, 32.0, HYP_A, table="rows")  # a seed not asked for: a guide to the cost
+    joint.update(epochs=30, training_seconds=5400.0)
+    records.write_record(ledger, joint, {"test2016": HYP_A}, {"test2016": REFS})
     assert ledger_main(["status", "--rows", str(rows / "*.args"), "--seeds", "1", "2", "--ledger", ledger,
                         "--work", str(work)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "rows:"
     assert out[1] == "  softmax seed 1: recorded: test2016 31.25, best valid 1.0, 10 epochs"
     assert out[2].startswith("  softmax seed 2: recorded with other options than") and "rename the row" in out[2]
+    # the epoch took 119 s (21:24:01 to 21:26:00; the resumed stretch has one validation): 5 epochs at least
     assert out[3] == (f"  tied seed 1: partial: epoch 2 of at most 50, best valid bleu 13.43 at epoch 2, 5 of 5 "
-                      f"epochs of patience left ({work / 'tied.seed1'})")
+                      f"epochs of patience left, 2.0 min an epoch here (at least 10 min more) ({work / 'tied.seed1'})")
     assert out[4] == (f"  tied seed 2: {work / 'tied.seed2'} holds a partial run with other options: remove it to "
                       "start this one")
-    assert out[5:] == ["  joint seed 1: not started", "  joint seed 2: not started",
+    cost = " (its 1 recorded seed took 30 epochs, 90 min of training on cpu)"
+    assert out[5:] == [f"  joint seed 1: not started{cost}", f"  joint seed 2: not started{cost}",
                        "1 recorded, 1 partial, 2 not started, 2 other options"]

@@ -2,8 +2,9 @@
 
 Read from the ledger's records and from the run directories of ``--work`` (``options.json`` and the training log
 the runner keeps there); nothing is loaded from checkpoints, so it is quick enough to run at any time. A partial
-run's epoch and best validation come from its log; it resumes from its ``checkpoint_last.pt`` with the same
-``ledger run`` command.
+run's epoch, best validation and pace (minutes an epoch, from the log's time stamps) come from its log; it resumes
+from its ``checkpoint_last.pt`` with the same ``ledger run`` command. A run not started is shown with what the
+row's recorded seeds took, to plan which runs fit in the time a machine has.
 """
 import json
 import os
@@ -32,7 +33,7 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
     run_dir = os.path.join(work, f"{row.name}.seed{seed}")
     claim, log = os.path.join(run_dir, "options.json"), os.path.join(run_dir, "train.log")
     if not os.path.exists(claim):
-        return {"state": "not started", "text": "not started"}
+        return {"state": "not started", "text": "not started" + _recorded_cost(row, ledger)}
     with open(claim, encoding="utf-8") as f:
         if json.load(f) != options:
             return {"state": "other options",
@@ -45,10 +46,28 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
     pick = max if metric == "bleu" else min
     best = pick(scored, key=lambda v: v[metric])
     last = scored[-1]["epoch"]
-    left = patience - (last - best["epoch"])
+    left = max(patience - (last - best["epoch"]), 0)
+    pace = fairseq_runs.epoch_seconds(log)
+    more = min(left, max_epoch - last)
+    pace = "" if pace is None else (f", {pace / 60:.1f} min an epoch here (at least {more * pace / 60:.0f} min "
+                                    "more)")
     return {"state": "partial",
             "text": f"partial: epoch {last} of at most {max_epoch}, best valid {metric} {best[metric]} at epoch "
-                    f"{best['epoch']}, {max(left, 0)} of {patience} epochs of patience left ({run_dir})"}
+                    f"{best['epoch']}, {left} of {patience} epochs of patience left{pace} ({run_dir})"}
+
+
+def _recorded_cost(row: LedgerRow, ledger: str) -> str:
+    """What the row's recorded seeds took (epochs, fairseq's training time, device), to plan the runs not started;
+    "" when none is recorded. Records made with other options are counted too: this is a guide, not a result."""
+    done = [r for r in records.read_records(ledger) if r["row"] == row.name]
+    if not done:
+        return ""
+    epochs = sorted(r["epochs"] for r in done)
+    minutes = sorted(r["training_seconds"] / 60 for r in done)
+    devices = ", ".join(sorted(set(r["device"] for r in done)))
+    span = (lambda v, fmt: fmt.format(v[0]) if v[0] == v[-1] else (fmt + "-" + fmt).format(v[0], v[-1]))
+    return (f" (its {len(done)} recorded seed{'s' if len(done) > 1 else ''} took {span(epochs, '{}')} epochs, "
+            f"{span(minutes, '{:.0f}')} min of training on {devices})")
 
 
 def status_lines(rows: List[LedgerRow], seeds: Sequence[int], ledger: str, work: str, patience: int,
