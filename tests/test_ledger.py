@@ -354,6 +354,27 @@ def test_a_partial_run_with_other_options_is_not_resumed(tmp_path):
         run(row, 1, Settings(ledger=str(tmp_path / "runs"), work=str(tmp_path / "work"), test_ref="ref"))
 
 
+
+def test_a_partial_run_on_other_data_is_not_resumed(tmp_path):
+    import json
+
+    from fairseq_outlayers.ledger.rows import LedgerRow, row_options
+    from fairseq_outlayers.ledger.runner import Settings, run
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("a 1\n")
+    row = LedgerRow("tied", "rows/20-tied.args", str(data), ["--output-layer", "tied"])
+    partial = tmp_path / "work" / "tied.seed1"
+    partial.mkdir(parents=True)
+    (partial / "options.json").write_text(json.dumps(row_options(row, 1, 5, 50, 5)))
+    (partial / "data_digest").write_text("0123456789abcdef\n")
+    now = records.data_digest(str(data))
+    with pytest.raises(OutlayersConfigError, match=f"tied.seed1 was trained on other data than '{data}' holds now "
+                                                   f"\\(digest 0123456789abcdef, now {now}\\)"):
+        run(row, 1, Settings(ledger=str(tmp_path / "runs"), work=str(tmp_path / "work"), test_ref="ref"))
+
+
 LOG = """\
 2026-11-23 21:20:00 | INFO | train_inner | epoch 001:     50 / 126 loss=9.1, wps=0, wpb=2000, num_updates=50
 2026-11-23 21:21:00 | INFO | train_inner | epoch 001:    100 / 126 loss=8.1, wps=1000, wpb=2000, num_updates=100
@@ -577,3 +598,62 @@ def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, ca
     cost = " (its 1 recorded seed took 30 epochs, 90 min of training on cpu)"
     assert out[5:] == [f"  joint seed 1: not started{cost}", f"  joint seed 2: not started{cost}",
                        "1 recorded, 1 partial, 2 not started, 2 other options"]
+
+
+def test_data_prepared_again_differently_is_refused_before_training_and_shown(tmp_path, monkeypatch, capsys):
+    """A record keeps the digest of its data directory (names and contents of the dictionaries, codes and binarised
+    splits; not the preprocessing log, hidden markers or subdirectories). When the directory later holds other
+    data, `run` refuses to add seeds to the table before training anything, `status` says which record was made on
+    other data, and the rendered table lists the digests."""
+    import hashlib
+
+    from fairseq_outlayers.ledger import runner
+    from fairseq_outlayers.ledger.rows import row_options
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("a 1\n")
+    (data / "train.de-en.en.bin").write_bytes(b"xy")
+    (data / "preprocess.log").write_text("run at 10:00\n")
+    (data / ".done").write_text("x\n")
+    (data / "sub").mkdir()
+    first = hashlib.sha256(b"dict.en.txt\x004\x00a 1\n" + b"train.de-en.en.bin\x002\x00xy").hexdigest()[:16]
+    assert records.data_digest(str(data)) == first
+    (data / "preprocess.log").write_text("run again at 11:00\n")
+    assert records.data_digest(str(data)) == first
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / "10-softmax.args").write_text(f"# softmax\n--data-bin {data} --output-layer softmax\n")
+    ref = tmp_path / "test.en"
+    ref.write_text("a\n")
+    started = []
+
+    def fake_run(row, seed, settings):  # records as runner.run does, skipping what is recorded
+        path = records.record_path(settings.ledger, row.name, seed)
+        if os.path.exists(path):
+            return records.load_record(path), True
+        started.append(seed)
+        rec = fake_record(settings.ledger, row.name, seed, 30.0, HYP_A, table=row.table)
+        rec.update(options=row_options(row, seed, 5, 50, 5), data_digest=records.data_digest(str(data)))
+        records.write_record(settings.ledger, rec, {"test2016": HYP_A}, {"test2016": REFS})
+        return rec, False
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    ledger = str(tmp_path / "runs")
+    argv = ["run", "--rows", str(rows / "*.args"), "--test-ref", str(ref), "--ledger", ledger, "--seeds"]
+    assert ledger_main(argv + ["1"]) == 0 and started == [1]
+    assert ledger_main(argv + ["1", "2"]) == 0 and started == [1, 2]  # same data: seed 2 joins the table
+    (data / "dict.en.txt").write_text("b 1\n")
+    second = records.data_digest(str(data))
+    assert second != first
+    capsys.readouterr()
+    assert ledger_main(argv + ["1", "2", "3"]) == 2 and started == [1, 2]
+    err = capsys.readouterr().err
+    assert (f"10-softmax.args: '{data}' now holds other data (digest {second}) than the records of table 'rows' "
+            f"were trained on (softmax seed 1: digest {first}, softmax seed 2: digest {first})") in err
+    assert ledger_main(["status", "--rows", str(rows / "*.args"), "--seeds", "1", "--ledger", ledger]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == (f"  softmax seed 1: recorded on other data (digest {first}) than '{data}' holds now "
+                      f"({second}): prepare the data as that run did ({records.record_path(ledger, 'softmax', 1)})")
+    assert out[2] == "1 other data"
+    assert f"commits: abc1234; data digests: `{first}`." in render(ledger)

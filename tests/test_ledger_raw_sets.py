@@ -77,6 +77,7 @@ def test_extra_raw_test_set_is_scored_end_to_end_and_a_recorded_run_is_skipped(p
     assert record["validation"]["metric"] == "bleu" and record["epochs"] == 1 and record["updates"] > 0
     assert "--eval-bleu-remove-bpe" in record["options"] and "--patience" in record["options"]
     assert record["params"]["trained"] > 0 and record["device"] == "cpu"
+    assert record["data_digest"] == records.data_digest(prepared["data"])  # the data the run was trained on
     # the learning curve: one validation per epoch, the last one at the run's last update
     assert [p["epoch"] for p in record["curve"]] == [1] and record["curve"][0]["num_updates"] == record["updates"]
     assert record["curve"][0]["bleu"] == record["validation"]["best"]

@@ -9,7 +9,8 @@
 
 ``run`` trains every row with the first seed before any row with the next one (``--jobs N``: N at a time, started
 in that order), skips each run already recorded (and stops, before training anything, when a record was made with
-other options), and writes one record per finished run; a failed run is reported and the others go on.
+other options, or when a row's data directory now holds other data than its table's records were trained on:
+``records.check_data``), and writes one record per finished run; a failed run is reported and the others go on.
 ``render`` writes the tables from the records alone, and beside them the plots (SVG: validation per epoch, test
 score against trained parameters) of each table. ``compare`` sets any two rows of a table against each other
 (the tables compare each row with its own baseline only). ``status`` says for every row x seed whether it is
@@ -53,9 +54,13 @@ def _run(args) -> int:
             options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
             print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}")
         return 0
-    for row, seed in runs:  # a record made with other options stops everything before anything trains
-        records.recorded(args.ledger, row.name, seed,
-                         ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam), row.path)
+    existing = records.read_records(args.ledger) if os.path.isdir(args.ledger) else []
+    digests = {}
+    for row, seed in runs:  # a record made with other options or on other data stops everything before training
+        options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
+        if records.recorded(args.ledger, row.name, seed, options, row.path) is None:
+            digest = digests.setdefault(options[0], records.data_digest(options[0]))
+            records.check_data(existing, row.table, options[0], digest, row.path)
     failed = []
 
     def one(row, seed):

@@ -5,6 +5,10 @@
   ``GZIP_ABOVE`` bytes, gzip with no time stamp so it is reproducible);
 * ``refs/SHA.ref``: each reference text once, named by the start of its sha256, so scores and significance
   tests regenerate from the ledger alone.
+
+A record keeps the digest of the data it was trained on (``data_digest``); ``check_data`` stops a run whose data
+directory now holds other data than the records of its table were trained on, so seeds of different data are never
+averaged together.
 """
 import glob
 import gzip
@@ -19,6 +23,35 @@ from fairseq_outlayers.outfiles import atomic_write, write_text
 GZIP_ABOVE = 200_000
 #: fields every record has (render relies on them)
 REQUIRED = ("row", "seed", "table", "options", "test", "params")
+
+
+def data_digest(data_bin: str) -> str:
+    """The first 16 hex digits of a sha256 over a data directory's files (dictionaries, BPE codes, binarised
+    splits), name and content, in name order; fairseq-preprocess's log and hidden markers (paths, dates) are left
+    out. Equal digests: the runs saw the same data."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(data_bin)):
+        path = os.path.join(data_bin, name)
+        if name.startswith(".") or name.endswith(".log") or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            content = f.read()
+        h.update(f"{name}\0{len(content)}\0".encode() + content)
+    return h.hexdigest()[:16]
+
+
+def check_data(records: List[Dict], table: str, data_bin: str, digest: str, row_file: str):
+    """An error when a record of ``table`` trained on ``data_bin`` saw data of another digest (records made before
+    digests were kept are not checked)."""
+    other = sorted((r["data_digest"], f"{r['row']} seed {r['seed']}") for r in records
+                   if r["table"] == table and r["options"][0] == data_bin
+                   and r.get("data_digest") not in (None, digest))
+    if other:
+        raise OutlayersConfigError(
+            f"{row_file}: '{data_bin}' now holds other data (digest {digest}) than the records of table '{table}' "
+            f"were trained on ({', '.join(f'{run}: digest {d}' for d, run in other)}); the data was prepared "
+            "again differently (other corpus, case, tokeniser or BPE merges). Prepare it as those runs did (their records' \"preparation\"), "
+            "or give the rows a table of their own (another directory under configs/ledger)")
 
 
 def record_path(ledger: str, row: str, seed: int) -> str:

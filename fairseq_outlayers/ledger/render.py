@@ -201,7 +201,10 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
         signatures = sorted({r["test"][test]["sacrebleu_signature"] for runs in rows.values()
                              for r in runs.values() if test in r["test"]})
         commits = sorted({r["commit"] for runs in rows.values() for r in runs.values()})
-        md += [f"sacreBLEU signature: {', '.join(f'`{s}`' for s in signatures)}; commits: {', '.join(commits)}.",
+        data = sorted({r["data_digest"] for runs in rows.values() for r in runs.values() if r.get("data_digest")})
+        data = f"; data digests: {', '.join(f'`{d}`' for d in data)}" if data else ""
+        md += [f"sacreBLEU signature: {', '.join(f'`{s}`' for s in signatures)}; commits: {', '.join(commits)}"
+               f"{data}.",
                "", "Rows (fairseq-train options; validation metric):", ""]
         for row, runs in rows.items():
             r = runs[min(runs)]

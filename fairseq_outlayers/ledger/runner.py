@@ -5,7 +5,8 @@ against the row's options), else after:
 
 1. ``fairseq-train`` with the row's options, the protocol (``rows.protocol_options``: ``--patience`` on validation
    BLEU or loss within ``--max-epoch``), the seed, and ``--save-dir WORK/ROW.seedN`` (an interrupted run resumes
-   from its ``checkpoint_last.pt``, fairseq's own behaviour; ``options.json`` there makes sure it is the same run);
+   from its ``checkpoint_last.pt``, fairseq's own behaviour; ``options.json`` and ``data_digest`` there make sure
+   it is the same run on the same data);
 2. epochs, updates, training time and the best validation score from the checkpoints fairseq wrote; target
    tokens per second and the validation figures of every epoch (the learning curve) from its log; parameter
    counts of ``checkpoint_best.pt``;
@@ -115,6 +116,12 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         raise OutlayersConfigError(f"{run_dir} holds a partial run made with other options ({claim}); remove that "
                                    "directory (or give another --work) to start this one afresh")
     write_text(claim, json.dumps(options) + "\n")
+    digest, digest_file = records.data_digest(options[0]), os.path.join(run_dir, "data_digest")
+    if os.path.exists(digest_file) and open(digest_file, encoding="utf-8").read().strip() != digest:
+        raise OutlayersConfigError(f"{run_dir} was trained on other data than '{options[0]}' holds now (digest "
+                                   f"{open(digest_file, encoding='utf-8').read().strip()}, now {digest}); prepare "
+                                   "the data as before, or remove that directory to start afresh")
+    write_text(digest_file, digest + "\n")
     log_path = os.path.join(run_dir, "train.log")
     cmd = [fairseq_runs.executable("fairseq-train"), options[0], "--user-dir", fairseq_runs.user_dir(), *options[1:],
            "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
@@ -147,7 +154,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
                        "max_epoch": s.max_epoch, "best": best["best"]},
         "options": options,
         "command": " ".join(shlex.quote(c) for c in cmd),
-        "preparation": prep.describe(),
+        "preparation": prep.describe(), "data_digest": digest,
         "commit": git_commit(), "machine": desc, "device": device,
         "epochs": last["epoch"], "updates": last["updates"], "best_epoch": best["epoch"],
         "best_updates": best["updates"], "wall_seconds": round(seconds, 1),

@@ -8,7 +8,7 @@ row's recorded seeds took, to plan which runs fit in the time a machine has.
 """
 import json
 import os
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_outlayers import fairseq_runs
 from fairseq_outlayers.ledger import records
@@ -16,8 +16,10 @@ from fairseq_outlayers.ledger.rows import LedgerRow, row_options
 
 
 def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, max_epoch: int,
-              beam: int, test: str = "test2016") -> Dict:
-    """{"state": "recorded" | "other options" | "partial" | "not started", "text": one line of detail}."""
+              beam: int, test: str = "test2016", digests: Optional[Dict[str, str]] = None) -> Dict:
+    """{"state": "recorded" | "other options" | "other data" | "partial" | "not started", "text": one line of
+    detail}. ``digests`` caches the data digest of each data directory over calls."""
+    digests = {} if digests is None else digests
     options = row_options(row, seed, patience, max_epoch, beam)
     path = records.record_path(ledger, row.name, seed)
     if os.path.exists(path):
@@ -26,6 +28,13 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
             return {"state": "other options",
                     "text": f"recorded with other options than {row.path} now gives ({path}): rename the row or "
                             "move the record away"}
+        if options[0] not in digests:
+            digests[options[0]] = records.data_digest(options[0]) if os.path.isdir(options[0]) else None
+        now = digests[options[0]]
+        if record.get("data_digest") and now and record["data_digest"] != now:
+            return {"state": "other data",
+                    "text": f"recorded on other data (digest {record['data_digest']}) than '{options[0]}' holds "
+                            f"now ({now}): prepare the data as that run did ({path})"}
         score = record["test"].get(test, {}).get("sacrebleu")
         return {"state": "recorded",
                 "text": f"recorded: {test} {score:.2f}, best valid {record['validation']['best']}, "
@@ -73,15 +82,15 @@ def _recorded_cost(row: LedgerRow, ledger: str) -> str:
 def status_lines(rows: List[LedgerRow], seeds: Sequence[int], ledger: str, work: str, patience: int,
                  max_epoch: int, beam: int) -> List[str]:
     """One line per row x seed, grouped by table, then the counts per state."""
-    lines, counts, table = [], {}, None
+    lines, counts, table, digests = [], {}, None, {}
     for row in sorted(rows, key=lambda r: (r.table, os.path.basename(r.path))):
         if row.table != table:
             table = row.table
             lines.append(f"{table}:")
         for seed in seeds:
-            state = run_state(row, seed, ledger, work, patience, max_epoch, beam)
+            state = run_state(row, seed, ledger, work, patience, max_epoch, beam, digests=digests)
             counts[state["state"]] = counts.get(state["state"], 0) + 1
             lines.append(f"  {row.name} seed {seed}: {state['text']}")
-    order = ("recorded", "partial", "not started", "other options")
+    order = ("recorded", "partial", "not started", "other options", "other data")
     lines.append(", ".join(f"{counts[s]} {s}" for s in order if s in counts))
     return lines
