@@ -26,7 +26,7 @@ from typing import Dict, List, Tuple
 from fairseq_outlayers import fairseq_runs
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.evaluation.scoring import evaluate
-from fairseq_outlayers.ledger import records
+from fairseq_outlayers.ledger import records, resume
 from fairseq_outlayers.ledger.rows import LedgerRow, row_options
 from fairseq_outlayers.outfiles import write_text
 from fairseq_outlayers.rawtext import Preparation
@@ -127,8 +127,14 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
            "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
            "--no-progress-bar"]
     resumed = os.path.exists(os.path.join(run_dir, "checkpoint_last.pt"))
-    seconds = fairseq_runs.run_training(cmd, log_path, run_dir, prog="ledger", append=resumed,
-                                        label=f"{row.name} seed {seed}: ")
+    # fairseq forgets its --patience count on a resume: carry it over from the log (resume.py), and do not train
+    # at all when the protocol had already stopped the run (killed between fairseq's stop and the record)
+    state = resume.early_stopping_state(log_path, row.validate) if resumed and os.path.exists(log_path) else None
+    if state is not None and state[1] >= s.patience:
+        seconds = 0.0
+    else:
+        seconds = fairseq_runs.run_training(cmd if state is None else resume.command(cmd, state), log_path, run_dir,
+                                            prog="ledger", append=resumed, label=f"{row.name} seed {seed}: ")
     best_ckpt = os.path.join(run_dir, "checkpoint_best.pt")
     last, best = checkpoint_state(os.path.join(run_dir, "checkpoint_last.pt")), checkpoint_state(best_ckpt)
 

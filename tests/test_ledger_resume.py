@@ -1,0 +1,125 @@
+"""A ledger run resumed from its checkpoint keeps fairseq's --patience count (fairseq holds it in memory only)."""
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from fairseq_outlayers.ledger import resume
+
+
+def validation(epoch, bleu, loss):
+    return (f"2026-11-24 20:{epoch:02d}:00 | INFO | valid | epoch {epoch:03d} | valid on 'valid' subset | loss {loss} "
+            f"| nll_loss 2.5 | bleu {bleu} | num_updates {126 * epoch}\n")
+
+
+def write_log(path, scores):
+    path.write_text("".join(validation(e, b, l) for e, (b, l) in enumerate(scores, start=1)))
+    return str(path)
+
+
+def test_early_stopping_state_counts_like_fairseq(tmp_path):
+    # a tie with the best does not reset the count (fairseq's is_better is strict); loss is minimised
+    log = write_log(tmp_path / "train.log", [(10.0, 5.0), (20.0, 4.0), (19.0, 4.5), (20.0, 3.9), (18.5, 4.2)])
+    assert resume.early_stopping_state(log, "bleu") == (20.0, 3)
+    assert resume.early_stopping_state(log, "loss") == (3.9, 1)
+    assert resume.early_stopping_state(write_log(tmp_path / "empty.log", []), "bleu") is None
+
+
+def test_resume_entry_sets_fairseqs_own_count_and_hands_over_the_arguments(monkeypatch):
+    from fairseq_cli import train
+
+    seen = {}
+    monkeypatch.setattr(train, "cli_main", lambda: seen.update(argv=list(sys.argv)))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    resume.main(["20.0", "3", "--", "data", "--patience", "5", "--seed", "2"])
+    assert seen["argv"] == ["fairseq-train", "data", "--patience", "5", "--seed", "2"]
+    # fairseq's own should_stop_early now stops after two more validations without a strictly better score,
+    # as an uninterrupted run with best 20.0 three validations ago would
+    cfg = SimpleNamespace(checkpoint=SimpleNamespace(patience=5, maximize_best_checkpoint_metric=True))
+    assert train.should_stop_early(cfg, 19.9) is False
+    assert train.should_stop_early(cfg, 20.0) is True
+    train.should_stop_early.best = 20.5  # a better score resets it, as it does in fairseq
+    assert train.should_stop_early(cfg, 21.0) is False and train.should_stop_early.num_runs == 0
+    del train.should_stop_early.best, train.should_stop_early.num_runs
+    with pytest.raises(SystemExit, match="usage"):
+        resume.main(["20.0", "3", "data"])
+
+
+def test_command_keeps_the_fairseq_train_arguments():
+    cmd = resume.command(["/x/fairseq-train", "data", "--seed", "1"], (39.15, 2))
+    assert cmd == [sys.executable, "-m", "fairseq_outlayers.ledger.resume", "39.15", "2", "--", "data", "--seed", "1"]
+
+
+def partial_run(tmp_path, scores):
+    from fairseq_outlayers.ledger import records
+    from fairseq_outlayers.ledger.rows import LedgerRow, row_options
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("a 1\n")
+    row = LedgerRow("tied", "rows/20-tied.args", str(data), ["--output-layer", "tied"])
+    work = tmp_path / "work" / "tied.seed1"
+    work.mkdir(parents=True)
+    (work / "options.json").write_text(json.dumps(row_options(row, 1, 5, 50, 5)))
+    (work / "data_digest").write_text(records.data_digest(str(data)) + "\n")
+    (work / "checkpoint_last.pt").write_bytes(b"")
+    write_log(work / "train.log", scores)
+    return row
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("scores, trains", [
+    ([(30.0, 5.0), (35.0, 4.0), (34.0, 4.1), (34.5, 4.0)], (35.0, 2)),  # 2 of 5 used: resume with the count
+    ([(35.0, 4.0)] + [(34.0, 4.1)] * 5, None),  # the protocol had stopped it: no more training
+])
+def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scores, trains):
+    from fairseq_outlayers.ledger import runner
+
+    row = partial_run(tmp_path, scores)
+    calls = []
+
+    def fake_training(cmd, *args, **kwargs):
+        calls.append(cmd)
+        raise Stop
+
+    def fake_state(path):
+        raise Stop
+
+    monkeypatch.setattr(runner.fairseq_runs, "run_training", fake_training)
+    monkeypatch.setattr(runner, "checkpoint_state", fake_state)
+    with pytest.raises(Stop):
+        runner.run(row, 1, runner.Settings(ledger=str(tmp_path / "runs"), work=str(tmp_path / "work"),
+                                           test_ref="ref"))
+    if trains is None:
+        assert calls == []
+    else:
+        assert calls[0][:6] == [sys.executable, "-m", "fairseq_outlayers.ledger.resume", repr(trains[0]),
+                                str(trains[1]), "--"]
+        assert calls[0][6] == str(tmp_path / "data") and "--patience" in calls[0]
+
+
+def test_a_real_resume_keeps_the_count_where_fairseq_train_alone_forgets_it(tiny_bin, tmp_path):
+    """A run validated every 2 updates with --patience 2 resumes from update 2 with one validation since its best
+    (carried from its log): fairseq-train alone would train on to --max-update, the resume entry stops at the
+    next validation that does not beat the best, as an uninterrupted run would."""
+    import torch
+    from harness import run, tool, train, train_args
+
+    extra = ["--output-layer", "tied", "--validate-interval-updates", "2", "--patience", "2"]
+    first = str(tmp_path / "first")
+    train(tiny_bin, first, extra=extra, max_update=2)
+    for name, entry in (("plain", None), ("carried", (0.0, 1))):
+        save = tmp_path / name
+        save.mkdir()
+        (save / "checkpoint_last.pt").write_bytes((tmp_path / "first" / "checkpoint_last.pt").read_bytes())
+        cmd = [tool("fairseq-train")] + train_args(tiny_bin, str(save), extra=extra, max_update=8)
+        proc = run(cmd if entry is None else resume.command(cmd, entry))
+        updates = torch.load(str(save / "checkpoint_last.pt"), map_location="cpu",
+                             weights_only=False)["optimizer_history"][-1]["num_updates"]
+        stopped = "early stop since valid performance hasn't improved for last 2 runs" in proc.stdout + proc.stderr
+        # a validation loss of 0.0 is never beaten: carried over, the first validation after the resume ends it
+        assert (updates, stopped) == ((8, False) if entry is None else (4, True)), (name, updates)
