@@ -7,6 +7,7 @@
   then one line of fairseq-train options) and the converged-protocol command built from them;
 * ``records``: the record of one finished run (JSON) and its test hypotheses, written atomically;
 * ``runner``: train one row and seed to convergence, evaluate the best checkpoint, write the record;
+* ``resume``: resume a cut-off run with fairseq's early-stopping count carried over from its log;
 * ``stats``: mean, sample standard deviation and the paired bootstrap test over seeds;
 * ``render``: the Markdown tables, regenerated bit for bit from the records.
 
