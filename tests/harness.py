@@ -174,3 +174,22 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def partial_ledger_run(tmp_path, digest: Optional[str] = None):
+    """A ledger row ``tied`` on a one-file data directory, and its work directory ``work/tied.seed1`` holding the
+    row's options and ``digest`` (default: the data's own), as a run cut off after it started leaves them."""
+    import json
+
+    from fairseq_outlayers.ledger import records
+    from fairseq_outlayers.ledger.rows import LedgerRow, row_options
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("a 1\n")
+    row = LedgerRow("tied", "rows/20-tied.args", str(data), ["--output-layer", "tied"])
+    work = tmp_path / "work" / "tied.seed1"
+    work.mkdir(parents=True)
+    (work / "options.json").write_text(json.dumps(row_options(row, 1, 5, 50, 5)))
+    (work / "data_digest").write_text((digest or records.data_digest(str(data))) + "\n")
+    return row, work

@@ -356,19 +356,12 @@ def test_a_partial_run_with_other_options_is_not_resumed(tmp_path):
 
 
 def test_a_partial_run_on_other_data_is_not_resumed(tmp_path):
-    import json
+    from harness import partial_ledger_run
 
-    from fairseq_outlayers.ledger.rows import LedgerRow, row_options
     from fairseq_outlayers.ledger.runner import Settings, run
 
+    row, _ = partial_ledger_run(tmp_path, digest="0123456789abcdef")
     data = tmp_path / "data"
-    data.mkdir()
-    (data / "dict.en.txt").write_text("a 1\n")
-    row = LedgerRow("tied", "rows/20-tied.args", str(data), ["--output-layer", "tied"])
-    partial = tmp_path / "work" / "tied.seed1"
-    partial.mkdir(parents=True)
-    (partial / "options.json").write_text(json.dumps(row_options(row, 1, 5, 50, 5)))
-    (partial / "data_digest").write_text("0123456789abcdef\n")
     now = records.data_digest(str(data))
     with pytest.raises(OutlayersConfigError, match=f"tied.seed1 was trained on other data than '{data}' holds now "
                                                    f"\\(digest 0123456789abcdef, now {now}\\)"):

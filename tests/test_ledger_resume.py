@@ -1,5 +1,4 @@
 """A ledger run resumed from its checkpoint keeps fairseq's --patience count (fairseq holds it in memory only)."""
-import json
 import sys
 from types import SimpleNamespace
 
@@ -52,17 +51,9 @@ def test_command_keeps_the_fairseq_train_arguments():
 
 
 def partial_run(tmp_path, scores):
-    from fairseq_outlayers.ledger import records
-    from fairseq_outlayers.ledger.rows import LedgerRow, row_options
+    from harness import partial_ledger_run
 
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "dict.en.txt").write_text("a 1\n")
-    row = LedgerRow("tied", "rows/20-tied.args", str(data), ["--output-layer", "tied"])
-    work = tmp_path / "work" / "tied.seed1"
-    work.mkdir(parents=True)
-    (work / "options.json").write_text(json.dumps(row_options(row, 1, 5, 50, 5)))
-    (work / "data_digest").write_text(records.data_digest(str(data)) + "\n")
+    row, work = partial_ledger_run(tmp_path)
     (work / "checkpoint_last.pt").write_bytes(b"")
     write_log(work / "train.log", scores)
     return row
