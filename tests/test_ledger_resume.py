@@ -23,6 +23,8 @@ def test_early_stopping_state_counts_like_fairseq(tmp_path):
     assert resume.early_stopping_state(log, "bleu") == (20.0, 3)
     assert resume.early_stopping_state(log, "loss") == (3.9, 1)
     assert resume.early_stopping_state(write_log(tmp_path / "empty.log", []), "bleu") is None
+    # epoch 5 was validated by a run killed before its checkpoint was saved: the resume from epoch 4 redoes it
+    assert resume.early_stopping_state(log, "bleu", upto_epoch=4) == (20.0, 2)
 
 
 def test_resume_entry_sets_fairseqs_own_count_and_hands_over_the_arguments(monkeypatch):
@@ -63,30 +65,37 @@ class Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("scores, trains", [
-    ([(30.0, 5.0), (35.0, 4.0), (34.0, 4.1), (34.5, 4.0)], (35.0, 2)),  # 2 of 5 used: resume with the count
-    ([(35.0, 4.0)] + [(34.0, 4.1)] * 5, None),  # the protocol had stopped it: no more training
+@pytest.mark.parametrize("scores, done, trains", [
+    ([(30.0, 5.0), (35.0, 4.0), (34.0, 4.1), (34.5, 4.0)], 4, (35.0, 2)),  # 2 of 5 used: resume with the count
+    ([(35.0, 4.0)] + [(34.0, 4.1)] * 5, 6, None),  # the protocol had stopped it: no more training
+    # epoch 7 was validated by a run killed before it saved its checkpoint (epoch 6): not counted, still stopped
+    ([(35.0, 4.0)] + [(34.0, 4.1)] * 5 + [(36.0, 3.9)], 6, None),
+    ([(35.0, 4.0)] + [(34.0, 4.1)] * 4 + [(34.0, 4.1)], 5, (35.0, 4)),  # ... and one to go
 ])
-def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scores, trains):
+def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scores, done, trains):
     from fairseq_outlayers.ledger import runner
 
     row = partial_run(tmp_path, scores)
-    calls = []
+    calls, loaded = [], []
 
     def fake_training(cmd, *args, **kwargs):
         calls.append(cmd)
         raise Stop
 
-    def fake_state(path):
-        raise Stop
+    def fake_state(path):  # first the checkpoint resumed from, then (after training, or instead of it) stop here
+        loaded.append(path)
+        if len(loaded) > 1:
+            raise Stop
+        return {"epoch": done}
 
     monkeypatch.setattr(runner.fairseq_runs, "run_training", fake_training)
     monkeypatch.setattr(runner, "checkpoint_state", fake_state)
     with pytest.raises(Stop):
         runner.run(row, 1, runner.Settings(ledger=str(tmp_path / "runs"), work=str(tmp_path / "work"),
                                            test_ref="ref"))
+    assert loaded[0].endswith("checkpoint_last.pt")
     if trains is None:
-        assert calls == []
+        assert calls == [] and len(loaded) == 2
     else:
         assert calls[0][:6] == [sys.executable, "-m", "fairseq_outlayers.ledger.resume", repr(trains[0]),
                                 str(trains[1]), "--"]

@@ -17,11 +17,14 @@ from typing import Optional, Tuple
 from fairseq_outlayers import fairseq_runs
 
 
-def early_stopping_state(log_path: str, metric: str) -> Optional[Tuple[float, int]]:
+def early_stopping_state(log_path: str, metric: str, upto_epoch: Optional[int] = None) -> Optional[Tuple[float, int]]:
     """(best score, validations since it) as fairseq's ``should_stop_early`` would hold them after the validations
     in a run's log (only a strictly better score counts as an improvement, so a tie does not reset the count);
-    ``metric`` "bleu" is maximised, anything else minimised. None before the first validation."""
-    scored = [v[metric] for v in fairseq_runs.validations(log_path) if metric in v]
+    ``metric`` "bleu" is maximised, anything else minimised. ``upto_epoch``: the epochs the checkpoint resumed from
+    has completed (a validation logged after it, by a run killed before its checkpoint was saved, is done again).
+    None before the first validation."""
+    scored = [v[metric] for v in fairseq_runs.validations(log_path)
+              if metric in v and (upto_epoch is None or v["epoch"] <= upto_epoch)]
     if not scored:
         return None
     best, since = scored[0], 0

@@ -126,17 +126,19 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     cmd = [fairseq_runs.executable("fairseq-train"), options[0], "--user-dir", fairseq_runs.user_dir(), *options[1:],
            "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
            "--no-progress-bar"]
-    resumed = os.path.exists(os.path.join(run_dir, "checkpoint_last.pt"))
+    last_ckpt = os.path.join(run_dir, "checkpoint_last.pt")
+    resumed = os.path.exists(last_ckpt)
     # fairseq forgets its --patience count on a resume: carry it over from the log (resume.py), and do not train
     # at all when the protocol had already stopped the run (killed between fairseq's stop and the record)
-    state = resume.early_stopping_state(log_path, row.validate) if resumed and os.path.exists(log_path) else None
+    state = (resume.early_stopping_state(log_path, row.validate, checkpoint_state(last_ckpt)["epoch"])
+             if resumed and os.path.exists(log_path) else None)
     if state is not None and state[1] >= s.patience:
         seconds = 0.0
     else:
         seconds = fairseq_runs.run_training(cmd if state is None else resume.command(cmd, state), log_path, run_dir,
                                             prog="ledger", append=resumed, label=f"{row.name} seed {seed}: ")
     best_ckpt = os.path.join(run_dir, "checkpoint_best.pt")
-    last, best = checkpoint_state(os.path.join(run_dir, "checkpoint_last.pt")), checkpoint_state(best_ckpt)
+    last, best = checkpoint_state(last_ckpt), checkpoint_state(best_ckpt)
 
     src_lang, tgt_lang = row.languages()
     prep = Preparation.from_data(row.data_bin, src_lang, tgt_lang)
