@@ -593,15 +593,36 @@ def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, ca
                        "1 recorded, 1 partial, 2 not started, 2 other options"]
 
 
+def recording_runner(monkeypatch):
+    """Replace runner.run by one that records as it does (the row's options, the digests of its data and of the
+    files its options name), skipping what is recorded; returns the list of seeds it trained."""
+    from fairseq_outlayers.ledger import runner
+    from fairseq_outlayers.ledger.rows import row_options
+
+    started = []
+
+    def fake_run(row, seed, settings):
+        path = records.record_path(settings.ledger, row.name, seed)
+        if os.path.exists(path):
+            return records.load_record(path), True
+        started.append(seed)
+        options = row_options(row, seed, 5, 50, 5)
+        rec = fake_record(settings.ledger, row.name, seed, 30.0, HYP_A, table=row.table)
+        rec.update(options=options, data_digest=records.data_digest(options[0]),
+                   file_digests=records.file_digests(options))
+        records.write_record(settings.ledger, rec, {"test2016": HYP_A}, {"test2016": REFS})
+        return rec, False
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    return started
+
+
 def test_data_prepared_again_differently_is_refused_before_training_and_shown(tmp_path, monkeypatch, capsys):
     """A record keeps the digest of its data directory (names and contents of the dictionaries, codes and binarised
     splits; not the preprocessing log, hidden markers or subdirectories). When the directory later holds other
     data, `run` refuses to add seeds to the table before training anything, `status` says which record was made on
     other data, and the rendered table lists the digests."""
     import hashlib
-
-    from fairseq_outlayers.ledger import runner
-    from fairseq_outlayers.ledger.rows import row_options
 
     data = tmp_path / "data"
     data.mkdir()
@@ -613,25 +634,14 @@ def test_data_prepared_again_differently_is_refused_before_training_and_shown(tm
     first = hashlib.sha256(b"dict.en.txt\x004\x00a 1\n" + b"train.de-en.en.bin\x002\x00xy").hexdigest()[:16]
     assert records.data_digest(str(data)) == first
     (data / "preprocess.log").write_text("run again at 11:00\n")
+    (data / "pairs.de-en.txt").write_text("haus house\n")  # written there later by `make demo`: not the data
     assert records.data_digest(str(data)) == first
     rows = tmp_path / "rows"
     rows.mkdir()
     (rows / "10-softmax.args").write_text(f"# softmax\n--data-bin {data} --output-layer softmax\n")
     ref = tmp_path / "test.en"
     ref.write_text("a\n")
-    started = []
-
-    def fake_run(row, seed, settings):  # records as runner.run does, skipping what is recorded
-        path = records.record_path(settings.ledger, row.name, seed)
-        if os.path.exists(path):
-            return records.load_record(path), True
-        started.append(seed)
-        rec = fake_record(settings.ledger, row.name, seed, 30.0, HYP_A, table=row.table)
-        rec.update(options=row_options(row, seed, 5, 50, 5), data_digest=records.data_digest(str(data)))
-        records.write_record(settings.ledger, rec, {"test2016": HYP_A}, {"test2016": REFS})
-        return rec, False
-
-    monkeypatch.setattr(runner, "run", fake_run)
+    started = recording_runner(monkeypatch)
     ledger = str(tmp_path / "runs")
     argv = ["run", "--rows", str(rows / "*.args"), "--test-ref", str(ref), "--ledger", ledger, "--seeds"]
     assert ledger_main(argv + ["1"]) == 0 and started == [1]
@@ -650,3 +660,61 @@ def test_data_prepared_again_differently_is_refused_before_training_and_shown(tm
                       f"({second}): prepare the data as that run did ({records.record_path(ledger, 'softmax', 1)})")
     assert out[2] == "1 other data"
     assert f"commits: abc1234; data digests: `{first}`." in render(ledger)
+
+
+def test_a_file_the_options_name_made_again_differently_is_refused_and_shown(tmp_path, monkeypatch, capsys):
+    """A record keeps the digest of every file its options name (here a pairing file, as a shared-private row's
+    `--pairing`); when that file later holds something else (fast_align or the vectors run again), `run` refuses
+    to add seeds to the table before training, `status` says which record used the other file, and a partial run
+    is not resumed with it."""
+    import hashlib
+    import json
+
+    from harness import partial_ledger_run
+
+    from fairseq_outlayers.ledger.runner import Settings, run
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("a 1\n")
+    pairs = data / "pairs.de-en.txt"
+    pairs.write_text("haus house\n")
+    first = hashlib.sha256(b"haus house\n").hexdigest()[:16]
+    options = ["--pairing", str(pairs), "--output-layer", "tied", "--save-dir", str(data)]
+    assert records.file_digests(options) == {str(pairs): first}  # a directory is not a named file
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / "50-sp.args").write_text(f"# shared-private\n--data-bin {data} --pairing {pairs}\n")
+    ref = tmp_path / "test.en"
+    ref.write_text("a\n")
+    started = recording_runner(monkeypatch)
+    ledger = str(tmp_path / "runs")
+    argv = ["run", "--rows", str(rows / "*.args"), "--test-ref", str(ref), "--ledger", ledger, "--seeds"]
+    assert ledger_main(argv + ["1"]) == 0 and started == [1]
+    assert records.load_record(records.record_path(ledger, "sp", 1))["file_digests"] == {str(pairs): first}
+    pairs.write_text("haus home\n")
+    second = records.file_digest(str(pairs))
+    capsys.readouterr()
+    assert ledger_main(argv + ["1", "2"]) == 2 and started == [1]
+    err = capsys.readouterr().err
+    assert (f"50-sp.args: '{pairs}' now holds another file (digest {second}) than the records of table 'rows' were "
+            f"trained with (sp seed 1: digest {first}); it was made again differently") in err
+    assert ledger_main(["status", "--rows", str(rows / "*.args"), "--seeds", "1", "--ledger", ledger]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == (f"  sp seed 1: recorded with another '{pairs}' (digest {first}) than the one there now "
+                      f"({second}): restore the file that run used ({records.record_path(ledger, 'sp', 1)})")
+    pairs.write_text("haus house\n")  # restored: the table takes seed 2
+    assert ledger_main(argv + ["1", "2"]) == 0 and started == [1, 2]
+
+    monkeypatch.undo()
+    (tmp_path / "partial").mkdir()
+    row, work = partial_ledger_run(tmp_path / "partial")
+    vectors = tmp_path / "partial" / "vectors.vec"
+    vectors.write_text("1 1\nhouse 0.5\n")
+    row.train_args.extend(["--target-vectors", str(vectors)])
+    (work / "options.json").write_text(json.dumps(row_options(row, 1, 5, 50, 5)))
+    (work / "file_digests.json").write_text(json.dumps({str(vectors): "0123456789abcdef"}))
+    now = records.file_digest(str(vectors))
+    with pytest.raises(OutlayersConfigError, match=f"tied.seed1 was trained with another '{vectors}' than the one "
+                                                   f"there now \\(digest 0123456789abcdef, now {now}\\)"):
+        run(row, 1, Settings(ledger=str(tmp_path / "runs2"), work=str(work.parent), test_ref="ref"))

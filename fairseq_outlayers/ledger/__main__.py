@@ -61,6 +61,7 @@ def _run(args) -> int:
         if records.recorded(args.ledger, row.name, seed, options, row.path) is None:
             digest = digests.setdefault(options[0], records.data_digest(options[0]))
             records.check_data(existing, row.table, options[0], digest, row.path)
+            records.check_files(existing, row.table, records.file_digests(options), row.path)
     failed = []
 
     def one(row, seed):

@@ -6,15 +6,17 @@
 * ``refs/SHA.ref``: each reference text once, named by the start of its sha256, so scores and significance
   tests regenerate from the ledger alone.
 
-A record keeps the digest of the data it was trained on (``data_digest``); ``check_data`` stops a run whose data
-directory now holds other data than the records of its table were trained on, so seeds of different data are never
-averaged together.
+A record keeps the digest of the data it was trained on (``data_digest``) and of every file its options name
+(``file_digests``: a pairing file, target vectors); ``check_data`` and ``check_files`` stop a run whose data
+directory or named files now hold something else than the records of its table were trained on, so seeds of
+different data are never averaged together.
 """
 import glob
 import gzip
 import hashlib
 import json
 import os
+import re
 from typing import Dict, List, Optional
 
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -25,14 +27,19 @@ GZIP_ABOVE = 200_000
 REQUIRED = ("row", "seed", "table", "options", "test", "params")
 
 
+#: the files of a data directory that are its data: what fairseq-preprocess writes (dictionaries, binarised splits)
+#: and the BPE codes the preparation scripts keep beside them. Not its log or hidden markers (paths, dates), nor
+#: files added later (a pairing file, which a row names and ``file_digests`` covers, or a user's notes).
+DATA_FILE = re.compile(r"dict\.[^/]+\.txt|bpecodes(\.[^/]+)?|[^/]+\.(bin|idx)")
+
+
 def data_digest(data_bin: str) -> str:
-    """The first 16 hex digits of a sha256 over a data directory's files (dictionaries, BPE codes, binarised
-    splits), name and content, in name order; fairseq-preprocess's log and hidden markers (paths, dates) are left
-    out. Equal digests: the runs saw the same data."""
+    """The first 16 hex digits of a sha256 over a data directory's data files (``DATA_FILE``: dictionaries, BPE
+    codes, binarised splits), name and content, in name order. Equal digests: the runs saw the same data."""
     h = hashlib.sha256()
     for name in sorted(os.listdir(data_bin)):
         path = os.path.join(data_bin, name)
-        if name.startswith(".") or name.endswith(".log") or not os.path.isfile(path):
+        if not DATA_FILE.fullmatch(name) or not os.path.isfile(path):
             continue
         with open(path, "rb") as f:
             content = f.read()
@@ -52,6 +59,37 @@ def check_data(records: List[Dict], table: str, data_bin: str, digest: str, row_
             f"were trained on ({', '.join(f'{run}: digest {d}' for d, run in other)}); the data was prepared "
             "again differently (other corpus, case, tokeniser or BPE merges). Prepare it as those runs did (their records' \"preparation\"), "
             "or give the rows a table of their own (another directory under configs/ledger)")
+
+
+def file_digest(path: str) -> str:
+    """The first 16 hex digits of the sha256 of a file's content."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def file_digests(options: List[str]) -> Dict[str, str]:
+    """{path: file_digest} of every file a run's options name (the value of a ``--flag`` that is an existing file:
+    ``--pairing``, ``--target-vectors``, ...), by the path as the options give it."""
+    return {value: file_digest(value) for flag, value in zip(options, options[1:])
+            if flag.startswith("--") and not value.startswith("-") and os.path.isfile(value)}
+
+
+def check_files(records: List[Dict], table: str, digests: Dict[str, str], row_file: str):
+    """An error when a record of ``table`` was trained with a file of ``digests`` whose content was another (records
+    made before file digests were kept are not checked)."""
+    other = sorted((path, r["file_digests"][path], f"{r['row']} seed {r['seed']}") for r in records
+                   if r["table"] == table for path in digests
+                   if r.get("file_digests", {}).get(path) not in (None, digests[path]))
+    if other:
+        path = other[0][0]
+        raise OutlayersConfigError(
+            f"{row_file}: '{path}' now holds another file (digest {digests[path]}) than the records of table "
+            f"'{table}' were trained with ({', '.join(f'{run}: digest {d}' for p, d, run in other if p == path)}); "
+            "it was made again differently (other data, options or a random seed). Restore the file those runs "
+            "used, or give the rows a table of their own (another directory under configs/ledger)")
 
 
 def record_path(ledger: str, row: str, seed: int) -> str:

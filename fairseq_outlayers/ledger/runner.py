@@ -5,8 +5,8 @@ against the row's options), else after:
 
 1. ``fairseq-train`` with the row's options, the protocol (``rows.protocol_options``: ``--patience`` on validation
    BLEU or loss within ``--max-epoch``), the seed, and ``--save-dir WORK/ROW.seedN`` (an interrupted run resumes
-   from its ``checkpoint_last.pt``, fairseq's own behaviour; ``options.json`` and ``data_digest`` there make sure
-   it is the same run on the same data);
+   from its ``checkpoint_last.pt``, fairseq's own behaviour; ``options.json``, ``data_digest`` and ``file_digests.json``
+   there make sure it is the same run on the same data and files);
 2. epochs, updates, training time and the best validation score from the checkpoints fairseq wrote; target
    tokens per second and the validation figures of every epoch (the learning curve) from its log; parameter
    counts of ``checkpoint_best.pt``;
@@ -122,6 +122,16 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
                                    f"{open(digest_file, encoding='utf-8').read().strip()}, now {digest}); prepare "
                                    "the data as before, or remove that directory to start afresh")
     write_text(digest_file, digest + "\n")
+    files, files_file = records.file_digests(options), os.path.join(run_dir, "file_digests.json")
+    if os.path.exists(files_file):
+        with open(files_file, encoding="utf-8") as f:
+            before = json.load(f)
+        changed = sorted(p for p in files if before.get(p) not in (None, files[p]))
+        if changed:
+            raise OutlayersConfigError(f"{run_dir} was trained with another '{changed[0]}' than the one there now "
+                                       f"(digest {before[changed[0]]}, now {files[changed[0]]}); restore that file, "
+                                       "or remove that directory to start afresh")
+    write_text(files_file, json.dumps(files, sort_keys=True) + "\n")
     log_path = os.path.join(run_dir, "train.log")
     cmd = [fairseq_runs.executable("fairseq-train"), options[0], "--user-dir", fairseq_runs.user_dir(), *options[1:],
            "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
@@ -162,7 +172,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
                        "max_epoch": s.max_epoch, "best": best["best"]},
         "options": options,
         "command": " ".join(shlex.quote(c) for c in cmd),
-        "preparation": prep.describe(), "data_digest": digest,
+        "preparation": prep.describe(), "data_digest": digest, "file_digests": files,
         "commit": git_commit(), "machine": desc, "device": device,
         "epochs": last["epoch"], "updates": last["updates"], "best_epoch": best["epoch"],
         "best_updates": best["updates"], "wall_seconds": round(seconds, 1),

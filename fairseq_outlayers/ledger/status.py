@@ -18,7 +18,7 @@ from fairseq_outlayers.ledger.rows import LedgerRow, row_options
 def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, max_epoch: int,
               beam: int, test: str = "test2016", digests: Optional[Dict[str, str]] = None) -> Dict:
     """{"state": "recorded" | "other options" | "other data" | "partial" | "not started", "text": one line of
-    detail}. ``digests`` caches the data digest of each data directory over calls."""
+    detail}. ``digests`` caches the digest of each data directory and named file over calls."""
     digests = {} if digests is None else digests
     options = row_options(row, seed, patience, max_epoch, beam)
     path = records.record_path(ledger, row.name, seed)
@@ -35,6 +35,13 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
             return {"state": "other data",
                     "text": f"recorded on other data (digest {record['data_digest']}) than '{options[0]}' holds "
                             f"now ({now}): prepare the data as that run did ({path})"}
+        for name, before in sorted(record.get("file_digests", {}).items()):
+            if name not in digests:
+                digests[name] = records.file_digest(name) if os.path.isfile(name) else None
+            if digests[name] and digests[name] != before:
+                return {"state": "other data",
+                        "text": f"recorded with another '{name}' (digest {before}) than the one there now "
+                                f"({digests[name]}): restore the file that run used ({path})"}
         score = record["test"].get(test, {}).get("sacrebleu")
         return {"state": "recorded",
                 "text": f"recorded: {test} {score:.2f}, best valid {record['validation']['best']}, "
