@@ -48,7 +48,7 @@ LOWER=$(sed -n 's/^lowercase: //p' "$DATA/.done")
 if [ ! -s work/multi30k/vectors.word.en.300d.vec ]; then
   log "training 300-d target word vectors on the word-level English side (continuous-output rows)"
   "$PY" scripts/train_target_vectors.py --input work/multi30k/tok/train.en \
-    --output work/multi30k/vectors.word.en.300d.vec --dim 300 --dict "$WORD/dict.en.txt"
+    --output work/multi30k/vectors.word.en.300d.vec --dim 300 --dict "$WORD/dict.en.txt" --workers 1
 fi
 if [ ! -s "$DATA/pairs.de-en.txt" ]; then
   log "pairing source and target words with fast_align (shared-private row)"
