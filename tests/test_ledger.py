@@ -617,6 +617,28 @@ def recording_runner(monkeypatch):
     return started
 
 
+def one_row_table(tmp_path, monkeypatch, name, options):
+    """A table 'rows' of one row file NAME.args with OPTIONS, run by ``recording_runner``: (rows directory, ledger,
+    the `ledger run` arguments up to --seeds, the list of seeds trained)."""
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / f"{name}.args").write_text(f"# {name}\n{options}\n")
+    ref = tmp_path / "test.en"
+    ref.write_text("a\n")
+    ledger = str(tmp_path / "runs")
+    argv = ["run", "--rows", str(rows / "*.args"), "--test-ref", str(ref), "--ledger", ledger, "--seeds"]
+    return rows, ledger, argv, recording_runner(monkeypatch)
+
+
+def refused_then_status(argv, rows, ledger, capsys):
+    """`ledger run ARGV` refused (exit 2), then `ledger status` of seed 1: (the refusal's stderr, status lines)."""
+    capsys.readouterr()
+    assert ledger_main(argv) == 2
+    err = capsys.readouterr().err
+    assert ledger_main(["status", "--rows", str(rows / "*.args"), "--seeds", "1", "--ledger", ledger]) == 0
+    return err, capsys.readouterr().out.splitlines()
+
+
 def test_data_prepared_again_differently_is_refused_before_training_and_shown(tmp_path, monkeypatch, capsys):
     """A record keeps the digest of its data directory (names and contents of the dictionaries, codes and binarised
     splits; not the preprocessing log, hidden markers or subdirectories). When the directory later holds other
@@ -636,26 +658,17 @@ def test_data_prepared_again_differently_is_refused_before_training_and_shown(tm
     (data / "preprocess.log").write_text("run again at 11:00\n")
     (data / "pairs.de-en.txt").write_text("haus house\n")  # written there later by `make demo`: not the data
     assert records.data_digest(str(data)) == first
-    rows = tmp_path / "rows"
-    rows.mkdir()
-    (rows / "10-softmax.args").write_text(f"# softmax\n--data-bin {data} --output-layer softmax\n")
-    ref = tmp_path / "test.en"
-    ref.write_text("a\n")
-    started = recording_runner(monkeypatch)
-    ledger = str(tmp_path / "runs")
-    argv = ["run", "--rows", str(rows / "*.args"), "--test-ref", str(ref), "--ledger", ledger, "--seeds"]
+    rows, ledger, argv, started = one_row_table(tmp_path, monkeypatch, "10-softmax",
+                                                f"--data-bin {data} --output-layer softmax")
     assert ledger_main(argv + ["1"]) == 0 and started == [1]
     assert ledger_main(argv + ["1", "2"]) == 0 and started == [1, 2]  # same data: seed 2 joins the table
     (data / "dict.en.txt").write_text("b 1\n")
     second = records.data_digest(str(data))
     assert second != first
-    capsys.readouterr()
-    assert ledger_main(argv + ["1", "2", "3"]) == 2 and started == [1, 2]
-    err = capsys.readouterr().err
+    err, out = refused_then_status(argv + ["1", "2", "3"], rows, ledger, capsys)
+    assert started == [1, 2]
     assert (f"10-softmax.args: '{data}' now holds other data (digest {second}) than the records of table 'rows' "
             f"were trained on (softmax seed 1: digest {first}, softmax seed 2: digest {first})") in err
-    assert ledger_main(["status", "--rows", str(rows / "*.args"), "--seeds", "1", "--ledger", ledger]) == 0
-    out = capsys.readouterr().out.splitlines()
     assert out[1] == (f"  softmax seed 1: recorded on other data (digest {first}) than '{data}' holds now "
                       f"({second}): prepare the data as that run did ({records.record_path(ledger, 'softmax', 1)})")
     assert out[2] == "1 other data"
@@ -682,25 +695,15 @@ def test_a_file_the_options_name_made_again_differently_is_refused_and_shown(tmp
     first = hashlib.sha256(b"haus house\n").hexdigest()[:16]
     options = ["--pairing", str(pairs), "--output-layer", "tied", "--save-dir", str(data)]
     assert records.file_digests(options) == {str(pairs): first}  # a directory is not a named file
-    rows = tmp_path / "rows"
-    rows.mkdir()
-    (rows / "50-sp.args").write_text(f"# shared-private\n--data-bin {data} --pairing {pairs}\n")
-    ref = tmp_path / "test.en"
-    ref.write_text("a\n")
-    started = recording_runner(monkeypatch)
-    ledger = str(tmp_path / "runs")
-    argv = ["run", "--rows", str(rows / "*.args"), "--test-ref", str(ref), "--ledger", ledger, "--seeds"]
+    rows, ledger, argv, started = one_row_table(tmp_path, monkeypatch, "50-sp", f"--data-bin {data} --pairing {pairs}")
     assert ledger_main(argv + ["1"]) == 0 and started == [1]
     assert records.load_record(records.record_path(ledger, "sp", 1))["file_digests"] == {str(pairs): first}
     pairs.write_text("haus home\n")
     second = records.file_digest(str(pairs))
-    capsys.readouterr()
-    assert ledger_main(argv + ["1", "2"]) == 2 and started == [1]
-    err = capsys.readouterr().err
+    err, out = refused_then_status(argv + ["1", "2"], rows, ledger, capsys)
+    assert started == [1]
     assert (f"50-sp.args: '{pairs}' now holds another file (digest {second}) than the records of table 'rows' were "
             f"trained with (sp seed 1: digest {first}); it was made again differently") in err
-    assert ledger_main(["status", "--rows", str(rows / "*.args"), "--seeds", "1", "--ledger", ledger]) == 0
-    out = capsys.readouterr().out.splitlines()
     assert out[1] == (f"  sp seed 1: recorded with another '{pairs}' (digest {first}) than the one there now "
                       f"({second}): restore the file that run used ({records.record_path(ledger, 'sp', 1)})")
     pairs.write_text("haus house\n")  # restored: the table takes seed 2
