@@ -109,6 +109,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     done = records.recorded(s.ledger, row.name, seed, options, row.path)
     if done is not None:
         return done, True
+    commit = git_commit()  # the code this call runs (read now: the checkout may change while it trains)
     run_dir = os.path.join(s.work, f"{row.name}.seed{seed}")
     os.makedirs(run_dir, exist_ok=True)
     claim = os.path.join(run_dir, "options.json")  # fairseq resumes from run_dir: only a run of these options
@@ -173,7 +174,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "options": options,
         "command": " ".join(shlex.quote(c) for c in cmd),
         "preparation": prep.describe(), "data_digest": digest, "file_digests": files,
-        "commit": git_commit(), "machine": desc, "device": device,
+        "commit": commit, "machine": desc, "device": device,
         "epochs": last["epoch"], "updates": last["updates"], "best_epoch": best["epoch"],
         "best_updates": best["updates"], "wall_seconds": round(seconds, 1),
         "training_seconds": last["training_seconds"], "resumed": resumed,
