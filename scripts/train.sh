@@ -22,6 +22,8 @@
 #               on a dataset with word_targets_for_vectors (multi30k) the word-level preparation is used:
 #               data-bin/SRC-TGT-word, bpe-word/, vectors.word.TGT.VECTOR_DIMd.vec
 #   VECTOR_DIM  the dimension m of those vectors [300]
+#   VECTOR_WORKERS  gensim threads for those vectors [1 on multi30k: about a minute, and the same file on every run;
+#               elsewhere the script's default, cores - 1, whose vectors differ from run to run]
 #   PAIRING     recipes with model.pairing: the pairing file [TEXT_DIR/../pairing.SRC-TGT.txt, made when missing
 #               with python -m fairseq_outlayers.pairing (fast_align through systran-align)]
 #
@@ -97,6 +99,8 @@ fi
 if [ "$PREP_STEP" = vectors ] && [ ! -f "$VECTORS" ]; then
   CMD=(python "$ROOT/scripts/train_target_vectors.py" --input "$TEXT_DIR/train.$TGT" --output "$VECTORS"
        --algorithm fasttext --dim "$VECTOR_DIM" --dict "$DATA_BIN/dict.$TGT.txt")
+  if [ -n "${VECTOR_WORKERS:-}" ]; then CMD+=(--workers "$VECTOR_WORKERS")
+  elif [ "$DATASET" = multi30k ]; then CMD+=(--workers 1); fi
   echo "== target vectors $VECTORS are missing; training them (fastText, m = $VECTOR_DIM) on $TEXT_DIR/train.$TGT"
   echo "+ $(quote "${CMD[@]}")"
   if [ "$MODE" = run ]; then

@@ -562,6 +562,7 @@ def test_train_sh_makes_pairing_and_vectors(multi30k_slice, tmp_path):
     vec = work / "vectors.word.en.16d.vec"
     assert vec.is_file() and open(vec).readline().split()[1] == "16"
     assert f"--input {work}/bpe-word/train.en" in proc.stdout
+    assert proc.stdout.count("--workers 1") == 1  # one gensim thread on multi30k: the same vectors on every run
     state = torch.load(str(tmp_path / "vmf" / "checkpoint_last.pt"), map_location="cpu", weights_only=False)
     assert state["cfg"]["model"].continuous_dim == 16 and state["cfg"]["criterion"]["_name"] == "vmf_nll"
     assert state["cfg"]["model"].target_vectors_center is True
