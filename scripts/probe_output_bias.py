@@ -14,7 +14,9 @@ bounded (unit-norm fixed rows: ``|logit| <= ||h||``) and cannot reach the sharpn
     python scripts/probe_output_bias.py work/ledger/tiny-fixed.seed1/checkpoint_best.pt \\
         [--data work/multi30k/data-bin/de-en] [--epochs 3] [--json probe.json] [--out-checkpoint fixed+bias.pt]
 
-``--out-checkpoint`` (fixed classifier only) writes a copy of the checkpoint whose frozen bias is the fitted one, for
+``--out-checkpoint`` (an output layer with a per-word bias: the fixed classifier's frozen one, the joint layer's
+learned one, a softmax/tied layer trained with ``--output-bias``) writes a copy of the checkpoint whose bias has the
+fitted one added, for
 ``fairseq-generate``; an existing file is never overwritten. The validation NLL with ``b = 0`` is the model's own
 over every validation sentence; fairseq-train's ``valid nll_loss`` reads lower (2.36 against 2.405 bits on the
 tiny softmax) because its batching drops the last 1014 mod 8 = 6 sentences of Multi30k's validation set
@@ -118,7 +120,8 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    parser.add_argument("--out-checkpoint", default=None, help="fixed classifier: a copy with the fitted bias")
+    parser.add_argument("--out-checkpoint", default=None, help="a copy of the checkpoint with the fitted bias added to the output layer's own per-word bias "
+                        "(fixed, joint, or a layer trained with --output-bias)")
     args = parser.parse_args(argv)
     for path in (args.json, args.out_checkpoint):
         if path and os.path.exists(path):
@@ -129,8 +132,10 @@ def main(argv=None):
 
     model, task = load(args.checkpoint, args.data)
     layer = model.decoder.output_projection
-    if args.out_checkpoint and "bias" not in dict(layer.named_buffers()):
-        parser.error("--out-checkpoint needs the fixed classifier (its frozen bias holds the fitted one)")
+    own = dict(layer.named_buffers(recurse=False), **dict(layer.named_parameters(recurse=False)))
+    if args.out_checkpoint and getattr(own.get("bias"), "shape", None) != (len(task.target_dictionary),):
+        parser.error(f"--out-checkpoint needs an output layer with a per-word bias (fixed, joint, or one trained "
+                     f"with --output-bias); this checkpoint's is {type(layer).__name__} without one")
     vocab = len(task.target_dictionary)
     train_x, train_y = features(model, task, "train", args.max_tokens, args.train_sentences)
     valid_x, valid_y = features(model, task, "valid", args.max_tokens)

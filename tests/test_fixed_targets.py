@@ -373,17 +373,20 @@ def test_norm_frequency_plot_is_saved_with_matplotlib(tiny_bin, transformer_run,
 
 
 # ------------------------------------------------------------------------------------- frequency-prior probe
-def test_output_bias_probe(tiny_bin, tmp_path):
+@pytest.mark.parametrize("layer", ["fixed", "joint"])
+def test_output_bias_probe(tiny_bin, tmp_path, layer):
     """scripts/probe_output_bias.py: its no-bias NLL is the model's own over every validation sentence, the fitted
-    bias does not raise the training NLL, and the checkpoint it writes carries that bias into fairseq's model; the
-    fitted logit scale's NLL is fairseq's own with the logits multiplied by it."""
+    bias does not raise the training NLL, and the checkpoint it writes carries that bias into fairseq's model (the
+    fixed layer's frozen bias, the joint layer's learned one); the fitted logit scale's NLL is fairseq's own with
+    the logits multiplied by it."""
     import json
 
     from fairseq import checkpoint_utils
 
     probe = load_script("probe_output_bias.py")
-    save = str(tmp_path / "fixed")
-    train(tiny_bin, save, TINY_TRANSFORMER, ["--output-layer", "fixed"], max_update=6)
+    save = str(tmp_path / layer)
+    options = {"fixed": ["--output-layer", "fixed"], "joint": ["--output-layer", "joint", "--joint-dim", "16"]}
+    train(tiny_bin, save, TINY_TRANSFORMER, options[layer], max_update=6)
     ckpt, out_json, out_ckpt = os.path.join(save, "checkpoint_last.pt"), tmp_path / "p.json", tmp_path / "b.pt"
     assert probe.main([ckpt, "--data", tiny_bin, "--epochs", "20", "--lr", "0.1", "--json", str(out_json),
                        "--out-checkpoint", str(out_ckpt)]) == 0
@@ -416,3 +419,14 @@ def test_output_bias_probe(tiny_bin, tmp_path):
     assert bool(model.decoder.output_projection.bias.any())  # the fitted bias is in the model generate loads
     with pytest.raises(SystemExit):  # nothing is overwritten
         probe.main([ckpt, "--data", tiny_bin, "--json", str(out_json)])
+
+
+def test_output_bias_probe_refuses_a_checkpoint_for_a_layer_without_a_bias(tiny_bin, tmp_path, capsys):
+    probe = load_script("probe_output_bias.py")
+    save = str(tmp_path / "tied")
+    train(tiny_bin, save, TINY_TRANSFORMER, ["--output-layer", "tied"], max_update=2)
+    with pytest.raises(SystemExit):
+        probe.main([os.path.join(save, "checkpoint_last.pt"), "--data", tiny_bin, "--epochs", "1",
+                    "--out-checkpoint", str(tmp_path / "b.pt")])
+    assert "needs an output layer with a per-word bias" in capsys.readouterr().err
+    assert not (tmp_path / "b.pt").exists()
