@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fairseq_outlayers.criterions.sampled_softmax import (SampledSoftmaxCriterion, mix_seed, sample_vocabulary,
-                                                          sampled_softmax_loss)
+                                                          sampled_softmax_loss, sampling_correction)
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
 from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, logged_losses, train, train_distributed
@@ -91,8 +91,9 @@ def _setup(tiny_bin, extra, arch=TINY_TRANSFORMER):
     return args, task, model, next(itr)
 
 
-def _criterion(task, ratio, eps=0.0):
-    return SampledSoftmaxCriterion(task, sentence_avg=False, sample_ratio=ratio, label_smoothing=eps)
+def _criterion(task, ratio, eps=0.0, correction="none"):
+    return SampledSoftmaxCriterion(task, sentence_avg=False, sample_ratio=ratio, label_smoothing=eps,
+                                   sample_correction=correction)
 
 
 @pytest.mark.parametrize("layer", SOFTMAX_LAYERS)
@@ -117,34 +118,69 @@ def test_ratio_one_equals_full_softmax(tiny_bin, layer):
         assert torch.equal(grads[n], ref_grads[n]), n
 
 
-def test_only_sampled_rows_get_gradients_and_loss_matches_reference(tiny_bin):
+@pytest.mark.parametrize("correction", ["none", "logq"])
+def test_only_sampled_rows_get_gradients_and_loss_matches_reference(tiny_bin, correction):
     _, task, model, sample = _setup(tiny_bin, ["--output-layer", "softmax"])
     model.train()
-    crit = _criterion(task, 0.3)
+    crit = _criterion(task, 0.9, correction=correction)  # the tiny batch's targets: ~80 % of V
     torch.manual_seed(11)  # the criterion seeds its own generator from this (fairseq: --seed + num_updates)
     loss, _, log = crit(model, sample)
     loss.backward()
     v = len(task.target_dictionary)
     n_sampled = log["sampled_vocab"]
     target = sample["target"]
-    assert n_sampled == max(math.ceil(0.3 * v), len(set(target.flatten().tolist()) | {task.target_dictionary.pad()}))
+    assert n_sampled == max(math.ceil(0.9 * v), len(set(target.flatten().tolist()) | {task.target_dictionary.pad()}))
     rows = model.decoder.output_projection.weight.grad.abs().sum(1) > 0
     sampled = set(rows.nonzero().flatten().tolist())
     pad = task.target_dictionary.pad()
     assert set(target.flatten().tolist()) - {pad} <= sampled  # every target row is trained
     # float64 reference from the full logits restricted to the same V' (recovered by re-seeding identically)
-    crit2 = _criterion(task, 0.3)
+    crit2 = _criterion(task, 0.9, correction=correction)
     torch.manual_seed(11)
     gen = crit2._generator(target.device)
-    ids, remapped = sample_vocabulary(target, v, 0.3, pad=pad, generator=gen)
+    ids, remapped = sample_vocabulary(target, v, 0.9, pad=pad, generator=gen)
     assert sampled == set(ids.tolist())  # exactly the rows of V' (all in the normaliser) and nothing else
     with torch.no_grad():
         features, _ = model(**sample["net_input"], features_only=True)
         full = model.decoder.output_projection(features).double().view(-1, v)
     t = target.view(-1)
     keep = t != pad
-    ref = -(full[keep, t[keep]] - torch.logsumexp(full[keep][:, ids], dim=-1)).sum()
+    # logq: the drawn negatives' logits gain log((V - |targets + pad|) / |negatives|), the targets' nothing
+    positives = set(t.tolist()) | {pad}
+    negatives = torch.tensor([i not in positives for i in ids.tolist()])
+    offset = torch.zeros(len(ids), dtype=torch.float64)
+    if correction == "logq":
+        offset[negatives] = math.log((v - len(positives)) / int(negatives.sum()))
+    assert int(negatives.sum()) > 0
+    ref = -(full[keep, t[keep]] - torch.logsumexp(full[keep][:, ids] + offset, dim=-1)).sum()
     assert math.isclose(float(loss), float(ref), rel_tol=1e-5)
+
+
+def test_sampling_correction_offsets_and_unbiased_normaliser():
+    """logq offsets are 0 on the batch's targets and pad and log((V - |P|) / n_neg) on the drawn negatives, and the
+    corrected normaliser over V' averages to the full softmax's normaliser over many draws, where the uncorrected
+    one falls short by the mass of the words left out."""
+    v, pad = 30, 1
+    targets = torch.tensor([[4, 7, 7, 9], [12, 4, 2, 1]])
+    positives = {1, 2, 4, 7, 9, 12}
+    scores = torch.randn(v, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    full = float(scores.exp().sum())
+    gen = torch.Generator().manual_seed(3)
+    corrected, plain, draws = 0.0, 0.0, 4000
+    for _ in range(draws):
+        ids, _ = sample_vocabulary(targets, v, 0.5, pad=pad, generator=gen)
+        offsets = sampling_correction(ids, targets, v, pad)
+        negative = torch.tensor([i not in positives for i in ids.tolist()])
+        assert int(negative.sum()) == 15 - 6 and not bool(offsets[~negative].any())
+        assert torch.allclose(offsets[negative], torch.full((9,), math.log(24 / 9)))
+        corrected += float((scores[ids] + offsets.double()).exp().sum()) / draws
+        plain += float(scores[ids].exp().sum()) / draws
+    expected_plain = sum(math.exp(scores[i]) for i in positives) + 9 / 24 * sum(
+        math.exp(scores[i]) for i in range(v) if i not in positives)
+    assert corrected == pytest.approx(full, rel=0.01) and plain == pytest.approx(expected_plain, rel=0.01)
+    assert plain < 0.8 * full
+    everything, _ = sample_vocabulary(targets, v, 1.0, pad=pad)
+    assert not bool(sampling_correction(everything, targets, v, pad).any())  # no negatives, no correction
 
 
 def test_validation_uses_full_softmax_and_seeding(tiny_bin, monkeypatch):
@@ -251,3 +287,17 @@ def test_resumed_run_draws_the_same_negatives(tiny_bin, tmp_path):
     assert a["optimizer_history"][-1]["num_updates"] == b["optimizer_history"][-1]["num_updates"] == 4
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
+
+
+def test_sample_correction_from_the_command_line(tiny_bin, tmp_path):
+    """fairseq-train --sample-correction logq trains and keeps the choice in the checkpoint; another value is
+    refused by fairseq's option parser, naming the choices."""
+    from fairseq_outlayers import checkpoint_safety  # noqa: F401  (safe torch.load of fairseq checkpoints)
+
+    extra = ["--output-layer", "tied", "--criterion", "sampled_softmax", "--sample-ratio", "0.9"]
+    train(tiny_bin, str(tmp_path / "logq"), extra=extra + ["--sample-correction", "logq"], max_update=2)
+    state = torch.load(os.path.join(tmp_path / "logq", "checkpoint_last.pt"), map_location="cpu")
+    assert state["cfg"]["criterion"]["sample_correction"] == "logq"
+    proc = train(tiny_bin, str(tmp_path / "bad"), extra=extra + ["--sample-correction", "log"], max_update=2,
+                 check=False)
+    assert proc.returncode != 0 and "invalid choice: 'log'" in proc.stderr and "'logq'" in proc.stderr

@@ -9,6 +9,15 @@ comes from. Their reference implementation also keeps the padding symbol in V', 
 Validation (``model.training`` is False) and decoding use the full softmax, so the reported validation loss is
 the ordinary cross-entropy. With ``--sample-ratio 1`` the criterion is exactly the full-softmax cross-entropy.
 
+The paper's softmax over V' is uncorrected (``--sample-correction none``, the default): a word that is a target
+somewhere in the batch is always in V', any other word only with probability r = (negatives drawn) / (words not
+in the batch), so the normaliser leaves out most of the mass of the words outside the batch, and at the full
+softmax the trained model under-predicts the words that are usually in the batch, the frequent ones.
+``--sample-correction logq`` adds -log r to the logits of the drawn negatives (log Q correction, as in Jean et al.
+2015 and Bengio & Senecal 2008, with Q the probability that a word is in V' given the batch: 1 for the batch's
+targets, r for the rest): the normaliser over V' becomes sum over the batch's targets of exp(s) plus
+sum over the negatives of exp(s) / r, an unbiased estimate of the full softmax's normaliser given the batch.
+
 The criterion works with every output layer written as a factorised softmax
 (``fairseq_outlayers.modules.output_layer.FactorisedSoftmaxOutput``: softmax, tied, tied-all, joint, fixed):
 it asks the layer for ``sampled_logits(features, ids)``.
@@ -27,7 +36,7 @@ import torch.nn.functional as F
 from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
-from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
@@ -82,6 +91,26 @@ def sample_vocabulary(targets: torch.Tensor, vocab_size: int, ratio: float, pad:
     return ids, lookup[targets]
 
 
+def sampling_correction(ids: torch.Tensor, targets: torch.Tensor, vocab_size: int,
+                        pad: Optional[int] = None) -> torch.Tensor:
+    """log Q offsets for the columns ``ids`` of V' (``sample_vocabulary``'s first output) given the batch's
+    ``targets``: 0 for the batch's targets (and ``pad``), which are in V' for certain, and -log r for the uniformly
+    drawn negatives, r = (number of negatives) / (words that are not targets) being each such word's chance of
+    being drawn. Softmax over V' of ``logits + offsets`` then has sum_P exp(s) + sum_N exp(s) / r as its
+    normaliser, an unbiased estimate of sum_V exp(s) given the batch. Float32, shape ``(len(ids),)``; all zeros
+    when V' holds no negative (e.g. ratio 1)."""
+    is_pos = torch.zeros(vocab_size, dtype=torch.bool, device=ids.device)
+    is_pos[targets.reshape(-1)] = True
+    if pad is not None:
+        is_pos[pad] = True
+    negative = ~is_pos[ids]
+    n_neg = int(negative.sum())
+    offsets = torch.zeros(ids.numel(), dtype=torch.float32, device=ids.device)
+    if n_neg:
+        offsets[negative] = math.log((vocab_size - int(is_pos.sum())) / n_neg)
+    return offsets
+
+
 def sampled_softmax_loss(logits: torch.Tensor, targets: torch.Tensor, epsilon: float = 0.0,
                          ignore_index: Optional[int] = None, reduce: bool = True
                          ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -106,6 +135,12 @@ class SampledSoftmaxCriterionConfig(FairseqDataclass):
         default=0.0,
         metadata={"help": "epsilon for label smoothing (over the sampled vocabulary in training), 0 = none"},
     )
+    sample_correction: ChoiceEnum(["none", "logq"]) = field(
+        default="none",
+        metadata={"help": "none: the softmax over V' as it is (the paper); logq: add -log r to the logits of the "
+                          "drawn negatives, r their chance of being drawn, so that the normaliser over V' estimates "
+                          "the full softmax's without bias given the batch"},
+    )
     sentence_avg: bool = II("optimization.sentence_avg")
 
 
@@ -113,7 +148,7 @@ class SampledSoftmaxCriterionConfig(FairseqDataclass):
 class SampledSoftmaxCriterion(FairseqCriterion):
     """Negative-sampling cross-entropy for softmax-type output layers (Pappas et al. 2018, section 3.2)."""
 
-    def __init__(self, task, sentence_avg, sample_ratio=0.25, label_smoothing=0.0):
+    def __init__(self, task, sentence_avg, sample_ratio=0.25, label_smoothing=0.0, sample_correction="none"):
         super().__init__(task)
         if not 0.0 < sample_ratio <= 1.0:
             raise OutlayersConfigError(
@@ -125,6 +160,9 @@ class SampledSoftmaxCriterion(FairseqCriterion):
         self.sentence_avg = sentence_avg
         self.sample_ratio = sample_ratio
         self.eps = label_smoothing
+        if sample_correction not in ("none", "logq"):
+            raise OutlayersConfigError(f"--sample-correction must be none or logq, got {sample_correction!r}")
+        self.correction = sample_correction
         self._seed_base = None
         self._micro_batch = 0
         self._generators = {}
@@ -170,6 +208,8 @@ class SampledSoftmaxCriterion(FairseqCriterion):
             ids, remapped = sample_vocabulary(target, layer.dictionary_size, self.sample_ratio, pad=pad,
                                               generator=self._generator(target.device))
             logits = layer.sampled_logits(features, ids)
+            if self.correction == "logq":
+                logits = logits + sampling_correction(ids, target, layer.dictionary_size, pad).to(logits.dtype)
             pad_index = int(torch.searchsorted(ids, torch.tensor(pad, device=ids.device)))
             loss, nll_loss = sampled_softmax_loss(logits, remapped, self.eps, ignore_index=pad_index, reduce=reduce)
             vocab = ids.numel()
