@@ -145,7 +145,8 @@ def main(argv=None):
     scale = fit_scale(layer, train_x, train_y, args.epochs, args.lr)
     seen = counts > 0
     rho = spearmanr(bias[seen].numpy(), counts[seen].numpy()).correlation
-    out = {"checkpoint": args.checkpoint, "layer": type(layer).__name__, "train_tokens": len(train_y),
+    out = {"checkpoint": args.checkpoint, "layer": type(layer).__name__, "train_sentences": args.train_sentences,
+           "train_tokens": len(train_y),
            "valid_tokens": len(valid_y),
            "valid_nll_bits": {"no bias": round(nll_bits(layer, valid_x, valid_y), 4),
                               "log unigram bias": round(nll_bits(layer, valid_x, valid_y, unigram), 4),
