@@ -12,7 +12,9 @@ shorter list decides how many seeds are paired). Hypotheses are tokenised text a
 after ``--remove-bpe`` (what ``compare`` and ``vmf_sweep.py`` write): they are detokenised with sacremoses, as
 those tools score them (``fairseq_outlayers.evaluation.scoring``), and scored with sacreBLEU against the raw
 references (``--lowercase`` when the data was lowercased). One line per system: BLEU per seed, mean, the
-difference to the baseline and its p-value (1,000 resamples, sacreBLEU's seed). ``--json FILE`` writes the same figures.
+difference to the baseline, its 95 % percentile interval and p-value (1,000 resamples, sacreBLEU's seed), and
+with two or more seeds a side Welch's t-test over the per-seed scores (what ``ledger compare`` prints).
+``--json FILE`` writes the same figures.
 """
 import argparse
 import json
@@ -74,7 +76,7 @@ def main(argv=None):
         except OutlayersConfigError as e:
             sys.exit(f"paired_bootstrap.py: error: {e}")
 
-    from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap
+    from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap_test, welch_t_test
 
     refs = read_lines(args.ref, "references")
     if args.lowercase:
@@ -88,24 +90,29 @@ def main(argv=None):
         name, paths = parse_system(spec, "--system")
         sys_ = system_stats(paths, refs, args.lang, args.lowercase)
         n = min(len(sys_), len(base))
-        diff, pval, _ = paired_bootstrap({i: sys_[i][0] for i in range(n)}, {i: base[i][0] for i in range(n)},
-                                         n_samples=args.samples)
+        test = paired_bootstrap_test({i: sys_[i][0] for i in range(n)}, {i: base[i][0] for i in range(n)},
+                                     n_samples=args.samples)
         mean, sd = mean_sd([b for _, b in sys_])
+        welch = welch_t_test([b for _, b in sys_], [b for _, b in base])
         rows.append({"name": name, "bleu": [b for _, b in sys_], "mean": mean, "sd": sd, "seeds_paired": n,
-                     "difference": diff, "p": pval})
+                     "difference": test["diff"], "interval": list(test["interval"]), "p": test["p"],
+                     "p_seeds": None if welch is None else welch["p"]})
 
     def fmt(v):
         return "—" if v is None else f"{v:.2f}"
 
-    print(f"| system | BLEU per seed | mean ± sd | − {base_name} (paired seeds) | p |")
-    print("|---|---|---|---|---|")
+    print(f"| system | BLEU per seed | mean ± sd | − {base_name} (paired seeds) | 95 % interval | p "
+          f"| p (seeds: Welch t) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         per_seed = " / ".join(f"{b:.2f}" for b in r["bleu"])
         if "difference" in r:
+            low, high = r["interval"]
+            p_seeds = "—" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
             print(f"| {r['name']} | {per_seed} | {fmt(r['mean'])} ± {fmt(r['sd'])} | {r['difference']:+.2f} "
-                  f"({r['seeds_paired']}) | {r['p']:.3f} |")
+                  f"({r['seeds_paired']}) | [{low:+.2f}, {high:+.2f}] | {r['p']:.3f} | {p_seeds} |")
         else:
-            print(f"| {r['name']} (baseline) | {per_seed} | {fmt(r['mean'])} ± {fmt(r['sd'])} | | |")
+            print(f"| {r['name']} (baseline) | {per_seed} | {fmt(r['mean'])} ± {fmt(r['sd'])} | | | | |")
     if args.json:
         from fairseq_outlayers.outfiles import write_text
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from fairseq_outlayers.evaluation.scoring import bleu_metric, detokenise
-from fairseq_outlayers.ledger.stats import paired_bootstrap, sentence_stats
+from fairseq_outlayers.ledger.stats import paired_bootstrap_test, sentence_stats, welch_t_test
 
 from harness import load_script
 
@@ -58,9 +58,20 @@ def test_figures_match_compare_and_the_ledger_bootstrap(script, tmp_path):
     refs = [r.lower() for r in REFS]
     stats = {name: {i: sentence_stats([detok.detokenize(h.split()) for h in hyps], refs, True)
                     for i, hyps in enumerate(group)} for name, group in (("s", SYS), ("b", BASE))}
-    diff, p, seeds = paired_bootstrap(stats["s"], stats["b"], n_samples=200)
-    assert seeds == [0, 1]
-    assert rows[1]["difference"] == pytest.approx(diff) and rows[1]["p"] == p
+    test = paired_bootstrap_test(stats["s"], stats["b"], n_samples=200)
+    assert test["seeds"] == [0, 1]
+    assert rows[1]["difference"] == pytest.approx(test["diff"]) and rows[1]["p"] == test["p"]
+    assert rows[1]["interval"] == pytest.approx(list(test["interval"]))
+    assert rows[1]["interval"][0] <= rows[1]["difference"] <= rows[1]["interval"][1]
+    assert rows[1]["p_seeds"] == pytest.approx(welch_t_test(rows[1]["bleu"], rows[0]["bleu"])["p"])
+
+
+def test_one_seed_a_side_has_no_seed_level_test(script, tmp_path, capsys):
+    ref = write(tmp_path / "ref.en", REFS)
+    base, system = write(tmp_path / "b.hyp", BASE[0]), write(tmp_path / "s.hyp", SYS[0])
+    script.main(["--ref", ref, "--lowercase", "--samples", "100", "--baseline", f"b={base}", "--system", f"s={system}"])
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| s |")][0]
+    assert line.endswith("| — |")
 
 
 def test_errors_name_the_file(script, tmp_path):
