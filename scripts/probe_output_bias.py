@@ -14,12 +14,13 @@ bounded (unit-norm fixed rows: ``|logit| <= ||h||``) and cannot reach the sharpn
     python scripts/probe_output_bias.py work/ledger/tiny-fixed.seed1/checkpoint_best.pt \\
         [--data work/multi30k/data-bin/de-en] [--epochs 3] [--json probe.json] [--out-checkpoint fixed+bias.pt]
 
-``--out-checkpoint`` (an output layer with a per-word bias: the fixed classifier's frozen one, the joint layer's
-learned one, a softmax/tied layer trained with ``--output-bias``) writes a copy of the checkpoint whose bias has the
-fitted one added, for ``fairseq-generate``; an existing file is never overwritten. That is also the step after
-training with ``--criterion sampled_softmax``, whose models lack the frequency prior (docs/joint-output.md: +1.39
-test BLEU for the joint layer on Multi30k, three seeds). It runs on the CPU and keeps the decoder features of the
-``--train-sentences`` in memory. The validation NLL with ``b = 0``
+``--out-checkpoint`` writes a copy of the checkpoint whose output layer has the fitted bias, for ``fairseq-generate``:
+added to the layer's own per-word bias (the fixed classifier's frozen one, the joint layer's learned one, a
+softmax/tied layer trained with ``--output-bias``), or, for a softmax/tied layer trained without one, as a new bias
+with ``--output-bias`` turned on in the checkpoint's configuration; an existing file is never overwritten. That is
+also the step after training with ``--criterion sampled_softmax``, whose models lack the frequency prior
+(docs/joint-output.md: +1.39 test BLEU for the joint layer on Multi30k, three seeds). It runs on the CPU and keeps
+the decoder features of the ``--train-sentences`` in memory. The validation NLL with ``b = 0``
 is the model's own over every validation sentence; fairseq-train's ``valid nll_loss`` reads lower (2.36 against
 2.405 bits on the tiny softmax) because its batching drops the last 1014 mod 8 = 6 sentences of Multi30k's
 validation set (``--required-batch-size-multiple 8``, fairseq issue #5036; the same batching gives 2.3596 here).
@@ -46,7 +47,7 @@ def load(checkpoint, data):
     overrides = {"data": data} if data else {}
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
     model = models[0].eval()
-    return model, task
+    return model, task, cfg
 
 
 @torch.no_grad()
@@ -113,6 +114,32 @@ def fit_scale(layer, feats, targets, epochs, lr, seed=1):
     return fit_on_logits(layer, feats, targets, torch.zeros(()), lambda z, s: z * s.exp(), epochs, lr, seed).exp()
 
 
+BIAS_KEY = "decoder.output_projection.bias"
+
+
+def put_bias(state, bias, accepts_bias):
+    """Put the fitted ``bias`` into a checkpoint's ``state`` (in place): added to the output layer's own bias, or
+    stored as a new one with ``output_bias`` switched on in the saved configuration when the layer was trained
+    without one and its kind takes ``--output-bias`` (``accepts_bias``). Raises ValueError otherwise."""
+    weights = state["model"]
+    if BIAS_KEY in weights:
+        weights[BIAS_KEY] = weights[BIAS_KEY] + bias.to(weights[BIAS_KEY].dtype)
+        return
+    if not accepts_bias:
+        raise ValueError("--out-checkpoint needs an output layer with a per-word bias or one that takes "
+                         "--output-bias (softmax, tied, tied-all)")
+    dtype = next(v.dtype for v in weights.values() if torch.is_floating_point(v))
+    weights[BIAS_KEY] = bias.to(dtype)
+    from omegaconf import DictConfig, open_dict
+
+    for config in (state.get("args"), (state.get("cfg") or {}).get("model")):
+        if isinstance(config, DictConfig):
+            with open_dict(config):
+                config.output_bias = True
+        elif config is not None:
+            config.output_bias = True
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("checkpoint")
@@ -133,12 +160,17 @@ def main(argv=None):
 
     from fairseq_outlayers.outfiles import atomic_write, write_text
 
-    model, task = load(args.checkpoint, args.data)
+    model, task, cfg = load(args.checkpoint, args.data)
     layer = model.decoder.output_projection
     own = dict(layer.named_buffers(recurse=False), **dict(layer.named_parameters(recurse=False)))
-    if args.out_checkpoint and getattr(own.get("bias"), "shape", None) != (len(task.target_dictionary),):
-        parser.error(f"--out-checkpoint needs an output layer with a per-word bias (fixed, joint, or one trained "
-                     f"with --output-bias); this checkpoint's is {type(layer).__name__} without one")
+    from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
+
+    spec = OUTPUT_LAYER_REGISTRY.get(getattr(cfg.model, "output_layer", None))
+    accepts_bias = getattr(own.get("bias"), "shape", None) == (len(task.target_dictionary),) or bool(
+        spec and spec.output_bias)
+    if args.out_checkpoint and not accepts_bias:
+        parser.error(f"--out-checkpoint needs an output layer with a per-word bias or one that takes --output-bias "
+                     f"(softmax, tied, tied-all); this checkpoint's is {type(layer).__name__} without one")
     vocab = len(task.target_dictionary)
     train_x, train_y = features(model, task, "train", args.max_tokens, args.train_sentences)
     valid_x, valid_y = features(model, task, "valid", args.max_tokens)
@@ -166,8 +198,7 @@ def main(argv=None):
         write_text(args.json, text + "\n")
     if args.out_checkpoint:
         state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
-        key = "decoder.output_projection.bias"
-        state["model"][key] = state["model"][key] + bias.to(state["model"][key].dtype)
+        put_bias(state, bias, accepts_bias)
         with atomic_write(args.out_checkpoint, "wb") as f:
             torch.save(state, f)
         print(f"wrote {args.out_checkpoint}")

@@ -373,19 +373,20 @@ def test_norm_frequency_plot_is_saved_with_matplotlib(tiny_bin, transformer_run,
 
 
 # ------------------------------------------------------------------------------------- frequency-prior probe
-@pytest.mark.parametrize("layer", ["fixed", "joint"])
+@pytest.mark.parametrize("layer", ["fixed", "joint", "tied"])
 def test_output_bias_probe(tiny_bin, tmp_path, layer):
     """scripts/probe_output_bias.py: its no-bias NLL is the model's own over every validation sentence, the fitted
     bias does not raise the training NLL, and the checkpoint it writes carries that bias into fairseq's model (the
-    fixed layer's frozen bias, the joint layer's learned one); the fitted logit scale's NLL is fairseq's own with
-    the logits multiplied by it."""
+    fixed layer's frozen bias, the joint layer's learned one, a new one for a tied layer trained without a bias);
+    the fitted logit scale's NLL is fairseq's own with the logits multiplied by it."""
     import json
 
     from fairseq import checkpoint_utils
 
     probe = load_script("probe_output_bias.py")
     save = str(tmp_path / layer)
-    options = {"fixed": ["--output-layer", "fixed"], "joint": ["--output-layer", "joint", "--joint-dim", "16"]}
+    options = {"fixed": ["--output-layer", "fixed"], "joint": ["--output-layer", "joint", "--joint-dim", "16"],
+               "tied": ["--output-layer", "tied"]}
     train(tiny_bin, save, TINY_TRANSFORMER, options[layer], max_update=6)
     ckpt, out_json, out_ckpt = os.path.join(save, "checkpoint_last.pt"), tmp_path / "p.json", tmp_path / "b.pt"
     assert probe.main([ckpt, "--data", tiny_bin, "--epochs", "20", "--lr", "0.1", "--json", str(out_json),
@@ -421,12 +422,29 @@ def test_output_bias_probe(tiny_bin, tmp_path, layer):
         probe.main([ckpt, "--data", tiny_bin, "--json", str(out_json)])
 
 
-def test_output_bias_probe_refuses_a_checkpoint_for_a_layer_without_a_bias(tiny_bin, tmp_path, capsys):
+def test_output_bias_probe_puts_the_bias_where_the_model_reads_it():
+    """put_bias: added to an existing bias; created with output_bias switched on in the saved configuration
+    (argparse Namespace or omegaconf DictConfig) for a layer that takes --output-bias; refused otherwise."""
+    from argparse import Namespace
+
+    from omegaconf import OmegaConf
+
     probe = load_script("probe_output_bias.py")
-    save = str(tmp_path / "tied")
-    train(tiny_bin, save, TINY_TRANSFORMER, ["--output-layer", "tied"], max_update=2)
-    with pytest.raises(SystemExit):
-        probe.main([os.path.join(save, "checkpoint_last.pt"), "--data", tiny_bin, "--epochs", "1",
-                    "--out-checkpoint", str(tmp_path / "b.pt")])
-    assert "needs an output layer with a per-word bias" in capsys.readouterr().err
-    assert not (tmp_path / "b.pt").exists()
+    fitted = torch.tensor([0.5, -1.0, 2.0])
+    state = {"model": {probe.BIAS_KEY: torch.ones(3, dtype=torch.float16)}, "cfg": {"model": Namespace()}}
+    probe.put_bias(state, fitted, accepts_bias=False)
+    assert state["model"][probe.BIAS_KEY].dtype == torch.float16
+    assert state["model"][probe.BIAS_KEY].tolist() == [1.5, 0.0, 3.0]
+    assert not hasattr(state["cfg"]["model"], "output_bias")  # nothing else changes
+
+    hydra = OmegaConf.create({"output_layer": "tied"})
+    OmegaConf.set_struct(hydra, True)  # as fairseq saves it: a new key needs open_dict
+    for config in (Namespace(output_layer="tied", output_bias=False), hydra):
+        state = {"model": {"decoder.embed_tokens.weight": torch.zeros(3, 2)}, "cfg": {"model": config}}
+        probe.put_bias(state, fitted, accepts_bias=True)
+        assert torch.equal(state["model"][probe.BIAS_KEY], fitted) and config.output_bias is True
+
+    state = {"model": {"decoder.embed_tokens.weight": torch.zeros(3, 2)}, "cfg": {"model": Namespace()}}
+    with pytest.raises(ValueError, match="needs an output layer with a per-word bias"):
+        probe.put_bias(state, fitted, accepts_bias=False)
+    assert probe.BIAS_KEY not in state["model"]
