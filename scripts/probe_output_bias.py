@@ -19,8 +19,8 @@ added to the layer's own per-word bias (the fixed classifier's frozen one, the j
 softmax/tied layer trained with ``--output-bias``), or, for a softmax/tied layer trained without one, as a new bias
 with ``--output-bias`` turned on in the checkpoint's configuration; an existing file is never overwritten. That is
 also the step after training with ``--criterion sampled_softmax``, whose models lack the frequency prior
-(docs/joint-output.md: +1.39 test BLEU for the joint layer, +1.16 for tying, on Multi30k, three seeds). It runs on the CPU and keeps
-the decoder features of the ``--train-sentences`` in memory. The validation NLL with ``b = 0``
+(docs/joint-output.md: +1.39 test BLEU for the joint layer, +1.16 for tying, on Multi30k, three seeds). It runs
+on the CPU and keeps the decoder features of the ``--train-sentences`` in memory. The validation NLL with ``b = 0``
 is the model's own over every validation sentence; fairseq-train's ``valid nll_loss`` reads lower (2.36 against
 2.405 bits on the tiny softmax) because its batching drops the last 1014 mod 8 = 6 sentences of Multi30k's
 validation set (``--required-batch-size-multiple 8``, fairseq issue #5036; the same batching gives 2.3596 here).
