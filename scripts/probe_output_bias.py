@@ -27,117 +27,18 @@ validation set (``--required-batch-size-multiple 8``, fairseq issue #5036; the s
 """
 import argparse
 import json
-import math
 import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-CHUNK = 8192
-
-
-def load(checkpoint, data):
-    import fairseq_outlayers  # noqa: F401  (registers the package and allow-lists its checkpoints)
-    from fairseq import checkpoint_utils
-
-    overrides = {"data": data} if data else {}
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
-    model = models[0].eval()
-    return model, task, cfg
-
-
-@torch.no_grad()
-def features(model, task, split, max_tokens, max_sentences=None):
-    """(decoder features of every target token, target ids) of a split, teacher-forced, dropout off."""
-    task.load_dataset(split)
-    dataset = task.dataset(split)
-    itr = task.get_batch_iterator(dataset, max_tokens=max_tokens, ignore_invalid_inputs=False,
-                                  seed=1).next_epoch_itr(shuffle=False)
-    pad = task.target_dictionary.pad()
-    feats, targets, seen = [], [], 0
-    for batch in itr:
-        net = batch["net_input"]
-        encoder_out = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
-        x, _ = model.decoder(net["prev_output_tokens"], encoder_out=encoder_out, features_only=True)
-        mask = batch["target"].ne(pad)
-        feats.append(x[mask].float())
-        targets.append(batch["target"][mask])
-        seen += batch["nsentences"]
-        if max_sentences and seen >= max_sentences:
-            break
-    return torch.cat(feats), torch.cat(targets)
-
-
-def nll_bits(layer, feats, targets, bias=None, scale=None):
-    """Mean negative log-likelihood of the targets in bits, the output layer's logits (times ``scale``) plus
-    ``bias``."""
-    total = 0.0
-    with torch.no_grad():
-        for i in range(0, len(targets), CHUNK):
-            logits = layer(feats[i:i + CHUNK]).float()
-            if scale is not None:
-                logits = logits * scale
-            if bias is not None:
-                logits = logits + bias
-            total += F.cross_entropy(logits, targets[i:i + CHUNK], reduction="sum").item()
-    return total / len(targets) / math.log(2)
-
-
-def fit_on_logits(layer, feats, targets, init, apply, epochs, lr, seed=1):
-    """Parameters ``init`` of ``apply(logits, param)`` over the frozen layer's logits, Adam on the training tokens'
-    cross-entropy (the layer's logits are computed chunk by chunk, never all kept)."""
-    param = init.clone().requires_grad_(True)
-    opt = torch.optim.Adam([param], lr=lr)
-    gen = torch.Generator().manual_seed(seed)
-    chunks = range(0, len(targets), CHUNK)
-    for _ in range(epochs):
-        for j in torch.randperm(len(chunks), generator=gen).tolist():
-            with torch.no_grad():
-                logits = layer(feats[chunks[j]:chunks[j] + CHUNK]).float()
-            opt.zero_grad()
-            F.cross_entropy(apply(logits, param), targets[chunks[j]:chunks[j] + CHUNK]).backward()
-            opt.step()
-    return param.detach()
-
-
-def fit_bias(layer, feats, targets, vocab, epochs, lr, seed=1):
-    """A bias over the frozen layer's logits."""
-    return fit_on_logits(layer, feats, targets, torch.zeros(vocab), lambda z, b: z + b, epochs, lr, seed)
-
-
-def fit_scale(layer, feats, targets, epochs, lr, seed=1):
-    """One scale on the frozen layer's logits (fitted as its logarithm, from 0)."""
-    return fit_on_logits(layer, feats, targets, torch.zeros(()), lambda z, s: z * s.exp(), epochs, lr, seed).exp()
-
-
-BIAS_KEY = "decoder.output_projection.bias"
-
-
-def put_bias(state, bias, accepts_bias):
-    """Put the fitted ``bias`` into a checkpoint's ``state`` (in place): added to the output layer's own bias, or
-    stored as a new one with ``output_bias`` switched on in the saved configuration when the layer was trained
-    without one and its kind takes ``--output-bias`` (``accepts_bias``). Raises ValueError otherwise."""
-    weights = state["model"]
-    if BIAS_KEY in weights:
-        weights[BIAS_KEY] = weights[BIAS_KEY] + bias.to(weights[BIAS_KEY].dtype)
-        return
-    if not accepts_bias:
-        raise ValueError("--out-checkpoint needs an output layer with a per-word bias or one that takes "
-                         "--output-bias (softmax, tied, tied-all)")
-    dtype = next(v.dtype for v in weights.values() if torch.is_floating_point(v))
-    weights[BIAS_KEY] = bias.to(dtype)
-    from omegaconf import DictConfig, open_dict
-
-    for config in (state.get("args"), (state.get("cfg") or {}).get("model")):
-        if isinstance(config, DictConfig):
-            with open_dict(config):
-                config.output_bias = True
-        elif config is not None:
-            config.output_bias = True
+from fairseq_outlayers.bias_fit import (BIAS_KEY, features, fit_bias, fit_scale, load,  # noqa: E402,F401
+                                       nll_bits, put_bias)
+from fairseq_outlayers.bias_fit import accepts_bias as layer_accepts_bias  # noqa: E402
+from fairseq_outlayers.bias_fit import write_checkpoint  # noqa: E402
 
 
 def main(argv=None):
@@ -158,16 +59,11 @@ def main(argv=None):
             parser.error(f"{path} exists; give another name (nothing is overwritten)")
     from scipy.stats import spearmanr
 
-    from fairseq_outlayers.outfiles import atomic_write, write_text
+    from fairseq_outlayers.outfiles import write_text
 
     model, task, cfg = load(args.checkpoint, args.data)
     layer = model.decoder.output_projection
-    own = dict(layer.named_buffers(recurse=False), **dict(layer.named_parameters(recurse=False)))
-    from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
-
-    spec = OUTPUT_LAYER_REGISTRY.get(getattr(cfg.model, "output_layer", None))
-    accepts_bias = getattr(own.get("bias"), "shape", None) == (len(task.target_dictionary),) or bool(
-        spec and spec.output_bias)
+    accepts_bias = layer_accepts_bias(model, task, cfg)
     if args.out_checkpoint and not accepts_bias:
         parser.error(f"--out-checkpoint needs an output layer with a per-word bias or one that takes --output-bias "
                      f"(softmax, tied, tied-all); this checkpoint's is {type(layer).__name__} without one")
@@ -197,10 +93,7 @@ def main(argv=None):
     if args.json:
         write_text(args.json, text + "\n")
     if args.out_checkpoint:
-        state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
-        put_bias(state, bias, accepts_bias)
-        with atomic_write(args.out_checkpoint, "wb") as f:
-            torch.save(state, f)
+        write_checkpoint(args.checkpoint, args.out_checkpoint, bias, accepts_bias)
         print(f"wrote {args.out_checkpoint}")
     return 0
 

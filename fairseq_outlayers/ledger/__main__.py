@@ -52,13 +52,14 @@ def _run(args) -> int:
     if args.dry_run:
         for row, seed in runs:
             options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
-            print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}")
+            step = f" (in work/{row.training_name()}.seed{seed}), then {shlex.join(row.after)}" if row.after else ""
+            print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}{step}")
         return 0
     existing = records.read_records(args.ledger) if os.path.isdir(args.ledger) else []
     digests = {}
     for row, seed in runs:  # a record made with other options or on other data stops everything before training
         options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
-        if records.recorded(args.ledger, row.name, seed, options, row.path) is None:
+        if records.recorded(args.ledger, row.name, seed, options, row.path, after=row.after) is None:
             digest = digests.setdefault(options[0], records.data_digest(options[0]))
             records.check_data(existing, row.table, options[0], digest, row.path)
             records.check_files(existing, row.table, records.file_digests(options), row.path)

@@ -164,8 +164,10 @@ def read_records(ledger: str) -> List[Dict]:
     return [load_record(p) for p in sorted(glob.glob(os.path.join(ledger, "*.seed*.json")))]
 
 
-def recorded(ledger: str, row: str, seed: int, options: List[str], row_file: str) -> Optional[Dict]:
-    """The record of this run when it exists; an error when it was made with other options."""
+def recorded(ledger: str, row: str, seed: int, options: List[str], row_file: str,
+             after: Optional[List[str]] = None) -> Optional[Dict]:
+    """The record of this run when it exists; an error when it was made with other options or another step after
+    training (``after``: the row's ``# after:`` step, [] or None for none)."""
     path = record_path(ledger, row, seed)
     if not os.path.exists(path):
         return None
@@ -174,4 +176,10 @@ def recorded(ledger: str, row: str, seed: int, options: List[str], row_file: str
         raise OutlayersConfigError(
             f"{path} was run with `{' '.join(record['options'])}` but {row_file} now gives "
             f"`{' '.join(options)}`; rename the row (a new experiment) or move the record away (to rerun it)")
+    step = (record.get("after") or {}).get("step") or []
+    if step != (after or []):
+        raise OutlayersConfigError(
+            f"{path} was made with the step `{' '.join(step) or 'none'}` after training but {row_file} now gives "
+            f"`{' '.join(after or []) or 'none'}`; rename the row (a new experiment) or move the record away (to "
+            "rerun it)")
     return record

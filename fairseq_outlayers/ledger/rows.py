@@ -13,7 +13,12 @@ may hold directives ``# key: value``::
 * ``table: NAME``: the table it belongs to (default: the name of the folder holding the row file);
 * ``validate: bleu`` (default) or ``validate: loss -- REASON``: the early-stopping metric; loss needs a reason;
 * ``beam: N``: the beam of this row's validation BLEU and test translations (default: the runner's ``--beam``), for
-  a method whose recipe decodes otherwise (continuous outputs: beam 1, the nearest neighbour of each vector).
+  a method whose recipe decodes otherwise (continuous outputs: beam 1, the nearest neighbour of each vector);
+* ``after: STEP [OPTIONS]``: a step applied to the trained checkpoint before the test (``steps.py``: e.g.
+  ``fit-output-bias --train-sentences 10000``);
+* ``from: ROW``: with ``after``, the row is ROW's trained models with the step: it has no options line of its own
+  (ROW's, a row file of the same folder, are used) and shares ROW's run directories, so each seed is trained once
+  and the two rows' records are the same model before and after the step.
 
 The first comment line that is not a directive describes the row. The options line is complete (architecture,
 optimiser, criterion, data): the runner adds only the protocol (``protocol_options``), the seed and paths.
@@ -21,13 +26,15 @@ optimiser, criterion, data): the runner adds only the protocol (``protocol_optio
 import json
 import os
 import re
-from dataclasses import dataclass
+import glob
+from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 from fairseq_outlayers.cli.compare import read_row, row_data_bin
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.ledger.steps import parse_step
 
-DIRECTIVES = ("baseline", "method", "table", "validate", "beam")
+DIRECTIVES = ("baseline", "method", "table", "validate", "beam", "after", "from")
 DIRECTIVE = re.compile(r"^#\s*([a-z]+)\s*:\s*(.*?)\s*$")
 
 
@@ -44,6 +51,12 @@ class LedgerRow:
     validate: str = "bleu"
     validate_reason: str = ""
     beam: Optional[int] = None
+    after: List[str] = field(default_factory=list)
+    trained_as: Optional[str] = None  # the row whose trained checkpoints this one uses (``from:``)
+
+    def training_name(self) -> str:
+        """The name of the run directories this row trains in (``work/NAME.seedN``)."""
+        return self.trained_as or self.name
 
     def decoding_beam(self, default: int) -> int:
         return self.beam or default
@@ -61,10 +74,8 @@ class LedgerRow:
         return found.get("src"), found.get("tgt")
 
 
-def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
-    if not os.path.isfile(path):
-        raise OutlayersConfigError(f"row file '{path}' does not exist")
-    name, args = read_row(path)
+def _directives(path: str):
+    """({directive: (value, line number)}, description) of a row file."""
     found, description = {}, ""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -78,6 +89,44 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
                 found[m.group(1)] = (m.group(2), lineno)
             elif not description:
                 description = text.lstrip("#").strip()
+    return found, description
+
+
+def _parent(path: str, parent: str, lineno: int) -> str:
+    """The row file named ``parent`` in the folder of ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    matches = [p for p in sorted(glob.glob(os.path.join(folder, "*.args"))) if read_row(p)[0] == parent]
+    if not matches:
+        raise OutlayersConfigError(f"{path}:{lineno}: '# from: {parent}': no row file of that name in {folder}")
+    return matches[0]
+
+
+def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"row file '{path}' does not exist")
+    name, args = read_row(path)
+    found, description = _directives(path)
+    trained_as = None
+    if "from" in found:
+        parent, lineno = found["from"]
+        if "after" not in found:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# from: {parent}' needs '# after: STEP' (without a "
+                                       f"step the row is {parent} itself)")
+        if args:
+            raise OutlayersConfigError(f"{path}: a row with '# from: {parent}' trains with {parent}'s options; "
+                                       "remove its options line")
+        for key in ("validate", "beam"):
+            if key in found:
+                raise OutlayersConfigError(f"{path}:{found[key][1]}: '# {key}:' of a row with '# from: {parent}' "
+                                           f"is {parent}'s (the same training); remove it")
+        source = read_ledger_row(_parent(path, parent, lineno), default_data)
+        if source.trained_as:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# from: {parent}': {parent} is itself a step row "
+                                       f"('# from: {source.trained_as}'); name {source.trained_as} and give both "
+                                       "steps in one '# after:'")
+        args, trained_as = ["--data-bin", source.data_bin, *source.train_args], source.name
+        found.setdefault("baseline", (parent, lineno))  # by default, compared with the same models before the step
+        found.setdefault("method", (source.method, lineno))
     try:
         data_bin, train_args = row_data_bin(args, default_data)
     except SystemExit:
@@ -85,7 +134,13 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
     if data_bin is None:
         raise OutlayersConfigError(f"{path}: the row names no --data-bin and no --data was given; add "
                                    "'--data-bin DIR' to the row")
-    row = LedgerRow(name, path, data_bin, train_args, description)
+    row = LedgerRow(name, path, data_bin, train_args, description, trained_as=trained_as)
+    if "after" in found:
+        value, lineno = found["after"]
+        try:
+            row.after = parse_step(value)
+        except ValueError as e:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# after: {value}': {e}") from None
     row.baseline = found.get("baseline", (None,))[0] or None
     row.method = found.get("method", (name,))[0] or name
     row.table = found.get("table", ("",))[0] or os.path.basename(os.path.dirname(os.path.abspath(path)))
@@ -105,6 +160,8 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
         if not value.isdigit() or int(value) < 1:
             raise OutlayersConfigError(f"{path}:{lineno}: '# beam: {value}': the beam must be a positive integer")
         row.beam = int(value)
+    if trained_as:
+        row.validate, row.validate_reason, row.beam = source.validate, source.validate_reason, source.beam
     return row
 
 

@@ -14,6 +14,8 @@ against the row's options), else after:
    raw test set (``NAME=SRC_FILE,REF_FILE``, prepared with the training data's tokeniser, case and BPE);
 4. the record and the detokenised hypotheses written into the ledger (``records.write_record``).
 """
+import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -26,7 +28,8 @@ from typing import Dict, List, Tuple
 from fairseq_outlayers import fairseq_runs
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.evaluation.scoring import evaluate
-from fairseq_outlayers.ledger import records, resume
+from fairseq_outlayers.fairseq_runs import log
+from fairseq_outlayers.ledger import records, resume, steps
 from fairseq_outlayers.ledger.rows import LedgerRow, row_options
 from fairseq_outlayers.outfiles import write_text
 from fairseq_outlayers.rawtext import Preparation
@@ -103,15 +106,27 @@ def curve(log_path: str) -> List[Dict]:
     return out
 
 
-def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
-    """(record, True when it was already in the ledger)."""
-    options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
-    done = records.recorded(s.ledger, row.name, seed, options, row.path)
-    if done is not None:
-        return done, True
-    commit = git_commit()  # the code this call runs (read now: the checkout may change while it trains)
-    run_dir = os.path.join(s.work, f"{row.name}.seed{seed}")
+@contextlib.contextmanager
+def _locked(run_dir: str):
+    """Hold ``run_dir``'s lock: one training at a time in a run directory (a row and the step rows ``from`` it,
+    or two ``ledger run`` calls, may reach the same seed at once: the second waits, then finds it trained)."""
+    with open(os.path.join(run_dir, ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: str) -> Dict:
+    """Train (or resume, or find trained) the run of ``options`` in ``run_dir``; {"seconds", "data_digest",
+    "file_digests", "resumed", "command", "log"}."""
     os.makedirs(run_dir, exist_ok=True)
+    with _locked(run_dir):
+        return _train(row, seed, s, options, run_dir)
+
+
+def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: str) -> Dict:
     claim = os.path.join(run_dir, "options.json")  # fairseq resumes from run_dir: only a run of these options
     if os.path.exists(claim) and json.load(open(claim, encoding="utf-8")) != options:
         raise OutlayersConfigError(f"{run_dir} holds a partial run made with other options ({claim}); remove that "
@@ -147,9 +162,34 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         seconds = 0.0
     else:
         seconds = fairseq_runs.run_training(cmd if state is None else resume.command(cmd, state), log_path, run_dir,
-                                            prog="ledger", append=resumed, label=f"{row.name} seed {seed}: ")
-    best_ckpt = os.path.join(run_dir, "checkpoint_best.pt")
+                                            prog="ledger", append=resumed,
+                                            label=f"{row.training_name()} seed {seed}: ")
+    return {"seconds": seconds, "data_digest": digest, "file_digests": files, "resumed": resumed, "command": cmd,
+            "log": log_path}
+
+
+def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
+    """(record, True when it was already in the ledger)."""
+    options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
+    done = records.recorded(s.ledger, row.name, seed, options, row.path, after=row.after)
+    if done is not None:
+        return done, True
+    commit = git_commit()  # the code this call runs (read now: the checkout may change while it trains)
+    train_dir = os.path.join(s.work, f"{row.training_name()}.seed{seed}")
+    trained = train(row, seed, s, options, train_dir)
+    seconds, digest, files, cmd, log_path = (trained[k] for k in ("seconds", "data_digest", "file_digests",
+                                                                  "command", "log"))
+    last_ckpt, best_ckpt = (os.path.join(train_dir, f"checkpoint_{k}.pt") for k in ("last", "best"))
     last, best = checkpoint_state(last_ckpt), checkpoint_state(best_ckpt)
+    run_dir, test_ckpt, after = os.path.join(s.work, f"{row.name}.seed{seed}"), best_ckpt, None
+    if row.after:  # the step, on the selected checkpoint, into this row's own directory
+        os.makedirs(run_dir, exist_ok=True)
+        test_ckpt = os.path.join(run_dir, "checkpoint_after.pt")
+        log(f"{row.name} seed {seed}: {shlex.join(row.after)} on {best_ckpt}", "ledger")
+        start = time.time()
+        figures = steps.apply_step(row.after, best_ckpt, test_ckpt, row.data_bin)
+        after = {"step": row.after, "trained_in": os.path.basename(train_dir), "checkpoint": "checkpoint_best.pt",
+                 "seconds": round(time.time() - start, 1), "figures": figures}
 
     src_lang, tgt_lang = row.languages()
     prep = Preparation.from_data(row.data_bin, src_lang, tgt_lang)
@@ -159,11 +199,16 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     sets = [(s.test_name, None, s.test_ref)] + [(n, src, ref) for n, (src, ref) in sorted(s.extra_sets.items())]
     beam = row.decoding_beam(s.beam)
     for name, src, ref in sets:
-        tests[name], _, hyps[name], refs[name] = evaluate(prep, row.data_bin, best_ckpt,
+        tests[name], _, hyps[name], refs[name] = evaluate(prep, row.data_bin, test_ckpt,
                                                        os.path.join(run_dir, f"eval-{name}"), ref, src, beam,
                                                        s.lenpen, s.batch_size, extra=direction)
         tests[name].update(source=src, reference_file=ref)
         tests[name]["generate"] = " ".join(shlex.quote(c) for c in tests[name]["generate"])
+    if after is not None:  # the same test of the checkpoint before the step (its own record when it is a row's)
+        name, _, ref = sets[0]
+        before = evaluate(prep, row.data_bin, best_ckpt, os.path.join(run_dir, f"eval-{name}-as-trained"), ref, None,
+                          beam, s.lenpen, s.batch_size, extra=direction)[0]
+        after["as_trained"] = {name: {k: before.get(k) for k in ("sacrebleu", "tokenized_bleu")}}
     desc, device = machine()
     record = {
         "row": row.name, "seed": seed, "table": row.table, "method": row.method, "baseline": row.baseline,
@@ -173,14 +218,15 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
                        "max_epoch": s.max_epoch, "best": best["best"]},
         "options": options,
         "command": " ".join(shlex.quote(c) for c in cmd),
+        **({"after": after} if after is not None else {}),
         "preparation": prep.describe(), "data_digest": digest, "file_digests": files,
         "commit": commit, "machine": desc, "device": device,
         "epochs": last["epoch"], "updates": last["updates"], "best_epoch": best["epoch"],
         "best_updates": best["updates"], "wall_seconds": round(seconds, 1),
-        "training_seconds": last["training_seconds"], "resumed": resumed,
+        "training_seconds": last["training_seconds"], "resumed": trained["resumed"],
         "tokens_per_second": finite(fairseq_runs.training_speed(log_path)),
         "curve": curve(log_path),
-        "params": fairseq_runs.parameter_counts(best_ckpt, prog="ledger"),
+        "params": fairseq_runs.parameter_counts(test_ckpt, prog="ledger"),
         "decoding": {"beam": beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10},
         "lowercase": prep.lowercase,
         "test": tests,

@@ -17,14 +17,14 @@ from fairseq_outlayers.ledger.rows import LedgerRow, row_options
 
 def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, max_epoch: int,
               beam: int, test: str = "test2016", digests: Optional[Dict[str, str]] = None) -> Dict:
-    """{"state": "recorded" | "other options" | "other data" | "partial" | "not started", "text": one line of
-    detail}. ``digests`` caches the digest of each data directory and named file over calls."""
+    """{"state": "recorded" | "other options" | "other data" | "trained" | "partial" | "not started", "text": one
+    line of detail}. ``digests`` caches the digest of each data directory and named file over calls."""
     digests = {} if digests is None else digests
     options = row_options(row, seed, patience, max_epoch, beam)
     path = records.record_path(ledger, row.name, seed)
     if os.path.exists(path):
         record = records.load_record(path)
-        if record["options"] != options:
+        if record["options"] != options or ((record.get("after") or {}).get("step") or []) != row.after:
             return {"state": "other options",
                     "text": f"recorded with other options than {row.path} now gives ({path}): rename the row or "
                             "move the record away"}
@@ -46,7 +46,7 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
         return {"state": "recorded",
                 "text": f"recorded: {test} {score:.2f}, best valid {record['validation']['best']}, "
                         f"{record['epochs']} epochs" if score is not None else "recorded"}
-    run_dir = os.path.join(work, f"{row.name}.seed{seed}")
+    run_dir = os.path.join(work, f"{row.training_name()}.seed{seed}")  # a step row's: the row it is ``from``
     claim, log = os.path.join(run_dir, "options.json"), os.path.join(run_dir, "train.log")
     if not os.path.exists(claim):
         return {"state": "not started", "text": "not started" + _recorded_cost(row, ledger)}
@@ -63,6 +63,11 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
     best = pick(scored, key=lambda v: v[metric])
     last = scored[-1]["epoch"]
     left = max(patience - (last - best["epoch"]), 0)
+    if left == 0 or last >= max_epoch:  # stopped by the protocol: only the test and the record are left
+        step = f"applies {row.after[0]}, " if row.after else ""
+        return {"state": "trained",
+                "text": f"trained, not recorded: stopped at epoch {last}, best valid {metric} {best[metric]} at "
+                        f"epoch {best['epoch']}; `ledger run` {step}tests and records it ({run_dir})"}
     pace = fairseq_runs.epoch_seconds(log)
     more = min(left, max_epoch - last)
     pace = "" if pace is None else (f", {pace / 60:.1f} min an epoch here (at least {more * pace / 60:.0f} min "
@@ -98,6 +103,6 @@ def status_lines(rows: List[LedgerRow], seeds: Sequence[int], ledger: str, work:
             state = run_state(row, seed, ledger, work, patience, max_epoch, beam, digests=digests)
             counts[state["state"]] = counts.get(state["state"], 0) + 1
             lines.append(f"  {row.name} seed {seed}: {state['text']}")
-    order = ("recorded", "partial", "not started", "other options", "other data")
+    order = ("recorded", "trained", "partial", "not started", "other options", "other data")
     lines.append(", ".join(f"{counts[s]} {s}" for s in order if s in counts))
     return lines
