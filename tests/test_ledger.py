@@ -1,7 +1,9 @@
 """The results ledger without training: rows and their directives, records, mean ± sd over seeds, missing seeds,
 the paired bootstrap against sacreBLEU's own and against an independent computation, bit-for-bit rendering."""
+import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -283,6 +285,62 @@ def test_rows_directives_and_protocol(tmp_path):
             read_ledger_row(str(row))
     row.write_text("# x\n--data-bin d\n")
     assert read_ledger_row(str(row)).decoding_beam(5) == 5  # no directive: the runner's --beam
+
+
+def test_a_step_row_takes_its_parents_options_and_checks_its_step(tmp_path):
+    """'# from: ROW' + '# after: STEP': ROW's data, options, validation and beam, ROW's run directories, compared
+    with ROW by default; every way to get it wrong is one error naming the file and line."""
+    (tmp_path / "30-joint.args").write_text("# joint\n# baseline: tied\n# beam: 4\n--data-bin d --output-layer joint\n")
+    step = tmp_path / "35-joint-fitbias.args"
+    step.write_text("# joint + a fitted bias\n# from: joint\n# after: fit-output-bias --train-sentences 100\n")
+    r = read_ledger_row(str(step))
+    assert (r.name, r.trained_as, r.training_name(), r.baseline, r.method) == ("joint-fitbias", "joint", "joint",
+                                                                               "joint", "joint")
+    assert (r.data_bin, r.train_args, r.beam) == ("d", ["--output-layer", "joint"], 4)
+    assert r.after == ["fit-output-bias", "--train-sentences", "100"]
+    parent = read_ledger_row(str(tmp_path / "30-joint.args"))
+    assert row_options(r, 2, 5, 50, 5) == row_options(parent, 2, 5, 50, 5)  # the same training
+    assert parent.after == [] and parent.training_name() == "joint"
+    bad = {
+        "# from: joint\n": "35-joint-fitbias.args:1: '# from: joint' needs '# after: STEP'",
+        "# from: joint\n# after: fit-output-bias\n--data-bin d\n": "trains with joint's options; remove its options",
+        "# from: nothing\n# after: fit-output-bias\n": ":1: '# from: nothing': no row file of that name in",
+        "# from: joint\n# after: fit-output-bias\n# beam: 5\n": ":3: '# beam:' of a row with '# from: joint' is",
+        "# from: joint\n# after: nudge\n": ":2: '# after: nudge': unknown step 'nudge'; the steps are: fit-output-bias",
+        "# from: joint\n# after:   \n": ":2: '# after: ': name a step",
+        "# from: joint\n# after: fit-output-bias --epochs 0\n": "--epochs must be a positive integer, not 0",
+        "# from: joint\n# after: fit-output-bias --lr -1\n": "--lr must be positive, not -1.0",
+        "# from: joint\n# after: fit-output-bias --lr fast\n": "argument --lr: invalid float value: 'fast'",
+        "# from: joint\n# after: fit-output-bias --seed 3\n": "unrecognized arguments: --seed 3",
+    }
+    for text, message in bad.items():
+        step.write_text(text)
+        with pytest.raises(OutlayersConfigError, match=re.escape(message)):
+            read_ledger_row(str(step))
+    (tmp_path / "36-chain.args").write_text("# from: joint-fitbias\n# after: fit-output-bias\n")
+    step.write_text("# from: joint\n# after: fit-output-bias\n")
+    with pytest.raises(OutlayersConfigError, match="joint-fitbias is itself a step row"):
+        read_ledger_row(str(tmp_path / "36-chain.args"))
+    # a step row on its own options trains in its own directory
+    (tmp_path / "36-chain.args").write_text("# after: fit-output-bias\n--data-bin d --output-layer tied\n")
+    r = read_ledger_row(str(tmp_path / "36-chain.args"))
+    assert (r.training_name(), r.baseline, r.after) == ("chain", None, ["fit-output-bias"])
+
+
+def test_a_record_made_with_another_step_is_an_error_naming_both(tmp_path):
+    ledger = str(tmp_path)
+    fake_record(ledger, "joint-fitbias", 1, 30.0, HYP_A)
+    path = os.path.join(ledger, "joint-fitbias.seed1.json")
+    record = json.load(open(path))
+    record["after"] = {"step": ["fit-output-bias", "--epochs", "3"]}
+    open(path, "w").write(json.dumps(record))
+    options = record["options"]
+    assert records.recorded(ledger, "joint-fitbias", 1, options, "r.args", after=["fit-output-bias", "--epochs", "3"])
+    with pytest.raises(OutlayersConfigError, match=r"made with the step `fit-output-bias --epochs 3` after training "
+                       r"but r.args now gives `fit-output-bias --epochs 4`"):
+        records.recorded(ledger, "joint-fitbias", 1, options, "r.args", after=["fit-output-bias", "--epochs", "4"])
+    with pytest.raises(OutlayersConfigError, match="now gives `none`"):
+        records.recorded(ledger, "joint-fitbias", 1, options, "r.args")
 
 
 def test_a_record_made_with_other_options_is_an_error_naming_both(tmp_path):

@@ -168,3 +168,52 @@ def test_a_row_of_the_other_direction_is_translated_and_detokenised_in_its_own(p
     refs = records.read_lines(ledger, record["test"]["test2016"]["reference"])
     assert refs == open(os.path.join(raw, "test.de"), encoding="utf-8").read().splitlines()
     assert set(record["test"]) == {"test2016", "heldout"} and record["test"]["heldout"]["sentences"] > 0
+
+
+def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, capsys):
+    """'# from: tied' + '# after: fit-output-bias': one training for both rows; the step row's record is the same
+    checkpoint before the step (its as-trained score is the tied record's) and after it (a new per-word bias in the
+    model fairseq-generate loads, its translations recorded); a rerun skips both, another step is refused."""
+    import torch
+
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    options = " ".join(TINY_TRANSFORMER + ["--optimizer", "adam", "--lr", "0.003", "--max-tokens", "600", "--cpu",
+                                           "--num-workers", "0", "--output-layer", "tied"])
+    (rows / "20-tied.args").write_text(f"# tiny tied Transformer\n--data-bin {prepared['data']} {options}\n")
+    (rows / "25-tied-fitbias.args").write_text("# tied + a fitted bias\n# from: tied\n"
+                                               "# after: fit-output-bias --epochs 4 --lr 0.1\n")
+    raw, ledger, work = prepared["raw"], str(tmp_path / "runs"), tmp_path / "work"
+    argv = ["run", "--rows", str(rows / "*.args"), "--seeds", "1", "--max-epoch", "2", "--patience", "1", "--beam",
+            "2", "--test-ref", os.path.join(raw, "test.en"), "--ledger", ledger, "--work", str(work)]
+    assert ledger_main(argv) == 0
+    tied = json.load(open(os.path.join(ledger, "tied.seed1.json")))
+    step = json.load(open(os.path.join(ledger, "tied-fitbias.seed1.json")))
+    assert capsys.readouterr().out.count("fairseq-train") == 1  # trained once, in work/tied.seed1
+    assert sorted(os.listdir(work)) == ["tied-fitbias.seed1", "tied.seed1"]
+    assert step["wall_seconds"] == 0 and step["options"] == tied["options"] and step["curve"] == tied["curve"]
+    assert (step["baseline"], step["method"]) == ("tied", "tied")
+    after = step["after"]
+    assert after["step"] == ["fit-output-bias", "--epochs", "4", "--lr", "0.1"] and after["trained_in"] == "tied.seed1"
+    assert after["as_trained"]["test2016"]["sacrebleu"] == tied["test"]["test2016"]["sacrebleu"]
+    figures = after["figures"]
+    assert figures["train_nll_bits"]["fitted bias"] < figures["train_nll_bits"]["as trained"]
+    assert figures["train_sentences"] is None and figures["valid_tokens"] > 0
+    # the bias is in the checkpoint that was tested, with --output-bias switched on for fairseq to build it
+    vocab = len(open(os.path.join(prepared["data"], "dict.en.txt")).read().splitlines()) + 4
+    assert step["params"]["trained"] == tied["params"]["trained"] + vocab
+    state = torch.load(work / "tied-fitbias.seed1" / "checkpoint_after.pt", map_location="cpu", weights_only=False)
+    assert state["model"]["decoder.output_projection.bias"].abs().sum() > 0 and state["cfg"]["model"].output_bias
+    assert "checkpoint_after.pt" in step["test"]["test2016"]["generate"]
+    ckpt = str(work / "tied-fitbias.seed1" / "checkpoint_after.pt")
+    scores = score_subset(prepared["data"], ckpt, str(tmp_path / "s" / "test.hyp"), os.path.join(raw, "test.en"),
+                          beam=2)
+    assert scores["sacrebleu"] == step["test"]["test2016"]["sacrebleu"]
+    assert detokenise(open(tmp_path / "s" / "test.hyp").read().splitlines(), "en") == hyps_test2016(step, ledger)
+    # rerun: both recorded, nothing trained or fitted
+    assert ledger_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "recorded already: tied-fitbias seed 1" in out and "fairseq-train" not in out and "fit-output" not in out
+    (rows / "25-tied-fitbias.args").write_text("# from: tied\n# after: fit-output-bias --epochs 5\n")
+    assert ledger_main(argv) == 2
+    assert "made with the step `fit-output-bias --epochs 4 --lr 0.1` after training" in capsys.readouterr().err
