@@ -196,6 +196,7 @@ def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, 
     after = step["after"]
     assert after["step"] == ["fit-output-bias", "--epochs", "4", "--lr", "0.1"] and after["trained_in"] == "tied.seed1"
     assert after["as_trained"]["test2016"]["sacrebleu"] == tied["test"]["test2016"]["sacrebleu"]
+    assert after["parent_record_matches"] is True
     figures = after["figures"]
     assert figures["train_nll_bits"]["fitted bias"] < figures["train_nll_bits"]["as trained"]
     assert figures["train_sentences"] is None and figures["valid_tokens"] > 0
@@ -210,6 +211,10 @@ def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, 
                           beam=2)
     assert scores["sacrebleu"] == step["test"]["test2016"]["sacrebleu"]
     assert detokenise(open(tmp_path / "s" / "test.hyp").read().splitlines(), "en") == hyps_test2016(step, ledger)
+    from fairseq_outlayers.ledger.render import render
+
+    assert ("- **tied-fitbias** (tied + a fitted bias): `" in render(ledger) and "; then `fit-output-bias --epochs 4 "
+            "--lr 0.1` on the checkpoint trained in `tied.seed1`" in render(ledger))
     # rerun: both recorded, nothing trained or fitted
     assert ledger_main(argv) == 0
     out = capsys.readouterr().out

@@ -212,8 +212,11 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
             why = f" — {v['reason']}" if v.get("reason") else ""
             options = " ".join(shlex.quote(o) for o in r["options"][:-2])  # without --seed N
             beam = (r.get("decoding") or {}).get("beam")
+            after = r.get("after")
+            step = (f"; then `{shlex.join(after['step'])}` on the checkpoint trained in `{after['trained_in']}`"
+                    if after else "")
             md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; early stopping on validation "
-                      f"{v['metric']}{why}" + (f"; beam {beam}" if beam else ""))
+                      f"{v['metric']}{why}" + (f"; beam {beam}" if beam else "") + step)
         md.append("")
     return "\n".join(md)
 

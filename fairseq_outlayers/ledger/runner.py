@@ -23,7 +23,7 @@ import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_outlayers import fairseq_runs
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -118,15 +118,18 @@ def _locked(run_dir: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: str) -> Dict:
+def train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: str,
+          finished_updates: Optional[int] = None) -> Dict:
     """Train (or resume, or find trained) the run of ``options`` in ``run_dir``; {"seconds", "data_digest",
-    "file_digests", "resumed", "command", "log"}."""
+    "file_digests", "resumed", "command", "log"}. ``finished_updates``: the updates of the record of this training
+    (a step row's parent): a ``checkpoint_last.pt`` that far is finished whatever its log says."""
     os.makedirs(run_dir, exist_ok=True)
     with _locked(run_dir):
-        return _train(row, seed, s, options, run_dir)
+        return _train(row, seed, s, options, run_dir, finished_updates)
 
 
-def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: str) -> Dict:
+def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: str,
+           finished_updates: Optional[int]) -> Dict:
     claim = os.path.join(run_dir, "options.json")  # fairseq resumes from run_dir: only a run of these options
     if os.path.exists(claim) and json.load(open(claim, encoding="utf-8")) != options:
         raise OutlayersConfigError(f"{run_dir} holds a partial run made with other options ({claim}); remove that "
@@ -158,7 +161,8 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
     # at all when the protocol had already stopped the run (killed between fairseq's stop and the record)
     state = (resume.early_stopping_state(log_path, row.validate, checkpoint_state(last_ckpt)["epoch"])
              if resumed and os.path.exists(log_path) else None)
-    if state is not None and state[1] >= s.patience:
+    if (state is not None and state[1] >= s.patience) or (
+            resumed and checkpoint_state(last_ckpt)["updates"] == finished_updates):
         seconds = 0.0
     else:
         seconds = fairseq_runs.run_training(cmd if state is None else resume.command(cmd, state), log_path, run_dir,
@@ -176,7 +180,9 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         return done, True
     commit = git_commit()  # the code this call runs (read now: the checkout may change while it trains)
     train_dir = os.path.join(s.work, f"{row.training_name()}.seed{seed}")
-    trained = train(row, seed, s, options, train_dir)
+    # a step row's training is its parent's: the parent's record (if any) says when it is finished
+    parent = records.recorded(s.ledger, row.trained_as, seed, options, row.path) if row.trained_as else None
+    trained = train(row, seed, s, options, train_dir, parent["updates"] if parent else None)
     seconds, digest, files, cmd, log_path = (trained[k] for k in ("seconds", "data_digest", "file_digests",
                                                                   "command", "log"))
     last_ckpt, best_ckpt = (os.path.join(train_dir, f"checkpoint_{k}.pt") for k in ("last", "best"))
@@ -209,6 +215,14 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         before = evaluate(prep, row.data_bin, best_ckpt, os.path.join(run_dir, f"eval-{name}-as-trained"), ref, None,
                           beam, s.lenpen, s.batch_size, extra=direction)[0]
         after["as_trained"] = {name: {k: before.get(k) for k in ("sacrebleu", "tokenized_bleu")}}
+        if parent is not None:  # the checkpoint the parent's record was made with (else: retrained, and said so)
+            after["parent_record_matches"] = (parent["best_updates"] == best["updates"] and parent["test"].get(
+                name, {}).get("sacrebleu") == before.get("sacrebleu"))
+            if not after["parent_record_matches"]:
+                log(f"warning: {row.name} seed {seed}: {best_ckpt} is not the model {row.trained_as}'s record was "
+                    f"made with (best at update {best['updates']} vs {parent['best_updates']}, {name} "
+                    f"{before.get('sacrebleu')} vs {parent['test'].get(name, {}).get('sacrebleu')}): compare the "
+                    "two rows with that in mind", "ledger")
     desc, device = machine()
     record = {
         "row": row.name, "seed": seed, "table": row.table, "method": row.method, "baseline": row.baseline,
