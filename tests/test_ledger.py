@@ -779,3 +779,25 @@ def test_a_file_the_options_name_made_again_differently_is_refused_and_shown(tmp
     with pytest.raises(OutlayersConfigError, match=f"tied.seed1 was trained with another '{vectors}' than the one "
                                                    f"there now \\(digest 0123456789abcdef, now {now}\\)"):
         run(row, 1, Settings(ledger=str(tmp_path / "runs2"), work=str(work.parent), test_ref="ref"))
+
+
+def test_status_of_a_stopped_run_and_of_a_step_row_on_it(tmp_path, capsys):
+    """A run the protocol stopped (here --max-epoch 2 reached) is 'trained, not recorded'; a step row '# from:' it
+    reads the same run directory and says the step comes before the test."""
+    import json
+
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / "20-tied.args").write_text("# tied\n--data-bin data --output-layer tied\n")
+    (rows / "25-tied-fitbias.args").write_text("# tied + bias\n# from: tied\n# after: fit-output-bias\n")
+    tied, work = read_ledger_row(str(rows / "20-tied.args")), tmp_path / "work"
+    (work / "tied.seed1").mkdir(parents=True)
+    (work / "tied.seed1" / "options.json").write_text(json.dumps(row_options(tied, 1, 5, 2, 5)))
+    (work / "tied.seed1" / "train.log").write_text(LOG)
+    assert ledger_main(["status", "--rows", str(rows / "*.args"), "--seeds", "1", "--max-epoch", "2", "--ledger",
+                        str(tmp_path / "runs"), "--work", str(work)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    stopped = "trained, not recorded: stopped at epoch 2, best valid bleu 13.43 at epoch 2; `ledger run` "
+    assert out[1:] == [f"  tied seed 1: {stopped}tests and records it ({work / 'tied.seed1'})",
+                       f"  tied-fitbias seed 1: {stopped}applies fit-output-bias, tests and records it "
+                       f"({work / 'tied.seed1'})", "2 trained"]
