@@ -107,15 +107,15 @@ def accepts_bias(model, task, cfg) -> bool:
         spec and spec.output_bias)
 
 
-def put_bias(state: Dict, bias, accepts: bool):
+def put_bias(state: Dict, bias, accepts_bias: bool):
     """Put the fitted ``bias`` into a checkpoint's ``state`` (in place): added to the output layer's own bias, or
     stored as a new one with ``output_bias`` switched on in the saved configuration when the layer was trained
-    without one and its kind takes ``--output-bias`` (``accepts``). Raises ValueError otherwise."""
+    without one and its kind takes ``--output-bias`` (``accepts_bias``). Raises ValueError otherwise."""
     weights = state["model"]
     if BIAS_KEY in weights:
         weights[BIAS_KEY] = weights[BIAS_KEY] + bias.to(weights[BIAS_KEY].dtype)
         return
-    if not accepts:
+    if not accepts_bias:
         raise ValueError("a fitted bias needs an output layer with a per-word bias or one that takes "
                          "--output-bias (softmax, tied, tied-all)")
     dtype = next(v.dtype for v in weights.values() if torch.is_floating_point(v))
