@@ -102,6 +102,23 @@ def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scor
         assert calls[0][6] == str(tmp_path / "data") and "--patience" in calls[0]
 
 
+@pytest.mark.parametrize("saved_updates, trains", [(252, False), (200, True)])
+def test_a_training_its_record_says_is_finished_is_not_resumed(tmp_path, monkeypatch, saved_updates, trains):
+    """A step row's parent was recorded at 252 updates: a checkpoint_last.pt that far is finished whatever the log
+    says (a log rewritten by an older runner may show patience left); one short of it resumes as before."""
+    from fairseq_outlayers.ledger import runner
+    from fairseq_outlayers.ledger.rows import row_options
+
+    row = partial_run(tmp_path, [(30.0, 5.0), (35.0, 4.0), (34.0, 4.1)])  # 2 of 5 used: would resume
+    calls = []
+    monkeypatch.setattr(runner.fairseq_runs, "run_training", lambda cmd, *a, **k: calls.append(cmd) or 1.0)
+    monkeypatch.setattr(runner, "checkpoint_state", lambda path: {"epoch": 3, "updates": saved_updates})
+    settings = runner.Settings(ledger=str(tmp_path / "runs"), work=str(tmp_path / "work"), test_ref="ref")
+    out = runner.train(row, 1, settings, row_options(row, 1, 5, 50, 5), str(tmp_path / "work" / "tied.seed1"),
+                       finished_updates=252)
+    assert bool(calls) == trains and out["seconds"] == (1.0 if trains else 0.0) and out["resumed"]
+
+
 def test_a_real_resume_keeps_the_count_where_fairseq_train_alone_forgets_it(tiny_bin, tmp_path):
     """A run validated every 2 updates with --patience 2 resumes from update 2 with one validation since its best
     (carried from its log): fairseq-train alone would train on to --max-update, the resume entry stops at the

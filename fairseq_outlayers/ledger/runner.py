@@ -159,10 +159,11 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
     resumed = os.path.exists(last_ckpt)
     # fairseq forgets its --patience count on a resume: carry it over from the log (resume.py), and do not train
     # at all when the protocol had already stopped the run (killed between fairseq's stop and the record)
-    state = (resume.early_stopping_state(log_path, row.validate, checkpoint_state(last_ckpt)["epoch"])
+    saved = checkpoint_state(last_ckpt) if resumed else None
+    state = (resume.early_stopping_state(log_path, row.validate, saved["epoch"])
              if resumed and os.path.exists(log_path) else None)
     if (state is not None and state[1] >= s.patience) or (
-            resumed and checkpoint_state(last_ckpt)["updates"] == finished_updates):
+            finished_updates is not None and saved is not None and saved.get("updates") == finished_updates):
         seconds = 0.0
     else:
         seconds = fairseq_runs.run_training(cmd if state is None else resume.command(cmd, state), log_path, run_dir,
