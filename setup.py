@@ -44,6 +44,7 @@ setup(
             "outlayers-interactive = fairseq_outlayers.cli.wrappers:interactive",
             "outlayers-validate = fairseq_outlayers.cli.wrappers:validate",
             "outlayers-params = fairseq_outlayers.cli.params:main",
+            "outlayers-fit-bias = fairseq_outlayers.cli.fit_bias:main",
             "outlayers-pairing = fairseq_outlayers.pairing.__main__:main",
             "outlayers-vectors = fairseq_outlayers.vectors:main",
         ],

@@ -1,7 +1,9 @@
 """``python -m fairseq_outlayers user-dir`` prints the path to pass as ``--user-dir``;
 ``python -m fairseq_outlayers params CHECKPOINT`` prints a checkpoint's parameter report;
 ``python -m fairseq_outlayers translate --checkpoint CKPT --data DIR --input raw.txt --output out.txt`` translates
-raw text (tokenised, BPE'd and detokenised as the training data was)."""
+raw text (tokenised, BPE'd and detokenised as the training data was);
+``python -m fairseq_outlayers fit-bias CHECKPOINT --out NEW.pt`` fits the per-word output bias a model trained with
+a sampled softmax lacks (``outlayers-fit-bias``)."""
 import sys
 
 
@@ -16,6 +18,10 @@ def main(argv=None):
         from .cli.params import main as params_main
 
         return params_main(argv[1:])
+    if argv[:1] == ["fit-bias"]:
+        from .cli.fit_bias import main as fit_bias_main
+
+        return fit_bias_main(argv[1:])
     if argv[:1] == ["translate"]:
         from .cli.translate import main as translate_main
 

@@ -1,0 +1,72 @@
+"""outlayers-fit-bias (python -m fairseq_outlayers fit-bias): the per-word bias fitted on a frozen model is the one
+bias_fit.fit_bias finds on the same features, it goes into the checkpoint fairseq-generate loads, and bad input
+stops before any work with a message naming the argument."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness import REPO, TINY_TRANSFORMER, train
+
+from fairseq_outlayers.cli.fit_bias import main as fit_bias_main
+
+
+@pytest.fixture(scope="module")
+def sampled_joint(tiny_bin, tmp_path_factory):
+    """A tiny joint model trained with the sampled softmax (the case the step is for)."""
+    save = str(tmp_path_factory.mktemp("sampled"))
+    train(tiny_bin, save, TINY_TRANSFORMER, ["--output-layer", "joint", "--joint-dim", "16", "--criterion",
+                                             "sampled_softmax", "--sample-ratio", "0.5"], max_update=6)
+    return os.path.join(save, "checkpoint_last.pt")
+
+
+def test_the_bias_written_is_the_one_fitted_and_fairseq_builds_it(sampled_joint, tiny_bin, tmp_path, capsys):
+    from fairseq_outlayers import bias_fit
+
+    out = tmp_path / "joint+bias.pt"
+    assert fit_bias_main([sampled_joint, "--out", str(out), "--data", tiny_bin, "--train-sentences", "0",
+                          "--epochs", "5", "--lr", "0.1"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["train_sentences"] is None and figures["epochs"] == 5 and figures["lr"] == 0.1
+    assert figures["train_nll_bits"]["fitted bias"] < figures["train_nll_bits"]["as trained"]
+    # independently: the same features and fit, added to the joint layer's own bias
+    model, task, _ = bias_fit.load(sampled_joint, tiny_bin)
+    feats, targets = bias_fit.features(model, task, "train", 4096)
+    fitted = bias_fit.fit_bias(model.decoder.output_projection, feats, targets, len(task.target_dictionary), 5, 0.1)
+    before = torch.load(sampled_joint, map_location="cpu", weights_only=False)["model"][bias_fit.BIAS_KEY]
+    after = torch.load(out, map_location="cpu", weights_only=False)["model"][bias_fit.BIAS_KEY]
+    assert torch.equal(after, before + fitted) and fitted.abs().sum() > 0
+    assert figures["valid_nll_bits"]["as trained"] == round(
+        bias_fit.nll_bits(model.decoder.output_projection, *bias_fit.features(model, task, "valid", 4096)), 4)
+    # fairseq-generate loads it: the model it builds holds the new bias
+    reloaded, _, _ = bias_fit.load(str(out), tiny_bin)
+    assert torch.equal(reloaded.decoder.output_projection.bias.detach(), after)
+    # the module entry point is the same command
+    res = subprocess.run([sys.executable, "-m", "fairseq_outlayers", "fit-bias", sampled_joint, "--out",
+                          str(out)], capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 2 and "exists; give another name (nothing is overwritten)" in res.stderr
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--epochs", "0"], "--epochs must be >= 1, not 0"),
+    (["--train-sentences", "-1"], "--train-sentences must be >= 0, not -1"),
+    (["--lr", "0"], "--lr must be positive, not 0.0"),
+    (["--data", "nowhere"], "--data 'nowhere' is not a directory"),
+])
+def test_bad_arguments_stop_before_any_work(sampled_joint, tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit):
+        fit_bias_main([sampled_joint, "--out", str(tmp_path / "o.pt"), *extra])
+    assert message in capsys.readouterr().err and not (tmp_path / "o.pt").exists()
+
+
+def test_a_missing_checkpoint_and_a_missing_out_directory_are_named(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        fit_bias_main([str(tmp_path / "none.pt"), "--out", str(tmp_path / "o.pt")])
+    assert "none.pt' does not exist" in capsys.readouterr().err
+    (tmp_path / "c.pt").write_bytes(b"x")
+    with pytest.raises(SystemExit):
+        fit_bias_main([str(tmp_path / "c.pt"), "--out", str(tmp_path / "no" / "o.pt")])
+    assert "its directory does not exist" in capsys.readouterr().err
