@@ -583,6 +583,12 @@ def test_jobs_run_every_row_and_seed_and_other_options_stop_before_training(tmp_
     # the fake records hold other options than the rows give: refused before anything trains
     started.clear()
     assert ledger_main(argv) == 2 and started == []
+    # a step row on softmax's training comes after every training row, whatever its file name
+    (tmp_path / "11-softmax-fitbias.args").write_text("# from: softmax\n# after: fit-output-bias\n")
+    started.clear()
+    assert ledger_main(argv[:-4] + ["--ledger", str(tmp_path / "runs2"), "--jobs", "1"]) == 0
+    assert started == [("softmax", 1), ("tied", 1), ("softmax", 2), ("tied", 2), ("softmax-fitbias", 1),
+                       ("softmax-fitbias", 2)]
 
 
 def test_every_committed_row_file_is_a_valid_fairseq_train_command():

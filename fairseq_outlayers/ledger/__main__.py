@@ -48,7 +48,10 @@ def _run(args) -> int:
                                max_epoch=args.max_epoch, beam=args.beam, lenpen=args.lenpen,
                                batch_size=args.batch_size)
     test_refs = {} if args.dry_run else {row.path: _test_ref(args.test_ref, row) for row in rows}
-    runs = [(row, seed) for seed in args.seeds for row in rows]  # every row with a seed before the next seed
+    # every row with a seed before the next seed; step rows (``# from:``) after every training row, so that with
+    # --jobs N none waits on the lock of a training its parent row is still running
+    runs = ([(row, seed) for seed in args.seeds for row in rows if not row.trained_as]
+            + [(row, seed) for seed in args.seeds for row in rows if row.trained_as])
     if args.dry_run:
         for row, seed in runs:
             options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
