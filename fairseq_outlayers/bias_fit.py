@@ -20,13 +20,15 @@ BIAS_KEY = "decoder.output_projection.bias"
 
 
 def load(checkpoint: str, data: Optional[str] = None):
-    """(model in eval mode, task, cfg) of a checkpoint, its data directory replaced by ``data`` when given."""
+    """(model in eval mode and in float32, task, cfg) of a checkpoint, its data directory replaced by ``data`` when
+    given (a model saved in half precision, e.g. by ``--memory-efficient-fp16``, is fitted in float32 on the CPU;
+    ``put_bias`` stores the bias in the checkpoint's own precision)."""
     import fairseq_outlayers  # noqa: F401  (registers the package and allow-lists its checkpoints)
     from fairseq import checkpoint_utils
 
     overrides = {"data": data} if data else {}
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
-    return models[0].eval(), task, cfg
+    return models[0].float().eval(), task, cfg
 
 
 @torch.no_grad()

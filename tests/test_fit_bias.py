@@ -70,3 +70,21 @@ def test_a_missing_checkpoint_and_a_missing_out_directory_are_named(tmp_path, ca
     with pytest.raises(SystemExit):
         fit_bias_main([str(tmp_path / "c.pt"), "--out", str(tmp_path / "no" / "o.pt")])
     assert "its directory does not exist" in capsys.readouterr().err
+
+
+def test_a_half_precision_checkpoint_is_fitted_in_float32_and_keeps_its_precision(sampled_joint, tiny_bin,
+                                                                                   tmp_path, capsys):
+    """A checkpoint whose weights were saved in float16 (as --memory-efficient-fp16 saves them) is fitted in
+    float32 on the CPU; the checkpoint written keeps float16, its bias the float32 one rounded."""
+    state = torch.load(sampled_joint, map_location="cpu", weights_only=False)
+    state["model"] = {k: (v.half() if torch.is_floating_point(v) else v) for k, v in state["model"].items()}
+    half = tmp_path / "half.pt"
+    torch.save(state, half)
+    out = tmp_path / "half+bias.pt"
+    assert fit_bias_main([str(half), "--out", str(out), "--data", tiny_bin, "--train-sentences", "0"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["train_nll_bits"]["fitted bias"] < figures["train_nll_bits"]["as trained"]
+    written = torch.load(out, map_location="cpu", weights_only=False)["model"]
+    from fairseq_outlayers.bias_fit import BIAS_KEY
+
+    assert written[BIAS_KEY].dtype == torch.float16 and not torch.equal(written[BIAS_KEY], state["model"][BIAS_KEY])
