@@ -807,3 +807,9 @@ def test_status_of_a_stopped_run_and_of_a_step_row_on_it(tmp_path, capsys):
     assert out[1:] == [f"  tied seed 1: {stopped}tests and records it ({work / 'tied.seed1'})",
                        f"  tied-fitbias seed 1: {stopped}applies fit-output-bias, tests and records it "
                        f"({work / 'tied.seed1'})", "2 trained"]
+    # seed 2: no training in work/tied.seed2, so the step row's run trains tied there first
+    assert ledger_main(["status", "--rows", str(rows / "25-tied-fitbias.args"), "--seeds", "2", "--ledger",
+                        str(tmp_path / "runs"), "--work", str(work)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (f"  tied-fitbias seed 2: not started: tied is trained first in "
+                                                       f"{work / 'tied.seed2'} (its checkpoints are not there), then "
+                                                       "fit-output-bias")

@@ -49,6 +49,10 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
     run_dir = os.path.join(work, f"{row.training_name()}.seed{seed}")  # a step row's: the row it is ``from``
     claim, log = os.path.join(run_dir, "options.json"), os.path.join(run_dir, "train.log")
     if not os.path.exists(claim):
+        if row.trained_as:  # a step row: its parent's training comes first, here, even if the parent is recorded
+            return {"state": "not started",
+                    "text": f"not started: {row.trained_as} is trained first in {run_dir} (its checkpoints are not "
+                            f"there), then {row.after[0]}" + _recorded_cost(row, ledger, row.trained_as)}
         return {"state": "not started", "text": "not started" + _recorded_cost(row, ledger)}
     with open(claim, encoding="utf-8") as f:
         if json.load(f) != options:
@@ -77,10 +81,13 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
                     f"{best['epoch']}, {left} of {patience} epochs of patience left{pace} ({run_dir})"}
 
 
-def _recorded_cost(row: LedgerRow, ledger: str) -> str:
-    """What the row's recorded seeds took (epochs, fairseq's training time, device), to plan the runs not started;
-    "" when none is recorded. Records made with other options are counted too: this is a guide, not a result."""
-    done = [r for r in records.read_records(ledger) if r["row"] == row.name]
+def _recorded_cost(row: LedgerRow, ledger: str, name: Optional[str] = None) -> str:
+    """What the recorded seeds of the row (or of row ``name``) took (epochs, fairseq's training time, device), to
+    plan the runs not started; "" when none is recorded. Records made with other options are counted too: this is a
+    guide, not a result."""
+    if not os.path.isdir(ledger):
+        return ""
+    done = [r for r in records.read_records(ledger) if r["row"] == (name or row.name)]
     if not done:
         return ""
     epochs = sorted(r["epochs"] for r in done)
