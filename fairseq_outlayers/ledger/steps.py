@@ -8,8 +8,8 @@ model before and after the step and their paired test is like for like. Steps:
 
 * ``fit-output-bias [--train-sentences N] [--epochs 3] [--lr 0.05] [--max-tokens 4096]``: a per-word bias fitted on
   the frozen model from the first N training sentences (all by default), added to its output layer
-  (``fairseq_outlayers.bias_fit``; docs/joint-output.md). Training data only: no validation or test sentence is
-  seen.
+  (``fairseq_outlayers.bias_fit``; docs/joint-output.md). Fitted on training data only (the validation NLL before
+  and after is reported, not used).
 """
 import argparse
 import shlex
