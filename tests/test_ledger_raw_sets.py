@@ -222,3 +222,14 @@ def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, 
     (rows / "25-tied-fitbias.args").write_text("# from: tied\n# after: fit-output-bias --epochs 5\n")
     assert ledger_main(argv) == 2
     assert "made with the step `fit-output-bias --epochs 4 --lr 0.1` after training" in capsys.readouterr().err
+    # the parent's checkpoints gone (another machine, a cleaned work directory): the step row trains tied again,
+    # the same seed on the same machine gives the same model, and the record says it is the recorded one
+    import shutil
+
+    shutil.rmtree(work / "tied.seed1")
+    os.remove(os.path.join(ledger, "tied-fitbias.seed1.json"))
+    assert ledger_main(argv) == 0
+    assert capsys.readouterr().out.count("fairseq-train") == 1
+    again = json.load(open(os.path.join(ledger, "tied-fitbias.seed1.json")))
+    assert again["after"]["parent_record_matches"] is True and again["wall_seconds"] > 0
+    assert again["after"]["as_trained"]["test2016"]["sacrebleu"] == tied["test"]["test2016"]["sacrebleu"]
