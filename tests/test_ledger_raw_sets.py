@@ -214,7 +214,7 @@ def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, 
     from fairseq_outlayers.ledger.render import render
 
     assert ("- **tied-fitbias** (tied + a fitted bias): `" in render(ledger) and "; then `fit-output-bias --epochs 4 "
-            "--lr 0.1` on the checkpoint trained in `tied.seed1`" in render(ledger))
+            "--lr 0.1` on each seed's best checkpoint of `tied`" in render(ledger))
     # rerun: both recorded, nothing trained or fitted
     assert ledger_main(argv) == 0
     out = capsys.readouterr().out

@@ -8,6 +8,7 @@ the device; with ``figures``, the plots of ``plots`` (learning curves, score aga
 files named in the Markdown. ``converged_figures`` gives the same means to ``make demo``'s table.
 """
 import math
+import re
 import shlex
 from typing import Dict, List, Optional, Sequence
 
@@ -213,7 +214,8 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
             options = " ".join(shlex.quote(o) for o in r["options"][:-2])  # without --seed N
             beam = (r.get("decoding") or {}).get("beam")
             after = r.get("after")
-            step = (f"; then `{shlex.join(after['step'])}` on the checkpoint trained in `{after['trained_in']}`"
+            trained = re.sub(r"\.seed\d+$", "", after["trained_in"]) if after else ""
+            step = (f"; then `{shlex.join(after['step'])}` on each seed's best checkpoint of `{trained}`"
                     if after else "")
             md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; early stopping on validation "
                       f"{v['metric']}{why}" + (f"; beam {beam}" if beam else "") + step)
