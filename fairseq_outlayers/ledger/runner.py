@@ -13,6 +13,11 @@ against the row's options), else after:
 3. ``checkpoint_best.pt`` on the data's test split against the raw references (``--test-ref``), and on each extra
    raw test set (``NAME=SRC_FILE,REF_FILE``, prepared with the training data's tokeniser, case and BPE);
 4. the record and the detokenised hypotheses written into the ledger (``records.write_record``).
+
+A row with ``# after: STEP`` is tested on the step applied to ``checkpoint_best.pt`` (``steps.py``; written to
+``work/ROW.seedN/checkpoint_after.pt``), with the test score of ``checkpoint_best.pt`` itself kept beside it; with
+``# from: PARENT`` it trains (or finds trained) in PARENT's run directory, under a lock, so both rows share one
+training per seed.
 """
 import contextlib
 import fcntl
