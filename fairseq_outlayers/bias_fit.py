@@ -6,8 +6,9 @@ cross-entropy of the first ``train_sentences`` training sentences, teacher-force
 layer, and writes a copy of the checkpoint whose output layer carries that bias (``put_bias``). It is the ledger's
 ``# after: fit-output-bias`` step and the core of ``scripts/probe_output_bias.py`` (docs/joint-output.md: +1.39 test
 BLEU for the joint layer trained with 25 % negative sampling, +1.16 for tying, three seeds each). It runs on the
-CPU and keeps the decoder features of the fitting sentences in memory (114,596 target tokens x d for 10,000
-Multi30k sentences).
+``device`` given (the CPU by default; ``default_device()`` is the GPU when there is one, as fairseq-train picks) and
+keeps the decoder features of the fitting sentences in that device's memory (114,596 target tokens x d for 10,000
+Multi30k sentences); the logits are computed ``CHUNK`` tokens at a time.
 """
 import math
 from typing import Dict, Optional
@@ -17,6 +18,11 @@ import torch.nn.functional as F
 
 CHUNK = 8192
 BIAS_KEY = "decoder.output_projection.bias"
+
+
+def default_device() -> str:
+    """``cuda`` when a CUDA device is visible (the device fairseq-train would train on), else ``cpu``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def load(checkpoint: str, data: Optional[str] = None):
@@ -33,8 +39,12 @@ def load(checkpoint: str, data: Optional[str] = None):
 
 @torch.no_grad()
 def features(model, task, split: str, max_tokens: int, max_sentences: Optional[int] = None):
-    """(decoder features of every target token, target ids) of a split, teacher-forced, dropout off; with
-    ``max_sentences``, of the first batches holding at least that many sentences (in the data's length order)."""
+    """(decoder features of every target token, target ids) of a split, teacher-forced, dropout off, on the model's
+    device; with ``max_sentences``, of the first batches holding at least that many sentences (in the data's length
+    order)."""
+    from fairseq import utils
+
+    device = next(model.parameters()).device
     task.load_dataset(split)
     dataset = task.dataset(split)
     itr = task.get_batch_iterator(dataset, max_tokens=max_tokens, ignore_invalid_inputs=False,
@@ -42,6 +52,7 @@ def features(model, task, split: str, max_tokens: int, max_sentences: Optional[i
     pad = task.target_dictionary.pad()
     feats, targets, seen = [], [], 0
     for batch in itr:
+        batch = utils.apply_to_sample(lambda t: t.to(device), batch)
         net = batch["net_input"]
         encoder_out = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
         x, _ = model.decoder(net["prev_output_tokens"], encoder_out=encoder_out, features_only=True)
@@ -73,7 +84,7 @@ def fit_on_logits(layer, feats, targets, init, apply, epochs: int, lr: float, se
     """Parameters ``init`` of ``apply(logits, param)`` over the frozen layer's logits, Adam on the training tokens'
     cross-entropy, chunks of ``CHUNK`` tokens in a seeded random order (the layer's logits are computed chunk by
     chunk, never all kept)."""
-    param = init.clone().requires_grad_(True)
+    param = init.to(feats.device).clone().requires_grad_(True)
     opt = torch.optim.Adam([param], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     chunks = range(0, len(targets), CHUNK)
@@ -144,10 +155,13 @@ def write_checkpoint(checkpoint: str, out_checkpoint: str, bias, accepts: bool):
 
 def fit_output_bias(checkpoint: str, out_checkpoint: str, data: Optional[str] = None,
                     train_sentences: Optional[int] = None, epochs: int = 3, lr: float = 0.05,
-                    max_tokens: int = 4096) -> Dict:
-    """Fit the bias on ``checkpoint`` and write ``out_checkpoint``; returns the figures (validation and training NLL
-    in bits per target token without and with the bias, tokens used, settings)."""
+                    max_tokens: int = 4096, device: str = "cpu") -> Dict:
+    """Fit the bias on ``checkpoint`` (on ``device``) and write ``out_checkpoint``; returns the figures (validation and
+    training NLL in bits per target token without and with the bias, tokens used, settings)."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device '{device}' was asked for but torch sees no CUDA device; use cpu")
     model, task, cfg = load(checkpoint, data)
+    model.to(device)
     accepts = accepts_bias(model, task, cfg)
     if not accepts:
         raise ValueError(f"{checkpoint}: a fitted bias needs an output layer with a per-word bias or one that takes "
@@ -157,7 +171,7 @@ def fit_output_bias(checkpoint: str, out_checkpoint: str, data: Optional[str] = 
     train_x, train_y = features(model, task, "train", max_tokens, train_sentences)
     valid_x, valid_y = features(model, task, "valid", max_tokens)
     bias = fit_bias(layer, train_x, train_y, len(task.target_dictionary), epochs, lr)
-    write_checkpoint(checkpoint, out_checkpoint, bias, accepts)
+    write_checkpoint(checkpoint, out_checkpoint, bias.cpu(), accepts)
     return {"train_sentences": train_sentences, "train_tokens": len(train_y), "valid_tokens": len(valid_y),
             "epochs": epochs, "lr": lr,
             "valid_nll_bits": {"as trained": round(nll_bits(layer, valid_x, valid_y), 4),

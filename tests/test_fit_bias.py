@@ -11,6 +11,7 @@ import torch
 
 from harness import REPO, TINY_TRANSFORMER, train
 
+from fairseq_outlayers.bias_fit import BIAS_KEY
 from fairseq_outlayers.cli.fit_bias import main as fit_bias_main
 
 
@@ -55,6 +56,7 @@ def test_the_bias_written_is_the_one_fitted_and_fairseq_builds_it(sampled_joint,
     (["--train-sentences", "-1"], "--train-sentences must be >= 0, not -1"),
     (["--lr", "0"], "--lr must be positive, not 0.0"),
     (["--data", "nowhere"], "--data 'nowhere' is not a directory"),
+    (["--device", "gpu"], "--device must be cpu, cuda or cuda:N, not 'gpu'"),
 ])
 def test_bad_arguments_stop_before_any_work(sampled_joint, tmp_path, capsys, extra, message):
     with pytest.raises(SystemExit):
@@ -85,6 +87,30 @@ def test_a_half_precision_checkpoint_is_fitted_in_float32_and_keeps_its_precisio
     figures = json.loads(capsys.readouterr().out)
     assert figures["train_nll_bits"]["fitted bias"] < figures["train_nll_bits"]["as trained"]
     written = torch.load(out, map_location="cpu", weights_only=False)["model"]
-    from fairseq_outlayers.bias_fit import BIAS_KEY
-
     assert written[BIAS_KEY].dtype == torch.float16 and not torch.equal(written[BIAS_KEY], state["model"][BIAS_KEY])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for a machine without CUDA")
+def test_cuda_asked_for_without_a_gpu_is_named(sampled_joint, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        fit_bias_main([sampled_joint, "--out", str(tmp_path / "o.pt"), "--device", "cuda"])
+    assert "torch sees no CUDA device; use cpu" in capsys.readouterr().err and not (tmp_path / "o.pt").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_gpu_fit_matches_the_cpu_fit(sampled_joint, tiny_bin, tmp_path, capsys):
+    """The same fit on the GPU (the default there) and on the CPU: the same figures and bias up to float32
+    rounding of a different summation order."""
+    written = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / f"{device}.pt"
+        assert fit_bias_main([sampled_joint, "--out", str(out), "--data", tiny_bin, "--train-sentences", "0",
+                              "--device", device]) == 0
+        written[device] = (json.loads(capsys.readouterr().out),
+                           torch.load(out, map_location="cpu", weights_only=False)["model"])
+    (cpu_figures, cpu_state), (gpu_figures, gpu_state) = written["cpu"], written["cuda"]
+    assert gpu_state[BIAS_KEY].device.type == "cpu"
+    torch.testing.assert_close(gpu_state[BIAS_KEY], cpu_state[BIAS_KEY], rtol=1e-4, atol=1e-4)
+    for split in ("train_nll_bits", "valid_nll_bits"):
+        for name in ("as trained", "fitted bias"):
+            assert abs(gpu_figures[split][name] - cpu_figures[split][name]) < 2e-3

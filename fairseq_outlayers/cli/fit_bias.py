@@ -8,8 +8,8 @@ nothing). The bias (one value per target word, from 0) is fitted by Adam on the 
 training sentences and added to the output layer's own bias, or stored as a new one with ``--output-bias`` switched
 on in the checkpoint for a softmax/tied layer trained without one. ``NEW.pt`` is an ordinary checkpoint for
 ``fairseq-generate``; it is written atomically and never over an existing file. Prints the validation and training
-NLL (bits per target token) before and after, as JSON. CPU only; the decoder features of the N sentences are kept
-in memory.
+NLL (bits per target token) before and after, as JSON. Runs on the GPU when there is one (``--device cpu`` to keep
+it on the CPU); the decoder features of the N sentences are kept in that device's memory.
 """
 import argparse
 import json
@@ -29,6 +29,7 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=3, help="passes over them (default 3)")
     parser.add_argument("--lr", type=float, default=0.05, help="Adam learning rate (default 0.05)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch when reading features")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when a GPU is visible, else cpu)")
     args = parser.parse_args(argv)
     if not os.path.isfile(args.checkpoint):
         parser.error(f"checkpoint '{args.checkpoint}' does not exist; pass the path of a .pt file written by "
@@ -46,13 +47,15 @@ def main(argv=None):
                          f"not {value}")
     if not args.lr > 0:
         parser.error(f"--lr must be positive, not {args.lr}")
+    if args.device is not None and not (args.device == "cpu" or args.device.split(":")[0] == "cuda"):
+        parser.error(f"--device must be cpu, cuda or cuda:N, not '{args.device}'")
 
-    from fairseq_outlayers.bias_fit import fit_output_bias
+    from fairseq_outlayers.bias_fit import default_device, fit_output_bias
 
     try:
         figures = fit_output_bias(args.checkpoint, args.out, data=args.data,
                                   train_sentences=args.train_sentences or None, epochs=args.epochs, lr=args.lr,
-                                  max_tokens=args.max_tokens)
+                                  max_tokens=args.max_tokens, device=args.device or default_device())
     except ValueError as e:
         parser.error(str(e))
     print(json.dumps(figures, indent=2))

@@ -9,7 +9,7 @@ model before and after the step and their paired test is like for like. Steps:
 * ``fit-output-bias [--train-sentences N] [--epochs 3] [--lr 0.05] [--max-tokens 4096]``: a per-word bias fitted on
   the frozen model from the first N training sentences (all by default), added to its output layer
   (``fairseq_outlayers.bias_fit``; docs/joint-output.md). Fitted on training data only (the validation NLL before
-  and after is reported, not used).
+  and after is reported, not used), on the device the row trained on (the GPU when there is one).
 """
 import argparse
 import shlex
@@ -41,10 +41,10 @@ def _check_fit_output_bias(args: argparse.Namespace):
 
 
 def _fit_output_bias(args: argparse.Namespace, checkpoint: str, out_checkpoint: str, data_bin: str) -> Dict:
-    from fairseq_outlayers.bias_fit import fit_output_bias
+    from fairseq_outlayers.bias_fit import default_device, fit_output_bias
 
     return fit_output_bias(checkpoint, out_checkpoint, data=data_bin, train_sentences=args.train_sentences,
-                           epochs=args.epochs, lr=args.lr, max_tokens=args.max_tokens)
+                           epochs=args.epochs, lr=args.lr, max_tokens=args.max_tokens, device=default_device())
 
 
 @dataclass(frozen=True)
