@@ -404,7 +404,9 @@ def _options(args):
 def test_train_sh_gives_the_same_recipes_as_before():
     """tests/expected/train_sh_recipes.json holds what train.sh printed for every recipe when the recipes were
     its own case blocks: the same data path, --user-dir, options and values (in the YAML's order now), and the
-    same evaluate.sh hint (continuous on wmt14: beam 1, the documented setting, where the old hint kept 4)."""
+    same evaluate.sh hint (continuous on wmt14: beam 1, the documented setting, where the old hint kept 4). The
+    tied-bias entries were added later (2026-11-25): each is its dataset's tied entry with --output-bias and its
+    own checkpoint folder."""
     with open(os.path.join(EXPECTED, "train_sh_recipes.json"), encoding="utf-8") as f:
         expected = json.load(f)
     assert sorted(expected) == sorted(f"{d}/{m}" for m, d in RECIPES)
