@@ -27,7 +27,7 @@ def default_device() -> str:
 
 def load(checkpoint: str, data: Optional[str] = None):
     """(model in eval mode and in float32, task, cfg) of a checkpoint, its data directory replaced by ``data`` when
-    given (a model saved in half precision, e.g. by ``--memory-efficient-fp16``, is fitted in float32 on the CPU;
+    given (a model saved in half precision, e.g. by ``--memory-efficient-fp16``, is fitted in float32;
     ``put_bias`` stores the bias in the checkpoint's own precision)."""
     import fairseq_outlayers  # noqa: F401  (registers the package and allow-lists its checkpoints)
     from fairseq import checkpoint_utils
