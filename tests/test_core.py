@@ -139,6 +139,35 @@ def test_lstm_decoder_output_size_independent_of_embedding(tiny_bin):
     assert model.encoder.bidirectional
 
 
+LSTM_VMF_SIZES = ["--arch", "outlayers_lstm_vmf", "--encoder-embed-dim", "32", "--encoder-hidden-size", "16",
+                  "--decoder-embed-dim", "32", "--decoder-hidden-size", "48", "--dropout", "0.0"]
+
+
+@pytest.mark.parametrize("layer", ["tied", "tied-all"])
+def test_lstm_vmf_ties_through_a_projection(tiny_bin, tiny_bin_joined, layer):
+    """The vMF paper's LSTM (decoder state wider than the embeddings) with a tied output layer: the decoder output
+    defaults to the embedding size, reached through fairseq's extra projection (the wmt16-word tied and
+    shared-private recipes did not build before)."""
+    task, model = build_model(tiny_bin if layer == "tied" else tiny_bin_joined, LSTM_VMF_SIZES,
+                              ["--output-layer", layer])
+    assert model.decoder.additional_fc.weight.shape == (32, 48)
+    assert model.decoder.output_projection.target_weights()[0] is model.decoder.embed_tokens.weight
+    src, lengths, prev = _sample(task)
+    lprobs = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
+    torch.testing.assert_close(lprobs.exp().sum(-1), torch.ones(lprobs.shape[:2]))
+
+
+def test_lstm_vmf_output_size_otherwise(tiny_bin):
+    """Untied, the arch's 1024-d decoder output stays; a size given is kept, and a wrong one for tying is refused
+    naming the LSTM's own flag."""
+    _, model = build_model(tiny_bin, LSTM_VMF_SIZES, ["--output-layer", "softmax"])
+    assert model.decoder.output_projection.weight.shape[1] == 1024
+    _, model = build_model(tiny_bin, LSTM_VMF_SIZES, ["--output-layer", "tied", "--decoder-out-embed-dim", "32"])
+    assert model.decoder.output_projection.target_weights()[0] is model.decoder.embed_tokens.weight
+    with pytest.raises(OutlayersConfigError, match="--decoder-out-embed-dim of the LSTM"):
+        build_model(tiny_bin, LSTM_VMF_SIZES, ["--output-layer", "tied", "--decoder-out-embed-dim", "40"])
+
+
 def test_bad_options_fail_early(tiny_bin):
     with pytest.raises(OutlayersConfigError, match="joined dictionary"):
         build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "tied-all"])

@@ -17,7 +17,7 @@ def build_softmax(args, task, decoder_embed_tokens, input_dim):
 
 
 @register_output_layer("tied", help="output matrix tied to the decoder input embedding (Press & Wolf 2017)",
-                       ties_decoder_embedding=True, output_bias=True)
+                       ties_decoder_embedding=True, embedding_sized_input=True, output_bias=True)
 def build_tied(args, task, decoder_embed_tokens, input_dim):
     return TiedSoftmaxOutput(decoder_embed_tokens, input_dim, bias=args.output_bias)
 
@@ -25,6 +25,6 @@ def build_tied(args, task, decoder_embed_tokens, input_dim):
 @register_output_layer("tied-all", help="three-way tying of source, target and output embeddings "
                        "(needs fairseq-preprocess --joined-dictionary)",
                        requires_joined_dictionary=True, shares_all_embeddings=True, ties_decoder_embedding=True,
-                       output_bias=True)
+                       embedding_sized_input=True, output_bias=True)
 def build_tied_all(args, task, decoder_embed_tokens, input_dim):
     return TiedSoftmaxOutput(decoder_embed_tokens, input_dim, bias=args.output_bias)

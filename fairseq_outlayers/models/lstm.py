@@ -23,6 +23,7 @@ from .core import (
     finish_build,
     shares_all_embeddings,
 )
+from .registry import get_output_layer_spec
 
 
 class OutlayersLSTMEncoder(LSTMEncoder):
@@ -153,12 +154,23 @@ def outlayers_lstm_luong_2x2(args):
 @register_model_architecture("outlayers_lstm", "outlayers_lstm_vmf")
 def outlayers_lstm_vmf(args):
     """Kumar & Tsvetkov (2019, Table 7): 1-layer bidirectional encoder, 2-layer decoder of 1024, 512-d
-    input embeddings."""
+    input embeddings; a tied output layer reads the 1024-d state through a projection to 512."""
     args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
     args.encoder_hidden_size = getattr(args, "encoder_hidden_size", 512)  # 2 x 512 = 1024 output units
     args.encoder_layers = getattr(args, "encoder_layers", 1)
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 512)
     args.decoder_hidden_size = getattr(args, "decoder_hidden_size", 1024)
-    args.decoder_out_embed_dim = getattr(args, "decoder_out_embed_dim", 1024)
+    args.decoder_out_embed_dim = _out_dim(args, 1024)
     args.decoder_layers = getattr(args, "decoder_layers", 2)
     outlayers_lstm(args)
+
+
+def _out_dim(args, dim: int) -> int:
+    """The decoder output size: ``dim`` unless given, or the embedding size for an output layer that multiplies
+    the decoder output with the embedding matrix itself (tied, tied-all), reached from the LSTM state through
+    fairseq's own extra projection (``LSTMDecoder.additional_fc``), as fairseq's tied LSTMs do."""
+    if getattr(args, "decoder_out_embed_dim", None) is not None:
+        return args.decoder_out_embed_dim
+    if get_output_layer_spec(getattr(args, "output_layer", None) or "softmax").embedding_sized_input:
+        return args.decoder_embed_dim
+    return dim

@@ -19,6 +19,7 @@ class OutputLayerSpec:
     requires_joined_dictionary: bool = False
     shares_all_embeddings: bool = False  # encoder, decoder and output use one matrix
     ties_decoder_embedding: bool = False  # reads the decoder input embedding weight
+    embedding_sized_input: bool = False  # multiplies the decoder output with the embedding matrix itself
     output_bias: bool = False  # honours --output-bias (a learned per-word bias)
     refuses_tying: Optional[str] = None  # why fairseq's tying flags contradict the layer (checked by the core)
     criterion_family: str = "softmax"  # "continuous": trained with the continuous-output criterions only

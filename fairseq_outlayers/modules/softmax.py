@@ -36,7 +36,8 @@ class TiedSoftmaxOutput(TiedReference, FactorisedSoftmaxOutput):
         if dim != input_dim:
             raise ValueError(
                 f"tied output layer: decoder output dim {input_dim} != target embedding dim {dim}; "
-                "set --decoder-output-dim equal to --decoder-embed-dim (or use --output-layer softmax)"
+                "set the decoder output dim (--decoder-output-dim of the Transformer, --decoder-out-embed-dim of the "
+                "LSTM) equal to --decoder-embed-dim, or use --output-layer softmax"
             )
         super().__init__(num_words, input_dim)
         self._set_tied_embedding(embedding)
