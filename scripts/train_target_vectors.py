@@ -95,8 +95,9 @@ def main(argv=None):
                    help=f"do not append {EOS} to every sentence (then {EOS} gets no trained vector and the model "
                    "uses a fixed random unit vector for it)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
-                   help="training threads (default: cores - 1); 1 gives the same vectors on every run, more threads "
-                   "are faster and make every run differ")
+                   help="training threads (default: cores - 1); 1 gives the same vectors on every run on one "
+                   "machine and install (not across machines: keep the file), more threads are faster and make "
+                   "every run differ")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     args = p.parse_args(argv)

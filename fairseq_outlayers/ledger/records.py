@@ -88,7 +88,8 @@ def check_files(records: List[Dict], table: str, digests: Dict[str, str], row_fi
         raise OutlayersConfigError(
             f"{row_file}: '{path}' now holds another file (digest {digests[path]}) than the records of table "
             f"'{table}' were trained with ({', '.join(f'{run}: digest {d}' for p, d, run in other if p == path)}); "
-            "it was made again differently (other data, options or a random seed). Restore the file those runs "
+            "it was made again differently (other data, options, a random seed, or another machine: target vectors "
+            "trained with one thread are the same only on one machine and install). Restore the file those runs "
             "used, or give the rows a table of their own (another directory under configs/ledger)")
 
 
