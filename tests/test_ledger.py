@@ -176,6 +176,22 @@ def test_a_missing_seed_is_shown_and_not_averaged(tmp_path):
     assert "(seeds 1)" in _row_line(text, "tied")  # the test used the one seed both rows have
 
 
+def test_a_step_row_shows_its_scores_before_the_step_and_which_seeds_were_retrained(tmp_path):
+    ledger = str(tmp_path)
+    for seed in (1, 2):
+        fake_record(ledger, "tied", seed, 30.0 + seed, HYP_A)
+    for seed, before, matches in ((1, 31.0, True), (2, 29.5, False)):  # seed 2's parent checkpoint was trained again
+        rec = fake_record(ledger, "tied-fitbias", seed, 33.0, HYP_B, baseline="tied")
+        rec["after"] = {"step": ["fit-output-bias"], "trained_in": f"tied.seed{seed}",
+                        "as_trained": {"test2016": {"sacrebleu": before}}, "parent_record_matches": matches}
+        records.write_record(ledger, rec, {"test2016": HYP_B}, {"test2016": REFS})
+    text = render(ledger)
+    assert "(seed 2: retrained, not tied's recorded model) |" in _row_line(text, "tied-fitbias")
+    assert ("then `fit-output-bias` on each seed's best checkpoint of `tied`; test2016 of that checkpoint before the "
+            "step: 31.00 / 29.50 / missing (seed 2: trained again, not the model of `tied`'s record") in text
+    assert "retrained" not in _row_line(text, "tied")
+
+
 def test_render_is_deterministic_and_written_atomically(tmp_path):
     ledger = str(tmp_path / "runs")
     for seed in (1, 2):

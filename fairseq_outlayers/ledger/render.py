@@ -105,6 +105,12 @@ def _power(system: Sequence[float], baseline: Sequence[float]) -> str:
             f"seed spread ({spread:.2f})")
 
 
+def retrained_seeds(runs: Dict[int, Dict]) -> List[int]:
+    """Seeds of a step row (``# after:``) whose step ran on a checkpoint trained again, not the model its parent
+    row's record was made with (``after.parent_record_matches`` false: the parent's checkpoints were gone)."""
+    return [s for s, r in sorted(runs.items()) if (r.get("after") or {}).get("parent_record_matches") is False]
+
+
 def _welch(c: Dict) -> str:
     return "— (< 2 seeds a side)" if c["welch"] is None else f"{c['welch']['p']:.3f}"
 
@@ -121,7 +127,10 @@ def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test:
         return ["—", f"— ({c['why']})", "—"]
     note = "" if c["complete"] else f" (seeds {', '.join(map(str, c['seeds']))})"
     low, high = c["interval"]
-    return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]", f"{c['p']:.3f}{note}", _welch(c)]
+    retrained = retrained_seeds(rows[name])
+    mixed = (f" (seed{'s' if len(retrained) > 1 else ''} {', '.join(map(str, retrained))}: retrained, not "
+             f"{baseline}'s recorded model{'s' if len(retrained) > 1 else ''})" if retrained else "")
+    return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed}", f"{c['p']:.3f}{note}", _welch(c)]
 
 
 def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
@@ -174,6 +183,21 @@ def figure_lines(name: str, rows: Dict[str, Dict[int, Dict]], test: str, figures
     return lines + [""] if lines else []
 
 
+def _before_step(runs: Dict[int, Dict], seeds: Sequence[int], test: str, trained: str) -> str:
+    """'; test2016 of that checkpoint before the step: 39.07 / missing / ... (seed 1 retrained: ...)'."""
+    def before(s):
+        if s not in runs:
+            return "missing"
+        return _fmt(((runs[s]["after"].get("as_trained") or {}).get(test) or {}).get("sacrebleu"))
+    text = f"; {test} of that checkpoint before the step: {' / '.join(before(s) for s in seeds)}"
+    retrained = retrained_seeds(runs)
+    if retrained:
+        text += (f" (seed{'s' if len(retrained) > 1 else ''} {', '.join(map(str, retrained))}: trained again, "
+                 f"not the model of `{trained}`'s record: the difference from `{trained}` mixes a retraining with "
+                 "the step; the step's own effect is the difference from this score)")
+    return text
+
+
 def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2016",
            title: str = "Results ledger", figures: Optional[Dict[str, str]] = None) -> str:
     """The Markdown text; given a dict as ``figures``, the plots too (written by the caller beside the text)."""
@@ -196,7 +220,8 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
     cache: Dict = {}
     for name, rows in group(records).items():
         present = sorted({s for runs in rows.values() for s in runs})
-        md += [f"## {name}", ""] + table(ledger, rows, sorted(set(seeds) | set(present)), test, cache) + [""]
+        table_seeds = sorted(set(seeds) | set(present))
+        md += [f"## {name}", ""] + table(ledger, rows, table_seeds, test, cache) + [""]
         if figures is not None:
             md += figure_lines(name, rows, test, figures)
         signatures = sorted({r["test"][test]["sacrebleu_signature"] for runs in rows.values()
@@ -216,7 +241,7 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
             after = r.get("after")
             trained = re.sub(r"\.seed\d+$", "", after["trained_in"]) if after else ""
             step = (f"; then `{shlex.join(after['step'])}` on each seed's best checkpoint of `{trained}`"
-                    if after else "")
+                    + _before_step(runs, table_seeds, test, trained) if after else "")
             md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; early stopping on validation "
                       f"{v['metric']}{why}" + (f"; beam {beam}" if beam else "") + step)
         md.append("")
