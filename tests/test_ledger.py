@@ -11,7 +11,7 @@ import pytest
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.__main__ import main as ledger_main
-from fairseq_outlayers.ledger.render import compare, converged_figures, group, render
+from fairseq_outlayers.ledger.render import compare, converged_figures, group, loss_at_stop, render
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
 from fairseq_outlayers.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
                                             sentence_stats, welch_t_test)
@@ -190,6 +190,25 @@ def test_a_step_row_shows_its_scores_before_the_step_and_which_seeds_were_retrai
     assert ("then `fit-output-bias` on each seed's best checkpoint of `tied`; test2016 of that checkpoint before the "
             "step: 31.00 / 29.50 / missing (seed 2: trained again, not the model of `tied`'s record") in text
     assert "retrained" not in _row_line(text, "tied")
+
+
+def test_the_validation_loss_at_the_stop_is_summarised_per_table(tmp_path):
+    ledger = str(tmp_path)
+    assert loss_at_stop({"x": {1: {"curve": [], "best_epoch": 1}}}) is None
+    curves = {1: [4.0, 3.5, 3.4, 3.45],  # tested epoch 2 (3.5); the last (3.45) is lower, the lowest is epoch 3
+              2: [4.0, 3.5, 3.6, 3.3],  # tested epoch 2; the last is lower by 0.2 and the lowest of the run
+              3: [4.0, 3.3, 3.5, 3.4]}  # tested epoch 2; the loss rose after it
+    for seed, losses in curves.items():
+        rec = fake_record(ledger, "softmax", seed, 30.0, HYP_A)
+        rec.update(best_epoch=2, curve=[{"epoch": e, "loss": x, "bleu": 1.0} for e, x in enumerate(losses, 1)])
+        records.write_record(ledger, rec, {"test2016": HYP_A}, {"test2016": REFS})
+    step = fake_record(ledger, "softmax-fitbias", 1, 31.0, HYP_B, baseline="softmax")  # shares softmax's training
+    step.update(best_epoch=2, curve=[{"epoch": 1, "loss": 4.0}, {"epoch": 2, "loss": 3.5}, {"epoch": 3, "loss": 1.0}],
+                after={"step": ["fit-output-bias"], "trained_in": "softmax.seed1"})
+    records.write_record(ledger, step, {"test2016": HYP_B}, {"test2016": REFS})
+    assert ("Validation loss at the stop: lower at the last epoch than at the tested (best validation score) epoch "
+            "in 2 of 3 runs (by 0.050 to 0.200); the lowest of the run at the last epoch in 1 of 3: the patience on "
+            "the validation score stopped those runs while the loss was still falling.") in render(ledger)
 
 
 def test_render_is_deterministic_and_written_atomically(tmp_path):

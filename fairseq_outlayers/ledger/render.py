@@ -169,6 +169,33 @@ def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], t
     return lines
 
 
+def loss_at_stop(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
+    """One sentence on how converged the runs of a table are by their validation loss (the curve each record keeps):
+    in how many the loss at the last epoch is below the loss at the epoch whose checkpoint was tested, by how much,
+    and in how many the last epoch has the lowest loss of the run, i.e. the stop on the validation score came while
+    the loss still fell. None when no record has a curve with losses. Step rows (``after``) share their parent's
+    training and are not counted again."""
+    falls, last_lowest, counted = [], 0, 0
+    for runs in rows.values():
+        for r in runs.values():
+            curve = [c for c in r.get("curve") or [] if c.get("loss") is not None]
+            best = [c for c in curve if c["epoch"] == r.get("best_epoch")]
+            if r.get("after") or not best:
+                continue
+            counted += 1
+            last = curve[-1]
+            if last["loss"] < best[0]["loss"]:
+                falls.append(best[0]["loss"] - last["loss"])
+            last_lowest += min(curve, key=lambda c: (c["loss"], c["epoch"]))["epoch"] == last["epoch"]
+    if not counted:
+        return None
+    by = f" (by {min(falls):.3f} to {max(falls):.3f})" if falls else ""
+    return (f"Validation loss at the stop: lower at the last epoch than at the tested (best validation score) "
+            f"epoch in {len(falls)} of {counted} runs{by}; the lowest of the run at the last epoch in "
+            f"{last_lowest} of {counted}: the patience on the validation score stopped those runs while the loss "
+            "was still falling.")
+
+
 def figure_lines(name: str, rows: Dict[str, Dict[int, Dict]], test: str, figures: Dict[str, str]) -> List[str]:
     """Markdown image links of one table's plots; the SVG texts go into ``figures`` ({file name: text})."""
     lines = []
@@ -222,6 +249,8 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
         present = sorted({s for runs in rows.values() for s in runs})
         table_seeds = sorted(set(seeds) | set(present))
         md += [f"## {name}", ""] + table(ledger, rows, table_seeds, test, cache) + [""]
+        stop = loss_at_stop(rows)
+        md += [stop, ""] if stop else []
         if figures is not None:
             md += figure_lines(name, rows, test, figures)
         signatures = sorted({r["test"][test]["sacrebleu_signature"] for runs in rows.values()
