@@ -10,7 +10,7 @@ import pytest
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import records
-from fairseq_outlayers.ledger.__main__ import main as ledger_main
+from fairseq_outlayers.ledger.__main__ import build_parser, main as ledger_main
 from fairseq_outlayers.ledger.render import compare, converged_figures, group, loss_at_stop, render
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
 from fairseq_outlayers.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
@@ -848,3 +848,20 @@ def test_status_of_a_stopped_run_and_of_a_step_row_on_it(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[1] == (f"  tied-fitbias seed 2: not started: tied is trained first in "
                                                        f"{work / 'tied.seed2'} (its checkpoints are not there), then "
                                                        "fit-output-bias")
+
+
+def test_the_committed_tables_are_the_committed_records_rendered(monkeypatch):
+    """docs/results/ledger.md and its plots are what `ledger render` makes of docs/results/runs today, bit for bit:
+    a record committed without rendering again (or a render change whose output was not committed) fails here."""
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parser_defaults = build_parser().parse_args(["render"])
+    figures = {}
+    text = render(parser_defaults.ledger, seeds=parser_defaults.seeds, test=parser_defaults.test_name,
+                  title=parser_defaults.title, figures=figures)
+    out_dir = os.path.dirname(parser_defaults.out)
+    with open(parser_defaults.out, encoding="utf-8") as f:
+        assert f.read() == text + "\n", "docs/results/ledger.md is stale: run python -m fairseq_outlayers.ledger render"
+    assert figures
+    for name, svg in sorted(figures.items()):
+        with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+            assert f.read() == svg, f"{name} is stale: run python -m fairseq_outlayers.ledger render"
