@@ -111,6 +111,11 @@ def retrained_seeds(runs: Dict[int, Dict]) -> List[int]:
     return [s for s, r in sorted(runs.items()) if (r.get("after") or {}).get("parent_record_matches") is False]
 
 
+def _seed_list(seeds: Sequence[int]) -> str:
+    """'seed 2' or 'seeds 1, 2'."""
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
 def _welch(c: Dict) -> str:
     return "— (< 2 seeds a side)" if c["welch"] is None else f"{c['welch']['p']:.3f}"
 
@@ -128,8 +133,8 @@ def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test:
     note = "" if c["complete"] else f" (seeds {', '.join(map(str, c['seeds']))})"
     low, high = c["interval"]
     retrained = retrained_seeds(rows[name])
-    mixed = (f" (seed{'s' if len(retrained) > 1 else ''} {', '.join(map(str, retrained))}: retrained, not "
-             f"{baseline}'s recorded model{'s' if len(retrained) > 1 else ''})" if retrained else "")
+    plural = "s" if len(retrained) > 1 else ""
+    mixed = f" ({_seed_list(retrained)}: retrained, not {baseline}'s recorded model{plural})" if retrained else ""
     return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed}", f"{c['p']:.3f}{note}", _welch(c)]
 
 
@@ -219,9 +224,9 @@ def _before_step(runs: Dict[int, Dict], seeds: Sequence[int], test: str, trained
     text = f"; {test} of that checkpoint before the step: {' / '.join(before(s) for s in seeds)}"
     retrained = retrained_seeds(runs)
     if retrained:
-        text += (f" (seed{'s' if len(retrained) > 1 else ''} {', '.join(map(str, retrained))}: trained again, "
-                 f"not the model of `{trained}`'s record: the difference from `{trained}` mixes a retraining with "
-                 "the step; the step's own effect is the difference from this score)")
+        text += (f" ({_seed_list(retrained)}: trained again, not the model of `{trained}`'s record: the difference "
+                 f"from `{trained}` mixes a retraining with the step; the step's own effect is the difference from "
+                 "this score)")
     return text
 
 
