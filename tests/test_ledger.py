@@ -11,7 +11,7 @@ import pytest
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.__main__ import build_parser, main as ledger_main
-from fairseq_outlayers.ledger.render import compare, converged_figures, group, loss_at_stop, render
+from fairseq_outlayers.ledger.render import compare, compare_line, converged_figures, group, loss_at_stop, render
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
 from fairseq_outlayers.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
                                             sentence_stats, welch_t_test)
@@ -706,7 +706,7 @@ def recording_runner(monkeypatch):
             return records.load_record(path), True
         started.append(seed)
         options = row_options(row, seed, 5, 50, 5)
-        rec = fake_record(settings.ledger, row.name, seed, 30.0, HYP_A, table=row.table)
+        rec = fake_record(settings.ledger, row.name, seed, 30.0, HYP_A, baseline=row.baseline, table=row.table)
         rec.update(options=options, data_digest=records.data_digest(options[0]),
                    file_digests=records.file_digests(options))
         records.write_record(settings.ledger, rec, {"test2016": HYP_A}, {"test2016": REFS})
@@ -801,12 +801,28 @@ def test_a_file_the_options_name_made_again_differently_is_refused_and_shown(tmp
     second = records.file_digest(str(pairs))
     err, out = refused_then_status(argv + ["1", "2"], rows, ledger, capsys)
     assert started == [1]
-    assert (f"50-sp.args: '{pairs}' now holds another file (digest {second}) than the records of table 'rows' were "
-            f"trained with (sp seed 1: digest {first}); it was made again differently") in err
+    assert (f"50-sp.args: '{pairs}' now holds another file (digest {second}) than the recorded seeds of row 'sp' "
+            f"were trained with (sp seed 1: digest {first}); it was made again differently") in err
     assert out[1] == (f"  sp seed 1: recorded with another '{pairs}' (digest {first}) than the one there now "
                       f"({second}): restore the file that run used ({records.record_path(ledger, 'sp', 1)})")
-    pairs.write_text("haus house\n")  # restored: the table takes seed 2
-    assert ledger_main(argv + ["1", "2"]) == 0 and started == [1, 2]
+    # another row of the table may use the new file (its comparisons with the row's baseline do not involve it):
+    # trained with a warning, and every comparison between the two rows names the two versions
+    (rows / "60-sp2.args").write_text(f"# sp2\n# baseline: sp\n--data-bin {data} --pairing {pairs} --dropout 0.2\n")
+    capsys.readouterr()
+    assert ledger_main(argv[:2] + [str(rows / "60-sp2.args")] + argv[3:] + ["1"]) == 0 and started == [1, 1]
+    assert (f"warning: {rows / '60-sp2.args'}: '{pairs}' (digest {second}) differs from the file sp seed 1 of table "
+            f"'rows' was trained with (digest {first})") in capsys.readouterr().out
+    assert records.files_differ([records.load_record(records.record_path(ledger, "sp2", 1))],
+                                [records.load_record(records.record_path(ledger, "sp", 1))]) == [
+        f"{pairs} ({second} vs {first})"]
+    text = render(ledger)
+    assert f"+0.00 [+0.00, +0.00] (trained with other {pairs} ({second} vs {first}))" in text
+    assert f"named files: `{pairs}` in 2 versions: `{first}` (sp), `{second}` (sp2)." in text
+    assert compare_line(ledger, "sp", "sp2").endswith(
+        f"the rows were trained with different files, so the difference mixes them with the methods: "
+        f"{pairs} ({first} vs {second})")
+    pairs.write_text("haus house\n")  # restored: the row takes seed 2
+    assert ledger_main(argv[:2] + [str(rows / "50-sp.args")] + argv[3:] + ["1", "2"]) == 0 and started == [1, 1, 2]
 
     monkeypatch.undo()
     (tmp_path / "partial").mkdir()

@@ -59,13 +59,16 @@ def _run(args) -> int:
             print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}{step}")
         return 0
     existing = records.read_records(args.ledger) if os.path.isdir(args.ledger) else []
-    digests = {}
+    digests, warned = {}, set()
     for row, seed in runs:  # a record made with other options or on other data stops everything before training
         options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
         if records.recorded(args.ledger, row.name, seed, options, row.path, after=row.after) is None:
             digest = digests.setdefault(options[0], records.data_digest(options[0]))
             records.check_data(existing, row.table, options[0], digest, row.path)
-            records.check_files(existing, row.table, records.file_digests(options), row.path)
+            for warning in records.check_files(existing, row.table, row.name, records.file_digests(options), row.path):
+                if warning not in warned:
+                    warned.add(warning)
+                    log(f"warning: {warning}", "ledger")
     failed = []
 
     def one(row, seed):

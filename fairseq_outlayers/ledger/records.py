@@ -8,8 +8,9 @@
 
 A record keeps the digest of the data it was trained on (``data_digest``) and of every file its options name
 (``file_digests``: a pairing file, target vectors); ``check_data`` and ``check_files`` stop a run whose data
-directory or named files now hold something else than the records of its table were trained on, so seeds of
-different data are never averaged together.
+directory now holds something else than the records of its table were trained on, or a file it names something else
+than the recorded seeds of its row were trained with, so seeds of different data are never averaged together; a
+row whose named file differs from another row's is allowed, and every comparison between the two says so.
 """
 import glob
 import gzip
@@ -77,20 +78,44 @@ def file_digests(options: List[str]) -> Dict[str, str]:
             if flag.startswith("--") and not value.startswith("-") and os.path.isfile(value)}
 
 
-def check_files(records: List[Dict], table: str, digests: Dict[str, str], row_file: str):
-    """An error when a record of ``table`` was trained with a file of ``digests`` whose content was another (records
-    made before file digests were kept are not checked)."""
-    other = sorted((path, r["file_digests"][path], f"{r['row']} seed {r['seed']}") for r in records
-                   if r["table"] == table for path in digests
-                   if r.get("file_digests", {}).get(path) not in (None, digests[path]))
-    if other:
-        path = other[0][0]
+def check_files(records: List[Dict], table: str, row: str, digests: Dict[str, str], row_file: str) -> List[str]:
+    """An error when a record of ``row`` (in ``table``) was trained with a file of ``digests`` whose content was
+    another: seeds of one row are averaged, so they must share it (records made before file digests were kept are
+    not checked). Other rows of the table that were trained with another content are allowed -- their comparisons
+    with the row's baseline do not involve the file -- and returned as warnings; ``files_differ`` marks every
+    comparison between two such rows."""
+    def other(same_row):
+        return sorted((path, r["file_digests"][path], f"{r['row']} seed {r['seed']}") for r in records
+                      if r["table"] == table and (r["row"] == row) == same_row for path in digests
+                      if r.get("file_digests", {}).get(path) not in (None, digests[path]))
+
+    mine = other(True)
+    if mine:
+        path = mine[0][0]
         raise OutlayersConfigError(
-            f"{row_file}: '{path}' now holds another file (digest {digests[path]}) than the records of table "
-            f"'{table}' were trained with ({', '.join(f'{run}: digest {d}' for p, d, run in other if p == path)}); "
+            f"{row_file}: '{path}' now holds another file (digest {digests[path]}) than the recorded seeds of row "
+            f"'{row}' were trained with ({', '.join(f'{run}: digest {d}' for p, d, run in mine if p == path)}); "
             "it was made again differently (other data, options, a random seed, or another machine: target vectors "
             "trained with one thread are the same only on one machine and install). Restore the file those runs "
-            "used, or give the rows a table of their own (another directory under configs/ledger)")
+            "used, or give the row another name (a new row file) so that seeds of different files are never "
+            "averaged together")
+    return [f"{row_file}: '{path}' (digest {digests[path]}) differs from the file {run} of table '{table}' was "
+            f"trained with (digest {d}); the row's comparisons with that row will say so" for path, d, run in other(False)]
+
+
+def files_differ(a: List[Dict], b: List[Dict]) -> List[str]:
+    """The files named by records of both ``a`` and ``b`` (two rows' records) whose digests differ between them:
+    a comparison of the two rows then mixes the files with the methods. ``path (digest, ... vs digest, ...)``."""
+    def named(runs):
+        out: Dict[str, set] = {}
+        for r in runs:
+            for path, digest in (r.get("file_digests") or {}).items():
+                out.setdefault(path, set()).add(digest)
+        return out
+
+    da, db = named(a), named(b)
+    return [f"{path} ({', '.join(sorted(da[path]))} vs {', '.join(sorted(db[path]))})"
+            for path in sorted(set(da) & set(db)) if da[path] != db[path]]
 
 
 def record_path(ledger: str, row: str, seed: int) -> str:

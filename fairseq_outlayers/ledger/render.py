@@ -68,10 +68,10 @@ def _stats_by_seed(ledger: str, runs: Dict[int, Dict], test: str, cache: Dict) -
 
 def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str, test: str,
             cache: Optional[Dict] = None) -> Dict:
-    """Row ``name`` against row ``other`` of one table: {"diff", "p", "seeds", "complete", "interval", "welch"}
-    (the paired bootstrap over the test sentences, and ``welch_t_test`` of every recorded seed's score, None below
-    two seeds a side), or {"why"} when the two cannot be compared (no records, different devices, no common
-    seed)."""
+    """Row ``name`` against row ``other`` of one table: {"diff", "p", "seeds", "complete", "interval", "welch",
+    "files"} (the paired bootstrap over the test sentences, ``welch_t_test`` of every recorded seed's score, None
+    below two seeds a side, and ``records.files_differ``: the named files the two rows were trained with in other
+    versions), or {"why"} when the two cannot be compared (no records, different devices, no common seed)."""
     cache = {} if cache is None else cache
     if other not in rows:
         return {"why": f"{other}: no records"}
@@ -84,7 +84,8 @@ def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str
         return {"why": "no common seed"}
     result = paired_bootstrap_test(system, base)
     return dict(result, complete=set(result["seeds"]) == set(system) == set(base),
-                welch=welch_t_test(_scores(rows, name, test), _scores(rows, other, test)))
+                welch=welch_t_test(_scores(rows, name, test), _scores(rows, other, test)),
+                files=rec.files_differ(list(rows[name].values()), list(rows[other].values())))
 
 
 def _scores(rows: Dict[str, Dict[int, Dict]], row: str, test: str) -> List[float]:
@@ -135,6 +136,7 @@ def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test:
     retrained = retrained_seeds(rows[name])
     plural = "s" if len(retrained) > 1 else ""
     mixed = f" ({_seed_list(retrained)}: retrained, not {baseline}'s recorded model{plural})" if retrained else ""
+    mixed += f" (trained with other {', '.join(c['files'])})" if c["files"] else ""
     return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed}", f"{c['p']:.3f}{note}", _welch(c)]
 
 
@@ -230,6 +232,28 @@ def _before_step(runs: Dict[int, Dict], seeds: Sequence[int], test: str, trained
     return text
 
 
+def _named_files(rows: Dict[str, Dict[int, Dict]]) -> str:
+    """'; named files: `path` `digest` (rows a, b), ...': the digest of every file the rows' options name, with
+    the rows trained with each version where the table holds more than one."""
+    named: Dict[str, Dict[str, List[str]]] = {}
+    for row, runs in rows.items():
+        for r in runs.values():
+            for path, digest in sorted((r.get("file_digests") or {}).items()):
+                names = named.setdefault(path, {}).setdefault(digest, [])
+                if row not in names:
+                    names.append(row)
+    if not named:
+        return ""
+    parts = []
+    for path, versions in sorted(named.items()):
+        if len(versions) == 1:
+            parts.append(f"`{path}` `{next(iter(versions))}`")
+        else:
+            parts.append(f"`{path}` in {len(versions)} versions: " + ", ".join(
+                f"`{d}` ({', '.join(names)})" for d, names in sorted(versions.items())))
+    return "; named files: " + "; ".join(parts)
+
+
 def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2016",
            title: str = "Results ledger", figures: Optional[Dict[str, str]] = None) -> str:
     """The Markdown text; given a dict as ``figures``, the plots too (written by the caller beside the text)."""
@@ -264,7 +288,7 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
         data = sorted({r["data_digest"] for runs in rows.values() for r in runs.values() if r.get("data_digest")})
         data = f"; data digests: {', '.join(f'`{d}`' for d in data)}" if data else ""
         md += [f"sacreBLEU signature: {', '.join(f'`{s}`' for s in signatures)}; commits: {', '.join(commits)}"
-               f"{data}.",
+               f"{data}{_named_files(rows)}.",
                "", "Rows (fairseq-train options; validation metric):", ""]
         for row, runs in rows.items():
             r = runs[min(runs)]
@@ -312,7 +336,9 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016") -> 
              + _power(_scores(rows, name, test), _scores(rows, other, test)))
     return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
             f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], p = {c['p']:.3f} "
-            f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED}){welch}")
+            f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED}){welch}"
+            + (f"; the rows were trained with different files, so the difference mixes them with the methods: "
+               f"{'; '.join(c['files'])}" if c["files"] else ""))
 
 
 def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:
