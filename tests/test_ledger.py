@@ -11,7 +11,8 @@ import pytest
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.__main__ import build_parser, main as ledger_main
-from fairseq_outlayers.ledger.render import compare, compare_line, converged_figures, group, loss_at_stop, render
+from fairseq_outlayers.ledger.render import (compare, compare_line, converged_figures, group, loss_at_stop, render,
+                                             step_effect)
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
 from fairseq_outlayers.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
                                             sentence_stats, welch_t_test)
@@ -190,6 +191,24 @@ def test_a_step_row_shows_its_scores_before_the_step_and_which_seeds_were_retrai
     assert ("then `fit-output-bias` on each seed's best checkpoint of `tied`; test2016 of that checkpoint before the "
             "step: 31.00 / 29.50 / missing (seed 2: trained again, not the model of `tied`'s record") in text
     assert "retrained" not in _row_line(text, "tied")
+    # the step's own effect: seed 1 against its parent's record (the same model), seed 2 has no translations
+    # before the step; with them kept beside its record (as the runner now writes them) it counts too
+    assert "; the step's own effect on those checkpoints (seed 1): " in text
+    effect = step_effect(ledger, group(records.read_records(ledger))["t"]["tied-fitbias"],
+                         group(records.read_records(ledger))["t"]["tied"], "test2016")
+    assert effect["seeds"] == [1] and effect["diff"] == pytest.approx(
+        paired_bootstrap_test({1: sentence_stats(HYP_B, REFS, False)}, {1: sentence_stats(HYP_A, REFS, False)})["diff"])
+    rec = records.load_record(records.record_path(ledger, "tied-fitbias", 2))
+    records.write_record(ledger, rec, {"test2016": HYP_B}, {"test2016": REFS}, as_trained={"test2016": HYP_B})
+    assert rec["after"]["as_trained"]["test2016"]["hypotheses"] == "tied-fitbias.seed2.test2016.as-trained.hyp"
+    rows = group(records.read_records(ledger))["t"]
+    effect = step_effect(ledger, rows["tied-fitbias"], rows["tied"], "test2016")
+    both = paired_bootstrap_test({1: sentence_stats(HYP_B, REFS, False), 2: sentence_stats(HYP_B, REFS, False)},
+                                 {1: sentence_stats(HYP_A, REFS, False), 2: sentence_stats(HYP_B, REFS, False)})
+    assert effect["seeds"] == [1, 2] and effect["diff"] == pytest.approx(both["diff"]) and effect["p"] == both["p"]
+    low, high = both["interval"]
+    assert (f"; the step's own effect on those checkpoints (seeds 1, 2): {both['diff']:+.2f} [{low:+.2f}, "
+            f"{high:+.2f}], p = {both['p']:.3f} (paired bootstrap)") in render(ledger)
 
 
 def test_the_validation_loss_at_the_stop_is_summarised_per_table(tmp_path):

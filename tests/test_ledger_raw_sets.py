@@ -197,6 +197,11 @@ def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, 
     assert after["step"] == ["fit-output-bias", "--epochs", "4", "--lr", "0.1"] and after["trained_in"] == "tied.seed1"
     assert after["as_trained"]["test2016"]["sacrebleu"] == tied["test"]["test2016"]["sacrebleu"]
     assert after["parent_record_matches"] is True
+    # the before-step translations are kept beside the record: the parent's, since it is the same model
+    assert after["as_trained"]["test2016"]["hypotheses"] == "tied-fitbias.seed1.test2016.as-trained.hyp"
+    assert after["as_trained"]["test2016"]["reference"] == tied["test"]["test2016"]["reference"]
+    assert (open(os.path.join(ledger, "tied-fitbias.seed1.test2016.as-trained.hyp")).read()
+            == open(os.path.join(ledger, tied["test"]["test2016"]["hypotheses"])).read())
     figures = after["figures"]
     assert figures["train_nll_bits"]["fitted bias"] < figures["train_nll_bits"]["as trained"]
     assert figures["train_sentences"] is None and figures["valid_tokens"] > 0

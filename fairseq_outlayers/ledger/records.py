@@ -158,13 +158,20 @@ def store_reference(ledger: str, lines: List[str]) -> str:
     return write_lines(ledger, name, lines)
 
 
-def write_record(ledger: str, record: Dict, hypotheses: Dict[str, List[str]], references: Dict[str, List[str]]):
-    """Hypotheses and references first, then the record naming them."""
+def write_record(ledger: str, record: Dict, hypotheses: Dict[str, List[str]], references: Dict[str, List[str]],
+                 as_trained: Optional[Dict[str, List[str]]] = None):
+    """Hypotheses and references first, then the record naming them. ``as_trained``: a step row's hypotheses of
+    its checkpoint before the step ({test set: lines}, ``ROW.seedN.SET.as-trained.hyp``), named in
+    ``record["after"]["as_trained"][SET]`` so the step's own effect has a paired test too."""
     os.makedirs(ledger, exist_ok=True)
     stem = f"{record['row']}.seed{record['seed']}"
     for set_name, lines in hypotheses.items():
         record["test"][set_name]["hypotheses"] = write_lines(ledger, f"{stem}.{set_name}.hyp", lines)
         record["test"][set_name]["reference"] = store_reference(ledger, references[set_name])
+    for set_name, lines in (as_trained or {}).items():
+        entry = record["after"]["as_trained"][set_name]
+        entry["hypotheses"] = write_lines(ledger, f"{stem}.{set_name}.as-trained.hyp", lines)
+        entry["reference"] = store_reference(ledger, references[set_name])
     write_text(record_path(ledger, record["row"], record["seed"]), json.dumps(record, indent=2) + "\n")
 
 

@@ -52,18 +52,39 @@ def group(records: List[Dict]) -> Dict[str, Dict[str, Dict[int, Dict]]]:
     return tables
 
 
+def _entry_stats(ledger: str, entry: Dict, lowercase: bool, cache: Dict):
+    """The sentence statistics of one set's hypotheses against its reference (``entry`` names both files)."""
+    key = (entry["hypotheses"], entry["reference"])
+    if key not in cache:
+        cache[key] = sentence_stats(rec.read_lines(ledger, entry["hypotheses"]),
+                                    rec.read_lines(ledger, entry["reference"]), lowercase)
+    return cache[key]
+
+
 def _stats_by_seed(ledger: str, runs: Dict[int, Dict], test: str, cache: Dict) -> Dict[int, object]:
-    out = {}
+    return {seed: _entry_stats(ledger, r["test"][test], r.get("lowercase", False), cache)
+            for seed, r in runs.items() if r["test"].get(test)}
+
+
+def step_effect(ledger: str, runs: Dict[int, Dict], parent: Dict[int, Dict], test: str,
+                cache: Optional[Dict] = None) -> Optional[Dict]:
+    """A step row's test after the step against the same checkpoints before it (``paired_bootstrap_test``), over
+    the seeds whose before-step translations the ledger holds: the record's own (``after.as_trained``) or, when
+    the step ran on the very model of the parent row's record (``after.parent_record_matches``), the parent's
+    (``parent``: its runs by seed). None when no seed has them."""
+    cache = {} if cache is None else cache
+    before = {}
     for seed, r in runs.items():
-        entry = r["test"].get(test)
-        if not entry:
-            continue
-        key = (entry["hypotheses"], entry["reference"])
-        if key not in cache:
-            cache[key] = sentence_stats(rec.read_lines(ledger, entry["hypotheses"]),
-                                        rec.read_lines(ledger, entry["reference"]), r.get("lowercase", False))
-        out[seed] = cache[key]
-    return out
+        entry = (r["after"].get("as_trained") or {}).get(test) or {}
+        if entry.get("hypotheses"):
+            before[seed] = _entry_stats(ledger, entry, r.get("lowercase", False), cache)
+        elif r["after"].get("parent_record_matches") and parent.get(seed, {}).get("test", {}).get(test):
+            before[seed] = _entry_stats(ledger, parent[seed]["test"][test], r.get("lowercase", False), cache)
+    system = _stats_by_seed(ledger, runs, test, cache)
+    common = sorted(set(system) & set(before))
+    if not common:
+        return None
+    return paired_bootstrap_test({s: system[s] for s in common}, {s: before[s] for s in common})
 
 
 def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str, test: str,
@@ -217,8 +238,10 @@ def figure_lines(name: str, rows: Dict[str, Dict[int, Dict]], test: str, figures
     return lines + [""] if lines else []
 
 
-def _before_step(runs: Dict[int, Dict], seeds: Sequence[int], test: str, trained: str) -> str:
-    """'; test2016 of that checkpoint before the step: 39.07 / missing / ... (seed 1 retrained: ...)'."""
+def _before_step(ledger: str, runs: Dict[int, Dict], parent: Dict[int, Dict], seeds: Sequence[int], test: str,
+                 trained: str, cache: Dict) -> str:
+    """'; test2016 of that checkpoint before the step: 39.07 / missing / ... (seed 1 retrained: ...); the step's
+    own effect on those checkpoints (seeds ...): Δ [interval], p'."""
     def before(s):
         if s not in runs:
             return "missing"
@@ -229,6 +252,11 @@ def _before_step(runs: Dict[int, Dict], seeds: Sequence[int], test: str, trained
         text += (f" ({_seed_list(retrained)}: trained again, not the model of `{trained}`'s record: the difference "
                  f"from `{trained}` mixes a retraining with the step; the step's own effect is the difference from "
                  "this score)")
+    effect = step_effect(ledger, runs, parent, test, cache)
+    if effect is not None:
+        low, high = effect["interval"]
+        text += (f"; the step's own effect on those checkpoints ({_seed_list(effect['seeds'])}): "
+                 f"{effect['diff']:+.2f} [{low:+.2f}, {high:+.2f}], p = {effect['p']:.3f} (paired bootstrap)")
     return text
 
 
@@ -299,7 +327,8 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
             after = r.get("after")
             trained = re.sub(r"\.seed\d+$", "", after["trained_in"]) if after else ""
             step = (f"; then `{shlex.join(after['step'])}` on each seed's best checkpoint of `{trained}`"
-                    + _before_step(runs, table_seeds, test, trained) if after else "")
+                    + _before_step(ledger, runs, rows.get(trained, {}), table_seeds, test, trained, cache)
+                    if after else "")
             md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; early stopping on validation "
                       f"{v['metric']}{why}" + (f"; beam {beam}" if beam else "") + step)
         md.append("")

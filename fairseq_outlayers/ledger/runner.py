@@ -216,10 +216,13 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
                                                        s.lenpen, s.batch_size, extra=direction)
         tests[name].update(source=src, reference_file=ref)
         tests[name]["generate"] = " ".join(shlex.quote(c) for c in tests[name]["generate"])
+    as_trained = None
     if after is not None:  # the same test of the checkpoint before the step (its own record when it is a row's)
         name, _, ref = sets[0]
-        before = evaluate(prep, row.data_bin, best_ckpt, os.path.join(run_dir, f"eval-{name}-as-trained"), ref, None,
-                          beam, s.lenpen, s.batch_size, extra=direction)[0]
+        before, _, before_hyps, _ = evaluate(prep, row.data_bin, best_ckpt,
+                                             os.path.join(run_dir, f"eval-{name}-as-trained"), ref, None, beam,
+                                             s.lenpen, s.batch_size, extra=direction)
+        as_trained = {name: before_hyps}
         after["as_trained"] = {name: {k: before.get(k) for k in ("sacrebleu", "tokenized_bleu")}}
         if parent is not None:  # the checkpoint the parent's record was made with (else: retrained, and said so)
             after["parent_record_matches"] = (parent["best_updates"] == best["updates"] and parent["test"].get(
@@ -252,7 +255,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "test": tests,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    records.write_record(s.ledger, record, hyps, refs)
+    records.write_record(s.ledger, record, hyps, refs, as_trained)
     return record, False
 
 
