@@ -23,8 +23,8 @@
 #               data-bin/SRC-TGT-word, bpe-word/, vectors.word.TGT.VECTOR_DIMd.vec
 #   VECTOR_DIM  the dimension m of those vectors [300]
 #   VECTOR_WORKERS  gensim threads for those vectors [1 on multi30k: about a minute, and the same file on every run
-#               on one machine and install (not across machines: keep the file); elsewhere the script's default,
-#               cores - 1, whose vectors differ from run to run]
+#               and on every x86-64 machine with AVX2 and the same gensim/numpy/scipy (the script pins OpenBLAS's
+#               kernel); elsewhere the script's default, cores - 1, whose vectors differ from run to run]
 #   PAIRING     recipes with model.pairing: the pairing file [TEXT_DIR/../pairing.SRC-TGT.txt, made when missing
 #               with python -m fairseq_outlayers.pairing (fast_align through systran-align)]
 #

@@ -12,7 +12,10 @@ tokenisation -- and writes the word2vec/fastText text format (``.vec``) that ``-
 With ``--algorithm fasttext --dict DICT`` every word of the fairseq dictionary gets a vector (words rarer than
 ``--min-count`` from their character n-grams), so coverage is complete. Every sentence ends with fairseq's
 ``</s>`` while training (``--no-eos`` to leave it out), so the end of a sentence has a vector learned from its
-contexts, like any word, rather than an arbitrary direction the decoder has to learn to hit. Needs ``pip install gensim``.
+contexts, like any word, rather than an arbitrary direction the decoder has to learn to hit. With ``--workers 1``
+the file is the same on every run and, since the OpenBLAS kernel gensim's arithmetic runs on is pinned
+(``--blas-core``), on every x86-64 machine with AVX2 and the same gensim/numpy/scipy versions. Needs
+``pip install gensim``.
 """
 import argparse
 import logging
@@ -74,6 +77,44 @@ def dictionary_words(path):
     return words
 
 
+#: the OpenBLAS kernel pinned by default: AVX2 + FMA, which nearly every x86-64 CPU since 2013 has. The Multi30k
+#: vectors of the ledger's continuous table (digest ed9c82a1aad9bffd) come out of it on any such machine.
+PORTABLE_CORE = "Haswell"
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def pin_blas_core(core, environ=os.environ, loaded=None):
+    """Set OPENBLAS_CORETYPE to ``core`` for the OpenBLAS that numpy/scipy load next, so gensim's dot products
+    round the same on every machine; returns what the run uses, in words. Not pinned: ``core`` 'native', a value
+    already in the environment, a CPU without AVX2/FMA (``PORTABLE_CORE`` would not run there), or OpenBLAS already
+    loaded in this process (``loaded``: the names of the loaded modules, sys.modules by default)."""
+    loaded = sys.modules if loaded is None else loaded
+    if environ.get("OPENBLAS_CORETYPE"):
+        return f"{environ['OPENBLAS_CORETYPE']} (OPENBLAS_CORETYPE from the environment)"
+    if core == "native":
+        return "OpenBLAS's choice for this CPU (--blas-core native: vectors of this machine)"
+    if "numpy" in loaded or "scipy" in loaded:
+        print(f"warning: numpy was loaded before --blas-core {core} could be set; the vectors use OpenBLAS's "
+              "kernel for this CPU (run the script as a command, or set OPENBLAS_CORETYPE)", file=sys.stderr)
+        return "OpenBLAS's choice for this CPU (loaded before it could be pinned)"
+    if core == PORTABLE_CORE and not {"avx2", "fma"} <= _cpu_flags():
+        print(f"warning: this CPU lacks AVX2/FMA, so --blas-core {core} cannot run; the vectors use OpenBLAS's "
+              "kernel for this CPU and may differ from other machines'", file=sys.stderr)
+        return "OpenBLAS's choice for this CPU (no AVX2/FMA)"
+    environ["OPENBLAS_CORETYPE"] = core
+    return f"{core} (pinned)"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -95,12 +136,19 @@ def main(argv=None):
                    help=f"do not append {EOS} to every sentence (then {EOS} gets no trained vector and the model "
                    "uses a fixed random unit vector for it)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
-                   help="training threads (default: cores - 1); 1 gives the same vectors on every run on one "
-                   "machine and install (not across machines: keep the file), more threads are faster and make "
-                   "every run differ")
+                   help="training threads (default: cores - 1); 1 gives the same vectors on every run, and on every "
+                   "x86-64 machine with AVX2 and the same gensim/numpy/scipy versions with the pinned --blas-core; "
+                   "more threads are faster and make every run differ")
+    p.add_argument("--blas-core", default=PORTABLE_CORE,
+                   help="the OpenBLAS kernel gensim's vector arithmetic runs on (OPENBLAS_CORETYPE): OpenBLAS "
+                   "otherwise picks one per CPU (AVX-512, AVX2, ...) and their roundings differ, so the same command "
+                   f"gives other vectors on another machine; {PORTABLE_CORE} (AVX2) runs on nearly every x86-64 CPU "
+                   "of the last decade and is used where the CPU has AVX2 and FMA; 'native' leaves OpenBLAS's "
+                   "choice. An OPENBLAS_CORETYPE already set in the environment wins")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     args = p.parse_args(argv)
+    blas_core = pin_blas_core(args.blas_core)  # before anything loads numpy or scipy
     for name in ("dim", "window", "epochs", "negative", "min_n", "workers"):
         if getattr(args, name) < 1:
             sys.exit(f"error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -149,7 +197,8 @@ def main(argv=None):
         for w in words + extra:
             f.write(w + " " + " ".join(f"{x:.6f}" for x in kv[w]) + "\n")
     print(f"wrote {len(words) + len(extra):,d} vectors of size {args.dim} to {args.output} "
-          f"({args.algorithm}, {time.time() - start:.0f} s; {len(extra):,d} dictionary words from n-grams)")
+          f"({args.algorithm}, {time.time() - start:.0f} s; {len(extra):,d} dictionary words from n-grams; "
+          f"OpenBLAS kernel {blas_core})")
     if unseen:
         print(f"{len(unseen):,d} dictionary words have no vector (word2vec, --min-count {args.min_count}); "
               "they will share <unk>'s vector", file=sys.stderr)

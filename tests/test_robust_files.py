@@ -220,6 +220,57 @@ def test_train_target_vectors_writes_atomically(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["en.vec", "train.en"]
 
 
+def test_train_target_vectors_pins_the_openblas_kernel_only_where_it_can(capsys, monkeypatch):
+    """--blas-core sets OPENBLAS_CORETYPE before numpy loads; not over the environment's, not with 'native', not
+    once OpenBLAS is loaded (warned), not on a CPU without AVX2/FMA (warned)."""
+    ttv = _script("train_target_vectors.py")
+    monkeypatch.setattr(ttv, "_cpu_flags", lambda: {"sse2", "avx2", "fma"})
+    env = {}
+    assert ttv.pin_blas_core("Haswell", env, loaded=set()) == "Haswell (pinned)" and env == {"OPENBLAS_CORETYPE": "Haswell"}
+    env = {"OPENBLAS_CORETYPE": "Zen"}
+    assert ttv.pin_blas_core("Haswell", env, loaded=set()).startswith("Zen (OPENBLAS_CORETYPE from the environment")
+    assert env == {"OPENBLAS_CORETYPE": "Zen"}
+    env = {}
+    assert ttv.pin_blas_core("native", env, loaded=set()).startswith("OpenBLAS's choice") and env == {}
+    assert capsys.readouterr().err == ""
+    assert ttv.pin_blas_core("Haswell", env, loaded={"numpy"}).endswith("(loaded before it could be pinned)")
+    assert "numpy was loaded before --blas-core Haswell could be set" in capsys.readouterr().err and env == {}
+    monkeypatch.setattr(ttv, "_cpu_flags", lambda: {"sse2", "avx"})
+    assert ttv.pin_blas_core("Haswell", env, loaded=set()).endswith("(no AVX2/FMA)") and env == {}
+    assert "this CPU lacks AVX2/FMA" in capsys.readouterr().err
+
+
+def test_train_target_vectors_are_made_on_the_pinned_kernel(tmp_path):
+    """One worker thread and the pinned kernel: the default run equals OPENBLAS_CORETYPE=Haswell (which wins over
+    --blas-core), and another kernel (--blas-core Prescott, SSE3) rounds differently, so the pin is what makes the
+    file the same on machines whose OpenBLAS would pick different kernels (AVX-512 here vs AVX2)."""
+    pytest.importorskip("gensim")
+    ttv = _script("train_target_vectors.py")
+    if not {"avx2", "fma"} <= ttv._cpu_flags():
+        pytest.skip("the portable kernel needs AVX2 and FMA")
+    import random
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(200)]
+    text = tmp_path / "train.en"
+    text.write_text("".join(" ".join(rng.choice(words) for _ in range(10)) + "\n" for _ in range(500)))
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    runs = {"default": ([], {}), "prescott": (["--blas-core", "Prescott"], {}),
+            "env": (["--blas-core", "Prescott"], {"OPENBLAS_CORETYPE": "Haswell"})}
+    out = {}
+    for name, (extra, more_env) in runs.items():
+        vec = tmp_path / f"{name}.vec"
+        proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "train_target_vectors.py"), "--input",
+                               str(text), "--output", str(vec), "--dim", "128", "--epochs", "1", "--workers", "1",
+                               *extra], capture_output=True, text=True, timeout=300, env=dict(env, **more_env))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[name] = (vec.read_bytes(), proc.stdout.strip().splitlines()[-1])
+    assert out["default"][1].endswith("OpenBLAS kernel Haswell (pinned))")
+    assert out["prescott"][1].endswith("OpenBLAS kernel Prescott (pinned))")
+    assert out["env"][1].endswith("OpenBLAS kernel Haswell (OPENBLAS_CORETYPE from the environment))")
+    assert out["default"][0] == out["env"][0] != out["prescott"][0]
+
+
 # ----------------------------------------------------------------------------------------------------------
 # scripts/evaluate.sh --out and scripts/shared_private_pca.py -o
 

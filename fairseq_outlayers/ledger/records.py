@@ -95,8 +95,8 @@ def check_files(records: List[Dict], table: str, row: str, digests: Dict[str, st
         raise OutlayersConfigError(
             f"{row_file}: '{path}' now holds another file (digest {digests[path]}) than the recorded seeds of row "
             f"'{row}' were trained with ({', '.join(f'{run}: digest {d}' for p, d, run in mine if p == path)}); "
-            "it was made again differently (other data, options, a random seed, or another machine: target vectors "
-            "trained with one thread are the same only on one machine and install). Restore the file those runs "
+            "it was made again differently (other data, options, a random seed, other package versions, or "
+            "train_target_vectors.py --blas-core native on another CPU). Restore the file those runs "
             "used, or give the row another name (a new row file) so that seeds of different files are never "
             "averaged together")
     return [f"{row_file}: '{path}' (digest {digests[path]}) differs from the file {run} of table '{table}' was "
