@@ -226,7 +226,8 @@ def test_train_target_vectors_pins_the_openblas_kernel_only_where_it_can(capsys,
     ttv = _script("train_target_vectors.py")
     monkeypatch.setattr(ttv, "_cpu_flags", lambda: {"sse2", "avx2", "fma"})
     env = {}
-    assert ttv.pin_blas_core("Haswell", env, loaded=set()) == "Haswell (pinned)" and env == {"OPENBLAS_CORETYPE": "Haswell"}
+    assert ttv.pin_blas_core("Haswell", env, loaded=set()) == "Haswell (pinned)"
+    assert env == {"OPENBLAS_CORETYPE": "Haswell"}
     env = {"OPENBLAS_CORETYPE": "Zen"}
     assert ttv.pin_blas_core("Haswell", env, loaded=set()).startswith("Zen (OPENBLAS_CORETYPE from the environment")
     assert env == {"OPENBLAS_CORETYPE": "Zen"}

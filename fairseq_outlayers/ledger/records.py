@@ -100,7 +100,8 @@ def check_files(records: List[Dict], table: str, row: str, digests: Dict[str, st
             "used, or give the row another name (a new row file) so that seeds of different files are never "
             "averaged together")
     return [f"{row_file}: '{path}' (digest {digests[path]}) differs from the file {run} of table '{table}' was "
-            f"trained with (digest {d}); the row's comparisons with that row will say so" for path, d, run in other(False)]
+            f"trained with (digest {d}); the row's comparisons with that row will say so"
+            for path, d, run in other(False)]
 
 
 def files_differ(a: List[Dict], b: List[Dict]) -> List[str]:
