@@ -67,11 +67,14 @@ def machine() -> Tuple[str, str]:
 
 
 def git_commit() -> str:
-    """The short commit of the package's checkout, with "-dirty" when tracked files differ from it."""
+    """The short commit of the package's checkout, with "-dirty" when tracked files differ from it; outside a git
+    checkout, the environment's ``OUTLAYERS_COMMIT`` (else "unknown")."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
                             text=True, cwd=ROOT)
-    return (head.stdout.strip() or "unknown") + ("-dirty" if status.stdout.strip() else "")
+    # a copy of the checkout without its .git (a tarball, a device machine's working tree) can name its commit
+    return ((head.stdout.strip() or os.environ.get("OUTLAYERS_COMMIT", "unknown"))
+            + ("-dirty" if status.stdout.strip() else ""))
 
 
 def checkpoint_state(path: str) -> Dict:
