@@ -184,6 +184,16 @@ def test_bad_options_fail_early(tiny_bin):
         build_model(tiny_bin, TINY_TRANSFORMER, ["--merge-src-tgt-embed"])
 
 
+@pytest.mark.parametrize("arch", [TINY_TRANSFORMER, TINY_LSTM], ids=["transformer", "lstm"])
+@pytest.mark.parametrize("option", ["--bf16", "--memory-efficient-bf16"])
+def test_bf16_is_refused_before_fairseq_looks_for_a_tpu(tiny_bin, arch, option):
+    """fairseq 0.12's command line sets --tpu for --bf16; without torch_xla its Trainer fails on a None module
+    (seen on an H200, 2026-11-26). The model's build says so first and names the options that work on a GPU."""
+    with pytest.raises(OutlayersConfigError, match=r"--bf16 / --memory-efficient-bf16 makes fairseq 0\.12 train on a "
+                       r"TPU .* use --fp16, --memory-efficient-fp16 or --amp"):
+        build_model(tiny_bin, arch, [option])
+
+
 def test_fairseq_transformer_options_reach_the_model(tiny_bin):
     """build_model applies fairseq's own option handling (here: offloading implies activation checkpointing)."""
     _, model = build_model(tiny_bin, TINY_TRANSFORMER + ["--decoder-layers", "2", "--offload-activations"])

@@ -230,11 +230,25 @@ def _checkpoint_model_args(path):
     return argparse.Namespace(**model) if isinstance(model, dict) else model
 
 
+def check_training_precision(args):
+    """fairseq 0.12's command line reads ``--bf16`` (and ``--memory-efficient-bf16``) as TPU training: its
+    options.py sets ``--tpu`` for them, and the Trainer then asks torch_xla for the device. Without torch_xla that
+    ends in ``'NoneType' object has no attribute 'xla_device'`` after the model is built; say what to do first."""
+    import importlib.util
+
+    if _root_option(args, "common", "tpu", False) and importlib.util.find_spec("torch_xla") is None:
+        given = "--bf16 / --memory-efficient-bf16" if _root_option(args, "common", "bf16", False) else "--tpu"
+        raise OutlayersConfigError(
+            f"{given} makes fairseq 0.12 train on a TPU (its command line sets --tpu for bf16), and torch_xla is not "
+            "installed; on a GPU use --fp16, --memory-efficient-fp16 or --amp instead, on a CPU no precision option")
+
+
 def finish_build(model, args):
     """The end of every model's ``build_model``: a new training run that resumes (or fine-tunes) from a
     checkpoint is checked against the fingerprints that checkpoint recorded, before any data is read."""
     model.outlayers_args = args
     if getattr(args, STATE, None) == "pending":
+        check_training_precision(args)
         path = _restore_path(args)
         checkpoint_args = _checkpoint_model_args(path) if path else None
         if checkpoint_args is not None:
