@@ -448,3 +448,37 @@ def test_output_bias_probe_puts_the_bias_where_the_model_reads_it():
     with pytest.raises(ValueError, match="needs an output layer with a per-word bias"):
         probe.put_bias(state, fitted, accepts_bias=False)
     assert probe.BIAS_KEY not in state["model"]
+
+
+# ------------------------------------------------------------------------------------- learned logit scale
+@pytest.mark.parametrize("arch_args", [TINY_TRANSFORMER, TINY_LSTM], ids=["transformer", "lstm"])
+def test_learned_scale_is_one_trained_scalar_that_multiplies_every_logit(tiny_bin, arch_args):
+    """--fixed-targets-learned-scale adds exactly one trained parameter, starts as the paper's layer (s = 1) and
+    multiplies every logit by s (the frozen rows unchanged); the gradient reaches s."""
+    plain, task = build_model(tiny_bin, arch_args + ["--output-layer", "fixed"])
+    scaled, _ = build_model(tiny_bin, arch_args + ["--output-layer", "fixed", "--fixed-targets-learned-scale"])
+    assert parameter_report(scaled)["trained"] == parameter_report(plain)["trained"] + 1
+    assert parameter_report(scaled)["output_trained"] == 1
+    p_layer, s_layer = plain.decoder.output_projection, scaled.decoder.output_projection
+    assert p_layer.scale is None and s_layer.scale.item() == 1.0
+    assert torch.equal(p_layer.weight, s_layer.weight)
+    h = torch.randn(3, 4, D, dtype=torch.float64)
+    p_layer.double(), s_layer.double()
+    assert torch.equal(s_layer(h), p_layer(h))  # s = 1: the paper's layer
+    with torch.no_grad():
+        s_layer.scale.fill_(2.5)
+    torch.testing.assert_close(s_layer(h), 2.5 * p_layer(h), rtol=1e-12, atol=1e-13)  # float64 rounding
+    s_layer(h).logsumexp(-1).sum().backward()
+    assert s_layer.scale.grad is not None and s_layer.scale.grad.item() != 0.0
+    assert "learned logit scale" in s_layer.describe()
+
+
+def test_learned_scale_trains_saves_and_decodes_through_fairseq(tiny_bin, tmp_path):
+    save = str(tmp_path / "ckpt")
+    train(tiny_bin, save, TINY_LSTM, ["--output-layer", "fixed", "--fixed-targets-learned-scale", "--lr", "0.05"],
+          max_update=4)
+    state = torch.load(os.path.join(save, "checkpoint_last.pt"), map_location="cpu")["model"]
+    scale = state["decoder.output_projection.scale"]
+    assert scale.shape == () and scale.item() != 1.0  # trained
+    proc, hyps = generate(tiny_bin, os.path.join(save, "checkpoint_last.pt"))
+    assert proc.returncode == 0 and len(hyps) > 0

@@ -20,6 +20,7 @@ DEFAULTS = {
     "fixed_targets_bias": 0.0,
     "fixed_targets_dim": None,  # None: the decoder's output size, no projection
     "fixed_targets_seed": 1,
+    "fixed_targets_learned_scale": False,  # not in the paper: Hoffer et al. (2018)'s learned scalar
 }
 
 
@@ -44,6 +45,9 @@ def add_fixed_args(parser):
     parser.add_argument("--fixed-targets-seed", type=int, metavar="N",
                         help="seed of the fixed classifier's own random generator, independent of --seed, so "
                         "runs can share one classifier (default: 1)")
+    parser.add_argument("--fixed-targets-learned-scale", action="store_true",
+                        help="multiply the logits by one learned scalar (initial 1; Hoffer et al. 2018), so that "
+                        "they are not bounded by the decoder state's norm; not in the paper (default: off)")
 
 
 def check_fixed_args(args):
@@ -75,6 +79,7 @@ def build_fixed(args, task, decoder_embed_tokens, input_dim):
         num_words, input_dim, target_dim=dim, init=args.fixed_targets_init,
         value_range=float(args.fixed_targets_range), normalize=not args.fixed_targets_no_normalize,
         bias_value=float(args.fixed_targets_bias), seed=int(args.fixed_targets_seed),
+        learned_scale=bool(args.fixed_targets_learned_scale),
     )
     logger.info(layer.describe())
     return layer

@@ -114,17 +114,20 @@ def fingerprint(tensor: torch.Tensor) -> str:
 
 
 class FixedRandomOutput(FactorisedSoftmaxOutput):
-    """``logits = W (P h) + b`` with ``W`` (|V| x d_f) and ``b`` fixed buffers; ``P`` learned, only if d_f != d.
+    """``logits = W (s P h) + b`` with ``W`` (|V| x d_f) and ``b`` fixed buffers; ``P`` learned, only if d_f != d;
+    ``s`` a learned scalar only with ``learned_scale`` (else 1).
 
     Shalev et al. (2021), eq. 1 with ``W`` and ``b`` frozen. ``P`` is a bias-free linear map from the decoder
     output size ``input_dim`` to the classifier size ``target_dim`` (section 3.3: the targets may be
-    lower-dimensional); without a bias, so that no per-word bias ``W c`` is learned through it. As a factorised
-    softmax layer it also serves the sampled softmax (only the sampled rows of ``W`` are used).
+    lower-dimensional); without a bias, so that no per-word bias ``W c`` is learned through it. ``s`` (initialised
+    to 1) is the one learned scale of Hoffer et al. (2018), "Fix your classifier": with unit-norm rows a logit is at
+    most ``||P h||``, a bound a tanh-limited decoder state (the attention LSTM's) can only reach by saturating. As a
+    factorised softmax layer it also serves the sampled softmax (only the sampled rows of ``W`` are used).
     """
 
     def __init__(self, dictionary_size: int, input_dim: int, target_dim: Optional[int] = None,
                  init: str = "uniform", value_range: float = 10.0, normalize: bool = True,
-                 bias_value: float = 0.0, seed: int = 1):
+                 bias_value: float = 0.0, seed: int = 1, learned_scale: bool = False):
         super().__init__(dictionary_size, input_dim)
         target_dim = input_dim if target_dim is None else target_dim
         self.target_dim = target_dim
@@ -139,9 +142,11 @@ class FixedRandomOutput(FactorisedSoftmaxOutput):
             nn.init.xavier_uniform_(self.proj.weight)
         else:
             self.proj = None
+        self.scale = nn.Parameter(torch.ones(())) if learned_scale else None
 
     def context(self, features: torch.Tensor) -> torch.Tensor:
-        return features if self.proj is None else self.proj(features)
+        context = features if self.proj is None else self.proj(features)
+        return context if self.scale is None else context * self.scale.to(context.dtype)
 
     def target_weights(self, ids: Optional[torch.Tensor] = None):
         if ids is None:
@@ -181,9 +186,11 @@ class FixedRandomOutput(FactorisedSoftmaxOutput):
         if self.init == "gaussian":
             init = f"gaussian(std {self.value_range / math.sqrt(3.0):.4g})"
         proj = "" if self.proj is None else f"; learned projection {self.input_dim} -> {self.target_dim}"
+        proj += "" if self.scale is None else "; learned logit scale (initial 1)"
         return (f"fixed targets {self.dictionary_size} x {self.target_dim} {init}, {scale}, bias "
                 f"{self.bias_value:g}, seed {self.seed}, sha256 {fingerprint(self.weight)}{proj}")
 
     def extra_repr(self) -> str:
         return (f"{self.dictionary_size} x {self.target_dim}, init={self.init}, range={self.value_range:g}, "
-                f"normalize={self.normalize}, bias={self.bias_value:g}, seed={self.seed}")
+                f"normalize={self.normalize}, bias={self.bias_value:g}, seed={self.seed}, "
+                f"learned_scale={self.scale is not None}")
