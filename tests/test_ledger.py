@@ -900,3 +900,19 @@ def test_the_committed_tables_are_the_committed_records_rendered(monkeypatch):
     for name, svg in sorted(figures.items()):
         with open(os.path.join(out_dir, name), encoding="utf-8") as f:
             assert f.read() == svg, f"{name} is stale: run python -m fairseq_outlayers.ledger render"
+
+
+def test_a_copy_without_git_names_its_commit_through_the_environment(tmp_path, monkeypatch):
+    """A device machine gets the working tree, perhaps without .git: the record's commit comes from
+    OUTLAYERS_COMMIT there (else "unknown"); in a checkout git's own answer wins."""
+    from fairseq_outlayers.ledger import runner
+
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.setattr(runner, "ROOT", str(tmp_path))
+    monkeypatch.delenv("OUTLAYERS_COMMIT", raising=False)
+    assert runner.git_commit() == "unknown"
+    monkeypatch.setenv("OUTLAYERS_COMMIT", "28b7578")
+    assert runner.git_commit() == "28b7578"
+    monkeypatch.setenv("OUTLAYERS_COMMIT", "not-this")
+    monkeypatch.setattr(runner, "ROOT", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert not runner.git_commit().startswith("not-this")  # this checkout's own commit
