@@ -16,7 +16,8 @@
 #   2. a download of data/task1/raw/*.gz from the official multi30k/dataset repository when online;
 #   3. a generated synthetic corpus (with a clear message), so the pipeline still runs offline.
 # Output: OUT/{raw,tok,bpe}/ and OUT/data-bin/SRC-TGT/ (binarised, separate dictionaries). A finished output is
-# never overwritten: the script stops and tells you to pass --force (or choose another --out).
+# never overwritten: the script stops and tells you to pass --force (or choose another --out). --word-target in
+# both directions (de-en and en-de) needs two --out directories: the script refuses to mix them in one.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib/prepare-common.sh"
 pc_setup prepare-multi30k
@@ -39,6 +40,16 @@ pc_int --bpe-merges "$MERGES"; pc_int --tgt-min-count "$TGT_MIN"
 pc_require_tools fast fairseq-preprocess sacremoses python
 if [ "$WORD" = 1 ]; then DEST=$OUT/data-bin/$SRC-$TGT-word; BPE=$OUT/bpe-word; else DEST=$OUT/data-bin/$SRC-$TGT; BPE=$OUT/bpe; fi
 pc_skip_if_done "$DEST"
+if [ "$WORD" = 1 ]; then
+  # OUT/bpe-word/ holds each language once: BPE text for a source (with codes.LANG), words for a target. The reverse
+  # direction in the same OUT would overwrite the other's text (the target vectors and lexicons read it).
+  if [ -e "$BPE/codes.$TGT" ]; then
+    die "$BPE already holds '$TGT' as a BPE source (a $TGT-$SRC --word-target preparation); preparing it as word targets would overwrite that text: give this direction its own --out (e.g. --out $OUT-$SRC-$TGT)"
+  fi
+  if [ -e "$BPE/train.$SRC" ] && [ ! -e "$BPE/codes.$SRC" ]; then
+    die "$BPE already holds '$SRC' as word targets (a $TGT-$SRC --word-target preparation); preparing it as a BPE source would overwrite that text: give this direction its own --out (e.g. --out $OUT-$SRC-$TGT)"
+  fi
+fi
 mkdir -p "$OUT/raw" "$OUT/tok" "$BPE"
 
 # ---- 1. raw data ---------------------------------------------------------------------------------------------

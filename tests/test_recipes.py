@@ -221,6 +221,29 @@ def test_prepare_multi30k_word_target(multi30k_slice):
     assert os.path.isfile(os.path.join(multi30k_slice["bin"], ".done"))  # the BPE data is still there
 
 
+@needs_multi30k
+def test_prepare_multi30k_word_target_refuses_the_reverse_direction_in_the_same_out(multi30k_slice):
+    """en-de --word-target would write BPE text over bpe-word/train.en, the de-en words (the vectors' input):
+    refused before anything is written, naming --out; a second --out works."""
+    out = multi30k_slice["out"]
+    words = open(os.path.join(out, "bpe-word", "train.en"), encoding="utf-8").read()
+    proc = bash("prepare-multi30k.sh", "--src", "en", "--tgt", "de", "--bpe-merges", "500", "--out", out,
+                "--word-target", env={"MULTI30K_DIR": multi30k_slice["raw"]}, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "holds 'de' as a BPE source" in proc.stderr and f"--out {out}-en-de" in proc.stderr
+    assert open(os.path.join(out, "bpe-word", "train.en"), encoding="utf-8").read() == words
+    assert not os.path.exists(os.path.join(out, "data-bin", "en-de-word"))
+    other = out + "-en-de"
+    bash("prepare-multi30k.sh", "--src", "en", "--tgt", "de", "--bpe-merges", "500", "--out", other,
+         "--word-target", env={"MULTI30K_DIR": multi30k_slice["raw"]})
+    assert os.path.isfile(os.path.join(other, "data-bin", "en-de-word", "bpecodes.en"))
+    assert any("@@" in line for line in lines_of(os.path.join(other, "bpe-word", "train.en")))
+    # the other check alone: en as a BPE source where en is already a word target (en-fr; fr is new)
+    proc = bash("prepare-multi30k.sh", "--src", "en", "--tgt", "fr", "--bpe-merges", "500", "--out", out,
+                "--word-target", env={"MULTI30K_DIR": multi30k_slice["raw"]}, check=False)
+    assert proc.returncode == 1 and "holds 'en' as word targets" in proc.stderr
+
+
 def test_prepare_iwslt14_split_and_force(tmp_path):
     raw = fake_iwslt14(str(tmp_path / "orig"))
     out = str(tmp_path / "iwslt14")
