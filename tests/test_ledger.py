@@ -228,6 +228,10 @@ def test_the_validation_loss_at_the_stop_is_summarised_per_table(tmp_path):
     assert ("Validation loss at the stop: lower at the last epoch than at the tested (best validation score) epoch "
             "in 2 of 3 runs (by 0.050 to 0.200); the lowest of the run at the last epoch in 1 of 3: the patience on "
             "the validation score stopped those runs while the loss was still falling.") in render(ledger)
+    assert loss_at_stop({"x": {1: {"curve": [{"epoch": 1, "loss": 3.0}, {"epoch": 2, "loss": 3.1}],
+                                   "best_epoch": 1}}}) == (
+        "Validation loss at the stop: lower at the last epoch than at the tested (best validation score) epoch in 0 "
+        "of 1 runs; the lowest of the run at the last epoch in 0 of 1: no run was stopped at its lowest loss.")
 
 
 def test_render_is_deterministic_and_written_atomically(tmp_path):

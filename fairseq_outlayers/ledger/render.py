@@ -218,10 +218,11 @@ def loss_at_stop(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
     if not counted:
         return None
     by = f" (by {min(falls):.3f} to {max(falls):.3f})" if falls else ""
+    reading = ("the patience on the validation score stopped those runs while the loss was still falling"
+               if last_lowest else "no run was stopped at its lowest loss")
     return (f"Validation loss at the stop: lower at the last epoch than at the tested (best validation score) "
             f"epoch in {len(falls)} of {counted} runs{by}; the lowest of the run at the last epoch in "
-            f"{last_lowest} of {counted}: the patience on the validation score stopped those runs while the loss "
-            "was still falling.")
+            f"{last_lowest} of {counted}: {reading}.")
 
 
 def figure_lines(name: str, rows: Dict[str, Dict[int, Dict]], test: str, figures: Dict[str, str]) -> List[str]:
