@@ -33,14 +33,16 @@ def log(msg, prog="compare"):
     print(f"[{prog} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_training(cmd, log_path, what, prog="compare", append=False, label=""):
+def run_training(cmd, log_path, what, prog="compare", append=False, label="", env=None):
     """Run a fairseq-train command, its output to ``log_path`` with progress lines echoed (after ``label``, which
     tells runs apart when several run at once); the wall seconds. ``append``: add to the log (a run resuming from
-    its checkpoint keeps the log of its earlier epochs)."""
+    its checkpoint keeps the log of its earlier epochs); ``env``: variables set for this run only (e.g. the GPU it
+    may see)."""
     log("  " + " ".join(shlex.quote(c) for c in cmd), prog)
     start = time.time()
     with open(log_path, "a" if append else "w", buffering=1) as out:  # line-buffered: a killed runner loses no line
-        env = dict(os.environ, PYTHONUNBUFFERED="1")  # fairseq logs to stdout: unbuffered for live progress
+        # fairseq logs to stdout: unbuffered for live progress
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         for line in proc.stdout:
             out.write(line)

@@ -649,6 +649,80 @@ def test_jobs_run_every_row_and_seed_and_other_options_stop_before_training(tmp_
                        ("softmax-fitbias", 2)]
 
 
+def test_each_run_sees_one_gpu_the_slots_taking_the_visible_gpus_in_turn(tmp_path, monkeypatch):
+    """fairseq-train would train one run data-parallel over every GPU it sees (a larger batch than the row's
+    records): with --jobs 3 on GPUs "5,7" the runs at once see 5, 7, 5, each its own, and a GPU comes back to the
+    pool when its run ends; without CUDA nothing is set."""
+    import threading
+    import time
+
+    from fairseq_outlayers.ledger import gpus, runner
+
+    assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "5, 7"}) == ["5", "7"]
+    assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == [] and gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == []
+    assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-1a2b,MIG-3c"}) == ["GPU-1a2b", "MIG-3c"]
+    assert gpus.slots(2, []) is None
+    q = gpus.slots(3, ["5", "7"])
+    assert [q.get() for _ in range(3)] == ["5", "7", "5"] and q.empty()
+
+    (tmp_path / "data").mkdir()
+    ref = tmp_path / "test.en"
+    ref.write_text("a\n")
+    for name in ("10-a", "20-b", "30-c", "40-d"):
+        (tmp_path / f"{name}.args").write_text(f"# {name}\n--data-bin {tmp_path / 'data'} --output-layer x\n")
+    seen, at_once, lock = [], {}, threading.Lock()
+
+    def fake_run(row, seed, settings):
+        gpu = settings.env.get("CUDA_VISIBLE_DEVICES")
+        with lock:
+            seen.append(gpu)
+            at_once[gpu] = at_once.get(gpu, 0) + 1
+            assert sum(at_once.values()) <= 3 and at_once.get("5", 0) <= 2 and at_once.get("7", 0) <= 1
+        time.sleep(0.2)
+        with lock:
+            at_once[gpu] -= 1
+        return fake_record(settings.ledger, row.name, seed, 30.0, HYP_A), False
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    argv = ["run", "--rows", str(tmp_path / "*.args"), "--seeds", "1", "--test-ref", str(ref), "--jobs", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    assert ledger_main(argv + ["--ledger", str(tmp_path / "runs")]) == 0
+    assert sorted(seen[:3]) == ["5", "5", "7"] and len(seen) == 4 and set(seen) == {"5", "7"}
+    seen.clear()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert ledger_main(argv + ["--ledger", str(tmp_path / "runs2")]) == 0
+    assert seen == [None] * 4
+
+
+def test_the_run_environment_reaches_fairseq_train_and_generate(tmp_path, monkeypatch):
+    """The GPU a run is given is set for its own fairseq-train and fairseq-generate processes only."""
+    import subprocess as sp
+    import sys
+
+    from fairseq_outlayers import fairseq_runs
+    from fairseq_outlayers.evaluation import scoring
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    log_path = str(tmp_path / "train.log")
+    show = "import os; print('seen', os.environ['CUDA_VISIBLE_DEVICES'], os.environ['PYTHONUNBUFFERED'])"
+    fairseq_runs.run_training([sys.executable, "-c", show], log_path, "x", env={"CUDA_VISIBLE_DEVICES": "1"})
+    assert open(log_path).read().strip() == "seen 1 1"
+    calls = []
+
+    def fake_subprocess_run(cmd, **kw):
+        calls.append(kw.get("env"))
+        os.makedirs(str(tmp_path / "gen"), exist_ok=True)
+        (tmp_path / "gen" / "generate-test.txt").write_text("H-0\t-0.1\ta b\n")
+        return sp.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(scoring.subprocess, "run", fake_subprocess_run)
+    assert scoring.generate("data", "ckpt", str(tmp_path / "gen"), env={"CUDA_VISIBLE_DEVICES": "1"})[1] == ["a b"]
+    assert calls[0]["CUDA_VISIBLE_DEVICES"] == "1" and calls[0]["PATH"] == os.environ["PATH"]
+    scoring.generate("data", "ckpt", str(tmp_path / "gen"))
+    assert calls[1] is None  # no change: the process's own environment
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
 def test_every_committed_row_file_is_a_valid_fairseq_train_command():
     """Each configs/ledger row parses, names a baseline of its own table, and its whole command (row options plus
     the protocol) is accepted by fairseq-train's own parser with the plugin loaded: a typo fails here, not after

@@ -60,12 +60,13 @@ def hypotheses_from(text: str) -> List[str]:
 
 
 def generate(data_bin: str, checkpoint: str, results_dir: str, beam: int = 5, lenpen: float = 1.0,
-             batch_size: int = 128, subset: str = "test", extra: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
-    """(the command, the tokenised hypotheses in sentence order)."""
+             batch_size: int = 128, subset: str = "test", extra: Sequence[str] = (),
+             env: Optional[Dict[str, str]] = None) -> Tuple[List[str], List[str]]:
+    """(the command, the tokenised hypotheses in sentence order); ``env``: variables set for fairseq-generate only."""
     os.makedirs(results_dir, exist_ok=True)
     cmd = generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset) + [
         "--results-path", results_dir, *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **env) if env else None)
     if proc.returncode != 0:
         raise OutlayersConfigError(f"fairseq-generate failed on {data_bin} ({subset}) with {checkpoint}: "
                                    f"{(proc.stderr.strip().splitlines() or [''])[-1]}")
@@ -115,11 +116,12 @@ def score(hyp_tok: List[str], hyp_detok: List[str], refs: List[str], prep: Prepa
 
 def evaluate(prep: Preparation, data: str, checkpoint: str, work_dir: str, ref_path: str,
              src_path: Optional[str] = None, beam: int = 5, lenpen: float = 1.0, batch_size: int = 128,
-             subset: str = "test", extra: Sequence[str] = ()) -> Tuple[Dict, List[str], List[str], List[str]]:
+             subset: str = "test", extra: Sequence[str] = (),
+             env: Optional[Dict[str, str]] = None) -> Tuple[Dict, List[str], List[str], List[str]]:
     """Scores, tokenised and detokenised hypotheses, and raw references of one test set: ``data``'s own
     ``subset`` when ``src_path`` is None, else the raw ``src_path`` prepared as the training data was. The
     hypotheses are read from the ``generate-SUBSET.txt`` fairseq-generate writes into ``work_dir``; ``extra``:
-    more fairseq-generate options (e.g. ``--model-overrides``)."""
+    more fairseq-generate options (e.g. ``--model-overrides``); ``env``: variables set for fairseq-generate only."""
     refs = read_text(ref_path, "reference file")
     data_bin = data
     if src_path is not None:
@@ -128,7 +130,7 @@ def evaluate(prep: Preparation, data: str, checkpoint: str, work_dir: str, ref_p
             raise OutlayersConfigError(f"{src_path} has {len(src)} lines but {ref_path} has {len(refs)}; a test "
                                        "set's source and reference files must be line-aligned")
         data_bin, subset = binarise(prep, src, None, data, os.path.join(work_dir, "data")), "test"
-    cmd, hyp_tok = generate(data_bin, checkpoint, work_dir, beam, lenpen, batch_size, subset, extra)
+    cmd, hyp_tok = generate(data_bin, checkpoint, work_dir, beam, lenpen, batch_size, subset, extra, env)
     hyp_detok = prep.detokenise(hyp_tok)
     result = score(hyp_tok, hyp_detok, refs, prep)
     result["generate"] = cmd

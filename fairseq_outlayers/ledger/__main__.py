@@ -11,6 +11,8 @@
 in that order), skips each run already recorded (and stops, before training anything, when a record was made with
 other options, or when a row's data directory now holds other data than its table's records were trained on:
 ``records.check_data``), and writes one record per finished run; a failed run is reported and the others go on.
+On CUDA each run sees one GPU (``gpus.py``: fairseq would otherwise train one run data-parallel over all of them,
+with a larger batch than the row's records), the run slots taking the visible GPUs in turn.
 ``render`` writes the tables from the records alone, and beside them the plots (SVG: validation per epoch, test
 score against trained parameters) of each table. ``compare`` sets any two rows of a table against each other
 (the tables compare each row with its own baseline only). ``status`` says for every row x seed whether it is
@@ -32,7 +34,7 @@ LEDGER = "docs/results/runs"
 def _run(args) -> int:
     from fairseq_outlayers.fairseq_runs import log
     from fairseq_outlayers.evaluation.scoring import parse_raw_sets
-    from fairseq_outlayers.ledger import records
+    from fairseq_outlayers.ledger import gpus, records
     from fairseq_outlayers.ledger import rows as ledger_rows
     from fairseq_outlayers.ledger import runner
 
@@ -70,16 +72,23 @@ def _run(args) -> int:
                     warned.add(warning)
                     log(f"warning: {warning}", "ledger")
     failed = []
+    free = gpus.slots(args.jobs, gpus.visible_gpus())  # one GPU per run: fairseq would train on all it sees
 
     def one(row, seed):
+        gpu = free.get() if free is not None else None
+        env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
         try:
-            record, skipped = runner.run(row, seed, dataclasses.replace(settings, test_ref=test_refs[row.path]))
+            record, skipped = runner.run(row, seed, dataclasses.replace(settings, test_ref=test_refs[row.path],
+                                                                        env=env))
         except OutlayersConfigError:
             raise  # bad input: stop
         except (SystemExit, Exception) as exc:  # one failed run must not stop the others
             failed.append(f"{row.name} seed {seed}")
             log(f"{row.name} seed {seed} FAILED: {exc}", "ledger")
             return
+        finally:
+            if gpu is not None:
+                free.put(gpu)
         log(("recorded already: " if skipped else "recorded: ") + runner.summary(record, args.test_name), "ledger")
 
     if args.jobs == 1:
@@ -179,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger", default=LEDGER, help="where records and hypotheses are written (committed)")
     p.add_argument("--work", default="work/ledger", help="checkpoints and logs (not committed)")
     p.add_argument("--jobs", type=int, default=1, help="train N runs at once (one fairseq-train process each; "
-                   "on a CPU give each OMP_NUM_THREADS=cores/N; several small runs share one GPU well)")
+                   "on a CPU give each OMP_NUM_THREADS=cores/N; on CUDA each run sees one GPU, the N slots taking the "
+                   "visible GPUs in turn: several small runs share one GPU well)")
     p.add_argument("--dry-run", action="store_true", help="print each run's fairseq-train options; train nothing")
     p.set_defaults(func=_run)
     p = sub.add_parser("render", help="write the Markdown tables from the records alone")

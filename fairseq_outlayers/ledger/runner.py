@@ -54,6 +54,7 @@ class Settings:
     beam: int = 5
     lenpen: float = 1.0
     batch_size: int = 128
+    env: Dict[str, str] = field(default_factory=dict)  # for this run's fairseq processes only (its GPU: gpus.py)
 
 
 def machine() -> Tuple[str, str]:
@@ -176,7 +177,7 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
     else:
         seconds = fairseq_runs.run_training(cmd if state is None else resume.command(cmd, state), log_path, run_dir,
                                             prog="ledger", append=resumed,
-                                            label=f"{row.training_name()} seed {seed}: ")
+                                            label=f"{row.training_name()} seed {seed}: ", env=s.env)
     return {"seconds": seconds, "data_digest": digest, "file_digests": files, "resumed": resumed, "command": cmd,
             "log": log_path}
 
@@ -216,7 +217,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     for name, src, ref in sets:
         tests[name], _, hyps[name], refs[name] = evaluate(prep, row.data_bin, test_ckpt,
                                                        os.path.join(run_dir, f"eval-{name}"), ref, src, beam,
-                                                       s.lenpen, s.batch_size, extra=direction)
+                                                       s.lenpen, s.batch_size, extra=direction, env=s.env)
         tests[name].update(source=src, reference_file=ref)
         tests[name]["generate"] = " ".join(shlex.quote(c) for c in tests[name]["generate"])
     as_trained = None
@@ -224,7 +225,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         name, _, ref = sets[0]
         before, _, before_hyps, _ = evaluate(prep, row.data_bin, best_ckpt,
                                              os.path.join(run_dir, f"eval-{name}-as-trained"), ref, None, beam,
-                                             s.lenpen, s.batch_size, extra=direction)
+                                             s.lenpen, s.batch_size, extra=direction, env=s.env)
         as_trained = {name: before_hyps}
         after["as_trained"] = {name: {k: before.get(k) for k in ("sacrebleu", "tokenized_bleu")}}
         if parent is not None:  # the checkpoint the parent's record was made with (else: retrained, and said so)
