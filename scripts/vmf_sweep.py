@@ -8,7 +8,8 @@ Transformer of ``configs/demo-base.args``, 800 updates, lr 0.003) through the re
 its last checkpoint is translated with ``fairseq-generate`` at ``--beams`` (default 1, the paper's
 nearest-neighbour decoding, and 5) and scored with sacreBLEU against the raw references, exactly as
 ``make results`` does (``fairseq_outlayers.evaluation.scoring``). A finished run (its ``meta.json``) is reused,
-so the sweep resumes where it stopped; ``--jobs N`` trains N runs at once (each with ``--threads`` torch threads). The table
+so the sweep resumes where it stopped; ``--jobs N`` trains N runs at once (each with ``--threads`` torch threads; on CUDA each sees one GPU, the N slots
+taking the visible GPUs in turn: ``fairseq_outlayers/gpus.py``). The table
 (mean over seeds, then each seed) is written to ``OUT/sweep.md`` and ``OUT/sweep.json`` after every run.
 """
 import argparse
@@ -28,6 +29,7 @@ sys.path.insert(0, ROOT)
 
 from fairseq_outlayers import fairseq_runs  # noqa: E402
 from fairseq_outlayers.cli import compare  # noqa: E402
+from fairseq_outlayers import gpus  # noqa: E402
 from fairseq_outlayers.evaluation.scoring import score_subset  # noqa: E402
 
 #: the validation figures read from the last "valid on" line of a training log
@@ -40,7 +42,18 @@ def last_valid(log_path):
     return {k: v for k, v in found[-1].items() if k in VALID_FIELDS} if found else {}
 
 
-def run_one(row, seed, args, base_args, ref_path, lock):
+def run_one(row, seed, args, base_args, ref_path, lock, free=None):
+    """One row x seed (trained, decoded and recorded unless recorded already); ``free``: the GPU slots
+    (``gpus.slots``), one taken for this run's fairseq processes and given back at its end, or None."""
+    gpu = free.get() if free is not None else None
+    try:
+        return _run_one(row, seed, args, base_args, ref_path, lock, gpus.slot_env(gpu))
+    finally:
+        if gpu is not None:
+            free.put(gpu)
+
+
+def _run_one(row, seed, args, base_args, ref_path, lock, env):
     run_dir = os.path.join(args.out, f"{row['name']}.seed{seed}")
     meta_path = os.path.join(run_dir, "meta.json")
     record = os.path.join(args.records, f"{row['name']}.seed{seed}.json")
@@ -51,7 +64,7 @@ def run_one(row, seed, args, base_args, ref_path, lock):
                 if not os.path.exists(record):  # a run finished before records were kept
                     _write_json(record, meta)
                 if not args.render_only:
-                    _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock)
+                    _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock, env)
                 return meta
             raise SystemExit(f"vmf_sweep: {done} was run with other options ('{meta.get('args')}'); rename the "
                              f"row or move the record away")
@@ -62,21 +75,21 @@ def run_one(row, seed, args, base_args, ref_path, lock):
     with lock:
         fairseq_runs.log(f"{row['name']} seed {seed}: training")
     seconds = compare.train_row(row["data_bin"], run_dir, base_args, row["train_args"], seed, args.max_update,
-                                log_path)
+                                log_path, env)
     ckpt = os.path.join(run_dir, "checkpoint_last.pt")
     meta = {"row": row["name"], "seed": seed, "args": row["args"], "seconds": seconds,
             "speed": fairseq_runs.training_speed(log_path), "valid": last_valid(log_path), "bleu": {},
             "params": fairseq_runs.parameter_counts(ckpt)}
     for beam in args.beams:
         scores = score_subset(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.hyp"), ref_path, beam,
-                              args.lenpen, args.batch_size, lowercase=args.lowercase)
+                              args.lenpen, args.batch_size, lowercase=args.lowercase, env=env)
         meta["bleu"][str(beam)], meta["signature"] = scores["sacrebleu"], scores["sacrebleu_signature"]
     meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                     cwd=ROOT).stdout.strip()
     meta["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.jobs} job(s) x {args.threads} thread(s)"
     for path in (meta_path, record):
         _write_json(path, meta)
-    _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock)
+    _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock, env)
     if not args.keep_checkpoints:
         for name in os.listdir(run_dir):
             if name.endswith(".pt") and name != "checkpoint_last.pt":
@@ -99,7 +112,7 @@ def scaled_key(beam, scale):
     return f"{beam}@{scale:g}"
 
 
-def _scaled_decodes(meta, row, run_dir, args, ref_path, paths, lock):
+def _scaled_decodes(meta, row, run_dir, args, ref_path, paths, lock, env=None):
     """Add the ``--scaled-decodes`` BLEU figures a run lacks (its checkpoint must still be there); the scale
     replaces κ in the beam-search scores (``--model-overrides``), chosen on validation beforehand with
     scripts/tune_continuous_decoding.py."""
@@ -114,7 +127,7 @@ def _scaled_decodes(meta, row, run_dir, args, ref_path, paths, lock):
     for beam, scale in missing:
         scores = score_subset(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.scale{scale:g}.hyp"),
                               ref_path, beam, args.lenpen, args.batch_size, lowercase=args.lowercase,
-                              extra=["--model-overrides", repr({"continuous_score_scale": scale})])
+                              extra=["--model-overrides", repr({"continuous_score_scale": scale})], env=env)
         meta["bleu"][scaled_key(beam, scale)] = scores["sacrebleu"]
         with lock:
             fairseq_runs.log(f"{row['name']} seed {meta['seed']}: beam {beam}, scale {scale:g}: BLEU "
@@ -242,8 +255,9 @@ def main(argv=None):
     lock = threading.Lock()
     metas = {}
     jobs = [(row, seed) for seed in args.seeds for row in rows]  # every row with the first seed first
+    free = gpus.slots(args.jobs, gpus.visible_gpus())  # one GPU per run: fairseq would train on all it sees
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_one, row, seed, args, base_args, ref_path, lock): (row["name"], seed)
+        futures = {pool.submit(run_one, row, seed, args, base_args, ref_path, lock, free): (row["name"], seed)
                    for row, seed in jobs}
         failed = []
         for fut in concurrent.futures.as_completed(futures):

@@ -30,7 +30,7 @@ def test_every_row_trains_with_the_same_command_as_before(monkeypatch):
             for p in glob.glob(os.path.join(REPO, "configs", d, "*.args"))]
     assert sorted(rows) == sorted(expected)
     commands = []
-    monkeypatch.setattr(compare, "run_training", lambda cmd, log_path, what: commands.append(cmd) or 0.0)
+    monkeypatch.setattr(compare, "run_training", lambda cmd, log_path, what, env=None: commands.append(cmd) or 0.0)
     for row in sorted(rows):
         name, row_args = read_row(os.path.join(REPO, row))
         data_bin, train_args = row_data_bin(row_args, "work/multi30k/data-bin/de-en")
@@ -38,6 +38,22 @@ def test_every_row_trains_with_the_same_command_as_before(monkeypatch):
         cmd = commands.pop()
         cmd[0], cmd[cmd.index("--user-dir") + 1] = os.path.basename(cmd[0]), "{user_dir}"
         assert {"name": name, "command": cmd} == expected[row], row
+
+
+def test_the_demo_trains_and_translates_on_one_gpu(monkeypatch):
+    """fairseq-train would train each demo row data-parallel over every GPU it sees (a k-times batch, not the
+    documented quick tables): the runner, one run at a time, gives its fairseq processes the first visible GPU,
+    and sets nothing without CUDA."""
+    from fairseq_outlayers import gpus
+
+    assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": "3,4"}) == {"CUDA_VISIBLE_DEVICES": "3"}
+    assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": "GPU-9f,GPU-2c"}) == {"CUDA_VISIBLE_DEVICES": "GPU-9f"}
+    assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": ""}) == {} and gpus.slot_env(None) == {}
+    seen = []
+    monkeypatch.setattr(compare, "run_training", lambda cmd, log_path, what, env=None: seen.append(env) or 0.0)
+    compare.train_row("data", "save", demo_base_args(), ["--output-layer", "tied"], 1, 10, os.devnull,
+                      {"CUDA_VISIBLE_DEVICES": "3"})
+    assert seen == [{"CUDA_VISIBLE_DEVICES": "3"}]
 
 
 def test_training_speed_is_tokens_over_time(tmp_path):

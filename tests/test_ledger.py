@@ -656,7 +656,8 @@ def test_each_run_sees_one_gpu_the_slots_taking_the_visible_gpus_in_turn(tmp_pat
     import threading
     import time
 
-    from fairseq_outlayers.ledger import gpus, runner
+    from fairseq_outlayers import gpus
+    from fairseq_outlayers.ledger import runner
 
     assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "5, 7"}) == ["5", "7"]
     assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == [] and gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == []

@@ -38,3 +38,27 @@ def test_scaled_decode_option(sweep):
     for bad in ("5", "5:x", "0:40", "5:0", "5:-1"):
         with pytest.raises(argparse.ArgumentTypeError):
             sweep._parse_scaled(bad)
+
+
+def test_each_sweep_run_takes_one_gpu_slot_and_gives_it_back(sweep, monkeypatch):
+    """With --jobs 3 on GPUs "5,7" a run's fairseq processes see one GPU (fairseq would otherwise train it
+    data-parallel over both), the slot coming back when the run ends, also when it fails."""
+    from fairseq_outlayers import gpus
+
+    seen = []
+
+    def fake(row, seed, args, base_args, ref_path, lock, env):
+        seen.append(env)
+        if seed == 2:
+            raise RuntimeError("failed run")
+        return {"seed": seed}
+
+    monkeypatch.setattr(sweep, "_run_one", fake)
+    free = gpus.slots(3, ["5", "7"])
+    assert sweep.run_one({}, 1, None, [], "ref", None, free) == {"seed": 1}
+    with pytest.raises(RuntimeError):
+        sweep.run_one({}, 2, None, [], "ref", None, free)
+    assert seen == [{"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "7"}]
+    assert sorted(free.get() for _ in range(3)) == ["5", "5", "7"] and free.empty()
+    sweep.run_one({}, 3, None, [], "ref", None, None)
+    assert seen[-1] == {}

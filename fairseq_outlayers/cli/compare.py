@@ -24,6 +24,7 @@ import subprocess
 import time
 import warnings
 
+from fairseq_outlayers import gpus
 from fairseq_outlayers.evaluation.scoring import score_subset
 from fairseq_outlayers.fairseq_runs import executable, log, parameter_counts, run_training, training_speed, user_dir
 from fairseq_outlayers.outfiles import write_text
@@ -95,11 +96,12 @@ def merge_args(base_args, row_args):
     return merged + list(row_args)
 
 
-def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_path):
+def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_path, env=None):
+    """One row's fairseq-train (``env``: variables for it only, e.g. its GPU: ``gpus.py``); its wall seconds."""
     cmd = [executable("fairseq-train"), data_bin, "--user-dir", user_dir(), *merge_args(base_args, row_args),
            "--seed", str(seed), "--max-update", str(max_update), "--save-dir", save_dir,
            "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
-    return run_training(cmd, log_path, save_dir)
+    return run_training(cmd, log_path, save_dir, env=env)
 
 
 def format_table(rows, converged=None):
@@ -219,6 +221,7 @@ def main(argv=None):
         parser.error(f"two row files have the same name (after the NN- prefix): {names}")
 
     started = time.time()
+    env = gpus.first_gpu_env()  # one run at a time, on one GPU: fairseq would train on every GPU it sees
     for seed in args.seeds:
         for n, row in enumerate(rows, start=1):
             name = row["name"]
@@ -234,12 +237,12 @@ def main(argv=None):
                 log("  already done; reusing")
             else:
                 seconds = train_row(row["data_bin"], run_dir, base_args, row["train_args"], seed, args.max_update,
-                                    log_path)
+                                    log_path, env)
                 # the hypotheses fairseq-generate writes (RUN_DIR/test.generate/), scored by the package's one
                 # evaluation path; the tokenised hypotheses go to RUN_DIR/test.hyp
                 scores = score_subset(row["data_bin"], ckpt, hyp_path, ref_path, args.beam, args.lenpen,
                                       args.batch_size, lowercase=True if args.lowercase else None, src=args.src,
-                                      tgt=args.tgt)
+                                      tgt=args.tgt, env=env)
                 meta = {"bleu": scores["sacrebleu"], "signature": scores["sacrebleu_signature"],
                         "tokenized_bleu": scores["tokenized_bleu"], "seconds": seconds,
                         "speed": training_speed(log_path), "params": parameter_counts(ckpt)}

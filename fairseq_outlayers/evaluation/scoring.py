@@ -139,11 +139,12 @@ def evaluate(prep: Preparation, data: str, checkpoint: str, work_dir: str, ref_p
 
 def score_subset(data_bin: str, checkpoint: str, hyp_path: str, ref_path: str, beam: int = 5, lenpen: float = 1.0,
                  batch_size: int = 128, subset: str = "test", extra: Sequence[str] = (),
-                 lowercase: Optional[bool] = None, src: Optional[str] = None, tgt: Optional[str] = None) -> Dict:
+                 lowercase: Optional[bool] = None, src: Optional[str] = None, tgt: Optional[str] = None,
+                 env: Optional[Dict[str, str]] = None) -> Dict:
     """``evaluate`` of a subset of ``data_bin`` as the runners use it: the tokenised hypotheses are written to
     ``hyp_path`` (atomically), fairseq-generate's own output to ``HYP_PATH_WITHOUT_EXTENSION.generate/``;
     ``lowercase`` None reads the case from the data directory's ``.done``, ``src``/``tgt`` None the languages from
-    its binarised files."""
+    its binarised files; ``env``: variables set for fairseq-generate only (the run's GPU: ``gpus.py``)."""
     from fairseq_outlayers.outfiles import write_text
 
     if (src is None) != (tgt is None):
@@ -151,7 +152,7 @@ def score_subset(data_bin: str, checkpoint: str, hyp_path: str, ref_path: str, b
         src, tgt = src or found_src, tgt or found_tgt
     prep = Preparation.from_data(data_bin, src, tgt, lowercase=lowercase)
     scores, hyp_tok, _, _ = evaluate(prep, data_bin, checkpoint, os.path.splitext(hyp_path)[0] + ".generate",
-                                     ref_path, None, beam, lenpen, batch_size, subset, extra)
+                                     ref_path, None, beam, lenpen, batch_size, subset, extra, env)
     write_text(hyp_path, "".join(h + "\n" for h in hyp_tok))
     return scores
 

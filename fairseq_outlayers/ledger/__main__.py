@@ -34,7 +34,8 @@ LEDGER = "docs/results/runs"
 def _run(args) -> int:
     from fairseq_outlayers.fairseq_runs import log
     from fairseq_outlayers.evaluation.scoring import parse_raw_sets
-    from fairseq_outlayers.ledger import gpus, records
+    from fairseq_outlayers import gpus
+    from fairseq_outlayers.ledger import records
     from fairseq_outlayers.ledger import rows as ledger_rows
     from fairseq_outlayers.ledger import runner
 
@@ -76,7 +77,7 @@ def _run(args) -> int:
 
     def one(row, seed):
         gpu = free.get() if free is not None else None
-        env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
+        env = gpus.slot_env(gpu)
         try:
             record, skipped = runner.run(row, seed, dataclasses.replace(settings, test_ref=test_refs[row.path],
                                                                         env=env))

@@ -1,15 +1,16 @@
-"""One GPU per ledger run.
+"""One GPU per run of the package's runners (``ledger run``, ``cli.compare`` / ``make demo``, ``scripts/vmf_sweep.py``).
 
 fairseq-train trains data-parallel over every GPU it can see (its ``--distributed-world-size`` defaults to the
 device count), which multiplies the batch by the number of GPUs: a row run that way is not the row its records
-were made with. ``ledger run`` therefore gives each run, and the fairseq-generate of its tests, one GPU through
-``CUDA_VISIBLE_DEVICES``: with ``--jobs N`` the N run slots take the visible GPUs in turn (N > GPUs puts several
-small runs on one GPU, which share it well). Without CUDA nothing is set. A step row's in-process step
-(``steps.py``, the bias fit) runs in the ledger's own process, on its first GPU.
+(or the documented quick tables) were made with. The runners therefore give each run, and the fairseq-generate of
+its tests, one GPU through ``CUDA_VISIBLE_DEVICES``: with ``--jobs N`` the N run slots take the visible GPUs in
+turn (N > GPUs puts several small runs on one GPU, which share it well); a runner without ``--jobs`` uses the first
+visible GPU. Without CUDA nothing is set. A ledger step row's in-process step (``ledger/steps.py``, the bias fit)
+runs in the ledger's own process, on its first GPU. Data-parallel training is fairseq-train's own, run by hand.
 """
 import os
 import queue
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 
 def visible_gpus(environ=None) -> List[str]:
@@ -35,3 +36,14 @@ def slots(jobs: int, gpus: List[str]) -> Optional["queue.Queue"]:
     for i in range(jobs):
         q.put(gpus[i % len(gpus)])
     return q
+
+
+def slot_env(gpu: Optional[str]) -> Dict[str, str]:
+    """The environment a run in slot ``gpu`` gets: ``CUDA_VISIBLE_DEVICES`` set to it, or nothing without GPUs."""
+    return {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
+
+
+def first_gpu_env(environ=None) -> Dict[str, str]:
+    """The environment of a runner that trains one run at a time: the first visible GPU, or nothing."""
+    found = visible_gpus(environ)
+    return slot_env(found[0] if found else None)
