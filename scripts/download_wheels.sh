@@ -28,7 +28,11 @@ echo "==> torch ($TORCH) for Python $PYVER, $PLATFORM"
 "$PYTHON" -m pip download "${target[@]}" "${index[@]}" "$TORCH"
 echo "==> fairseq-fixed, build tools and the package's dependencies"
 # the package's own requirements and extras, read from setup.py's lists (install.sh installs them with -e .[...])
-"$PYTHON" -m pip download "${target[@]}" "${index[@]}" "$TORCH" fairseq-fixed==0.12.3.1 \
+# with the versions the committed results used (configs/constraints.txt; CONSTRAINTS= for none)
+CONSTRAINTS=${CONSTRAINTS-$ROOT/configs/constraints.txt}
+pins=()
+[ -n "$CONSTRAINTS" ] && pins=(--constraint "$CONSTRAINTS")
+"$PYTHON" -m pip download "${target[@]}" "${index[@]}" "${pins[@]}" "$TORCH" fairseq-fixed==0.12.3.1 \
   "cython>=3" wheel "setuptools<81" numpy "sacrebleu>=2.0" sacremoses scipy \
   "pytest>=7" "hypothesis>=6" mpmath systran-align "gensim>=4.3" matplotlib faiss-cpu
 echo "==> fastBPE source (built on the target)"

@@ -4,6 +4,7 @@
 #
 #   VENV=.venv PYTHON=python3 bash scripts/install.sh
 #   WHEELS=DIR bash scripts/install.sh      # offline: everything from DIR (see scripts/download_wheels.sh)
+#   CONSTRAINTS= bash scripts/install.sh    # without configs/constraints.txt (the versions the results used)
 #
 # A CUDA build of torch already in the venv (torch.version.cuda set, version >= TORCH_MIN) is kept; otherwise
 # torch==$TORCH_PIN is installed.
@@ -15,6 +16,7 @@ PYTHON=${PYTHON:-python3}
 TORCH_PIN=2.13.0   # the CPU / default pin
 TORCH_MIN=2.1      # the oldest torch the package supports (setup.py)
 WHEELS=${WHEELS:-}
+CONSTRAINTS=${CONSTRAINTS-$ROOT/configs/constraints.txt}
 
 die() { echo "install.sh: error: $*" >&2; exit 1; }
 step() { echo "==> $*"; }
@@ -43,6 +45,10 @@ if [ -n "$WHEELS" ]; then
   step "offline install: every package from $WHEELS (pip --no-index)"
   PIP+=(--no-index --find-links "$WHEELS")
   PIPDL+=(--no-index --find-links "$WHEELS")
+fi
+if [ -n "$CONSTRAINTS" ]; then
+  [ -f "$CONSTRAINTS" ] || die "CONSTRAINTS=$CONSTRAINTS is not a file (set CONSTRAINTS= to install without pins)"
+  PIP+=(--constraint "$CONSTRAINTS")
 fi
 have() { "$PY" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('$1').split('+')[0] == '$2' else 1)" 2>/dev/null; }
 have_any() { "$PY" -c "import importlib.metadata as m; m.version('$1')" 2>/dev/null; }
@@ -95,7 +101,8 @@ fi
 # The package itself (editable) with its runtime deps (sacrebleu, scipy, sacremoses) and extras: systran-align
 # (fast_align), gensim (target vectors), matplotlib (plots), faiss-cpu (K-best decoding), pytest and mpmath
 # (tests). The torch pin ($TORCH_SPEC) keeps pip from replacing torch.
-if ! "$PY" -c "import fairseq_outlayers" 2>/dev/null || [ "$ROOT/setup.py" -nt "$VENV/.outlayers-installed" ]; then
+if ! "$PY" -c "import fairseq_outlayers" 2>/dev/null || [ "$ROOT/setup.py" -nt "$VENV/.outlayers-installed" ] \
+    || { [ -n "$CONSTRAINTS" ] && [ "$CONSTRAINTS" -nt "$VENV/.outlayers-installed" ]; }; then
   step "installing fairseq_outlayers (editable) with test extras"
   "${PIP[@]}" -e "$ROOT[test,align,vectors,plot,faiss]" "$TORCH_SPEC"
   touch "$VENV/.outlayers-installed"

@@ -77,7 +77,7 @@ def test_keeps_an_installed_cuda_torch(tmp_path):
 def test_replaces_a_cpu_torch_of_another_version_with_the_pin(tmp_path):
     proc, calls = _pip_calls(tmp_path, {}, "2.4.1+cpu", None)
     assert "keeping" not in proc.stdout
-    assert any(c.endswith("install --quiet torch==2.13.0") for c in calls), calls
+    assert any(" install --quiet " in f" {c}" and c.endswith(" torch==2.13.0") for c in calls), calls
 
 
 def test_too_old_cuda_torch_is_not_kept(tmp_path):
@@ -98,6 +98,36 @@ def test_missing_wheels_dir_is_an_error(tmp_path):
     _fake_venv(tmp_path, "2.13.0+cpu", None)
     proc = _run(tmp_path, {"WHEELS": str(tmp_path / "nope")})
     assert proc.returncode == 1 and "is not a directory" in proc.stderr
+
+
+def test_installs_with_the_versions_the_results_were_made_with(tmp_path):
+    """Every pip install takes configs/constraints.txt unless CONSTRAINTS= is given; a missing file is an error."""
+    pins = os.path.join(REPO, "configs", "constraints.txt")
+    proc, calls = _pip_calls(tmp_path, {}, "2.13.0+cpu", None)
+    installs = [c for c in calls if " install " in f" {c} "]
+    assert installs and all(f"--constraint {pins}" in c for c in installs), calls
+    proc, calls = _pip_calls(tmp_path / "none", {"CONSTRAINTS": ""}, "2.13.0+cpu", None)
+    assert calls and not any("--constraint" in c for c in calls), calls
+    _fake_venv(tmp_path / "missing", "2.13.0+cpu", None)
+    proc = _run(tmp_path / "missing", {"CONSTRAINTS": str(tmp_path / "nope.txt")})
+    assert proc.returncode == 1 and "set CONSTRAINTS= to install without pins" in proc.stderr
+
+
+def test_the_pinned_sacrebleu_is_the_one_in_the_committed_records():
+    """The ledger's scores carry sacreBLEU's signature: the pin must be the version that signed them (a pin moved
+    without re-scoring would make the tables unreproducible from a fresh install)."""
+    import glob
+    import json
+    import re
+
+    pinned = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^;\s]+)", open(os.path.join(REPO, "configs", "constraints.txt"))
+                             .read(), re.M))
+    assert {"gensim", "numpy", "scipy", "sacrebleu", "sacremoses", "systran-align"} <= set(pinned)
+    versions = set()
+    for path in glob.glob(os.path.join(REPO, "docs", "results", "runs", "*.json")):
+        for scores in json.load(open(path, encoding="utf-8"))["test"].values():
+            versions.add(scores["sacrebleu_signature"].rsplit("version:", 1)[1])
+    assert versions == {pinned["sacrebleu"]}
 
 
 def test_python_312_is_accepted():
