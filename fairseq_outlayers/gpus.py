@@ -6,7 +6,8 @@ device count), which multiplies the batch by the number of GPUs: a row run that 
 its tests, one GPU through ``CUDA_VISIBLE_DEVICES``: with ``--jobs N`` the N run slots take the visible GPUs in
 turn (N > GPUs puts several small runs on one GPU, which share it well); a runner without ``--jobs`` uses the first
 visible GPU. Without CUDA nothing is set. A ledger step row's in-process step (``ledger/steps.py``, the bias fit)
-runs in the ledger's own process, on its first GPU. Data-parallel training is fairseq-train's own, run by hand.
+runs in the ledger's own process, on its run's GPU (``torch_device``). Data-parallel training is fairseq-train's
+own, run by hand.
 """
 import os
 import queue
@@ -47,3 +48,13 @@ def first_gpu_env(environ=None) -> Dict[str, str]:
     """The environment of a runner that trains one run at a time: the first visible GPU, or nothing."""
     found = visible_gpus(environ)
     return slot_env(found[0] if found else None)
+
+
+def torch_device(env: Dict[str, str], environ=None) -> str:
+    """The torch device, in this process, of the GPU a run's ``env`` gives its subprocesses (``cuda:I``, I its
+    place among this process's visible GPUs); ``cuda`` / ``cpu`` as ``bias_fit.default_device`` without one."""
+    gpu = env.get("CUDA_VISIBLE_DEVICES")
+    found = visible_gpus(environ)
+    if gpu is not None and gpu in found:
+        return f"cuda:{found.index(gpu)}"
+    return "cuda" if found else "cpu"

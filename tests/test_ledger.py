@@ -665,6 +665,11 @@ def test_each_run_sees_one_gpu_the_slots_taking_the_visible_gpus_in_turn(tmp_pat
     assert gpus.slots(2, []) is None
     q = gpus.slots(3, ["5", "7"])
     assert [q.get() for _ in range(3)] == ["5", "7", "5"] and q.empty()
+    # a step row's in-process bias fit runs on its run's GPU, as this process numbers it
+    assert gpus.torch_device({"CUDA_VISIBLE_DEVICES": "7"}, {"CUDA_VISIBLE_DEVICES": "5,7"}) == "cuda:1"
+    assert gpus.torch_device({"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "5,7"}) == "cuda:0"
+    assert gpus.torch_device({}, {"CUDA_VISIBLE_DEVICES": "5,7"}) == "cuda"
+    assert gpus.torch_device({}, {"CUDA_VISIBLE_DEVICES": ""}) == "cpu"
 
     (tmp_path / "data").mkdir()
     ref = tmp_path / "test.en"

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_outlayers import fairseq_runs
+from fairseq_outlayers import fairseq_runs, gpus
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.evaluation.scoring import evaluate
 from fairseq_outlayers.fairseq_runs import log
@@ -203,7 +203,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         test_ckpt = os.path.join(run_dir, "checkpoint_after.pt")
         log(f"{row.name} seed {seed}: {shlex.join(row.after)} on {best_ckpt}", "ledger")
         start = time.time()
-        figures = steps.apply_step(row.after, best_ckpt, test_ckpt, row.data_bin)
+        figures = steps.apply_step(row.after, best_ckpt, test_ckpt, row.data_bin, gpus.torch_device(s.env))
         after = {"step": row.after, "trained_in": os.path.basename(train_dir), "checkpoint": "checkpoint_best.pt",
                  "seconds": round(time.time() - start, 1), "figures": figures}
 

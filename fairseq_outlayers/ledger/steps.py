@@ -9,12 +9,12 @@ model before and after the step and their paired test is like for like. Steps:
 * ``fit-output-bias [--train-sentences N] [--epochs 3] [--lr 0.05] [--max-tokens 4096]``: a per-word bias fitted on
   the frozen model from the first N training sentences (all by default), added to its output layer
   (``fairseq_outlayers.bias_fit``; docs/joint-output.md). Fitted on training data only (the validation NLL before
-  and after is reported, not used), on the device the row trained on (the GPU when there is one).
+  and after is reported, not used), on the GPU its run was given (``gpus.torch_device``), else the CPU.
 """
 import argparse
 import shlex
 from dataclasses import dataclass
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 
 class _StepParser(argparse.ArgumentParser):
@@ -40,18 +40,20 @@ def _check_fit_output_bias(args: argparse.Namespace):
         raise ValueError(f"--lr must be positive, not {args.lr}")
 
 
-def _fit_output_bias(args: argparse.Namespace, checkpoint: str, out_checkpoint: str, data_bin: str) -> Dict:
+def _fit_output_bias(args: argparse.Namespace, checkpoint: str, out_checkpoint: str, data_bin: str,
+                     device: Optional[str] = None) -> Dict:
     from fairseq_outlayers.bias_fit import default_device, fit_output_bias
 
     return fit_output_bias(checkpoint, out_checkpoint, data=data_bin, train_sentences=args.train_sentences,
-                           epochs=args.epochs, lr=args.lr, max_tokens=args.max_tokens, device=default_device())
+                           epochs=args.epochs, lr=args.lr, max_tokens=args.max_tokens,
+                           device=device or default_device())
 
 
 @dataclass(frozen=True)
 class Step:
     parser: Callable[[], argparse.ArgumentParser]
     check: Callable[[argparse.Namespace], None]  # ValueError naming what is wrong
-    apply: Callable[..., Dict]  # (args, checkpoint, out_checkpoint, data_bin) -> figures
+    apply: Callable[..., Dict]  # (args, checkpoint, out_checkpoint, data_bin, device) -> figures
 
 
 STEPS: Dict[str, Step] = {"fit-output-bias": Step(_fit_output_bias_parser, _check_fit_output_bias,
@@ -75,6 +77,8 @@ def parse_step(text: str) -> List[str]:
     return words
 
 
-def apply_step(step: List[str], checkpoint: str, out_checkpoint: str, data_bin: str) -> Dict:
-    """Write ``out_checkpoint`` = the step applied to ``checkpoint``; returns the step's figures."""
-    return STEPS[step[0]].apply(_parse(step), checkpoint, out_checkpoint, data_bin)
+def apply_step(step: List[str], checkpoint: str, out_checkpoint: str, data_bin: str,
+               device: Optional[str] = None) -> Dict:
+    """Write ``out_checkpoint`` = the step applied to ``checkpoint`` on ``device`` (a torch device; None: the GPU
+    when there is one, else the CPU); returns the step's figures."""
+    return STEPS[step[0]].apply(_parse(step), checkpoint, out_checkpoint, data_bin, device)
