@@ -176,9 +176,10 @@ def load_script(name: str):
     return module
 
 
-def partial_ledger_run(tmp_path, digest: Optional[str] = None):
-    """A ledger row ``tied`` on a one-file data directory, and its work directory ``work/tied.seed1`` holding the
-    row's options and ``digest`` (default: the data's own), as a run cut off after it started leaves them."""
+def partial_ledger_run(tmp_path, digest: Optional[str] = None, patience: Optional[int] = None):
+    """A ledger row ``tied`` (with ``# patience: PATIENCE`` when given) on a one-file data directory, and its work
+    directory ``work/tied.seed1`` holding the row's options and ``digest`` (default: the data's own), as a run cut
+    off after it started leaves them."""
     import json
 
     from fairseq_outlayers.ledger import records
@@ -187,7 +188,7 @@ def partial_ledger_run(tmp_path, digest: Optional[str] = None):
     data = tmp_path / "data"
     data.mkdir()
     (data / "dict.en.txt").write_text("a 1\n")
-    row = LedgerRow("tied", "rows/20-tied.args", str(data), ["--output-layer", "tied"])
+    row = LedgerRow("tied", "rows/20-tied.args", str(data), ["--output-layer", "tied"], patience=patience)
     work = tmp_path / "work" / "tied.seed1"
     work.mkdir(parents=True)
     (work / "options.json").write_text(json.dumps(row_options(row, 1, 5, 50, 5)))

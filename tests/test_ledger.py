@@ -11,7 +11,8 @@ import pytest
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.__main__ import build_parser, main as ledger_main
-from fairseq_outlayers.ledger.render import (compare, compare_line, converged_figures, group, loss_at_stop, render,
+from fairseq_outlayers.ledger.render import (compare, compare_line, converged_figures, group, longest_wait, loss_at_stop,
+                                             patience_margin, render,
                                              step_effect)
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
 from fairseq_outlayers.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
@@ -234,6 +235,33 @@ def test_the_validation_loss_at_the_stop_is_summarised_per_table(tmp_path):
         "of 1 runs; the lowest of the run at the last epoch in 0 of 1: no run was stopped at its lowest loss.")
 
 
+def test_how_close_the_patience_came_to_stopping_runs_before_a_later_improvement():
+    """The longest run of validations without a strictly better score (a tie counts as none, as in fairseq) that a
+    better score still ended; the runs whose wait was one short of their patience are counted per table."""
+    def curve(scores, key="bleu"):
+        return [{"epoch": e, key: x} for e, x in enumerate(scores, 1)]
+
+    assert longest_wait(curve([10, 12, 11, 12, 11.5, 13, 12, 12]), "bleu") == 3  # the last two: no better score
+    assert longest_wait(curve([4.0, 3.0, 3.0, 2.5], "loss"), "loss") == 1  # loss: lower is better
+    assert longest_wait(curve([10, 11, 12]), "bleu") == 0 and longest_wait([], "bleu") is None
+    assert longest_wait(curve([4.0, 3.0], "loss"), "bleu") is None
+
+    def run(scores, patience=5, **extra):
+        return {"curve": curve(scores), "validation": {"metric": "bleu", "patience": patience}, **extra}
+
+    rows = {"softmax": {1: run([1, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3]), 2: run([1, 2, 3, 2, 4, 4, 4, 4, 4, 4])},
+            "tied": {1: run([1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]), 2: run([5, 6])},
+            "tied-fitbias": {1: run([1, 1, 1, 1, 1, 2], after={"step": ["fit-output-bias"]})}}  # tied's training
+    assert patience_margin(rows) == (
+        "Patience (5 validations): in 2 of 4 runs a better validation score still came after 4 validations without "
+        "one, one short of the stop; the longest such wait per run (validations without a better score, then a "
+        "better one): 0 in 1 run, 1 in 1 run, 4 in 2 runs.")
+    rows["tied"][2]["validation"]["patience"] = 10
+    assert patience_margin(rows).startswith("Patience (5, 10 validations): in 2 of 4 runs a better validation score "
+                                            "still came after the patience minus one validations")
+    assert patience_margin({"x": {1: {"curve": [], "validation": {"patience": 5}}}}) is None
+
+
 def test_render_is_deterministic_and_written_atomically(tmp_path):
     ledger = str(tmp_path / "runs")
     for seed in (1, 2):
@@ -343,18 +371,40 @@ def test_rows_directives_and_protocol(tmp_path):
             read_ledger_row(str(row))
     row.write_text("# x\n--data-bin d\n")
     assert read_ledger_row(str(row)).decoding_beam(5) == 5  # no directive: the runner's --beam
+    assert protocol_options(read_ledger_row(str(row)), 5, 40, 5)[:2] == ["--patience", "5"]  # and its --patience
+    row.write_text("# registered with a longer patience\n# patience: 10\n--data-bin d\n")
+    r = read_ledger_row(str(row))
+    assert r.patience == 10 and r.stopping_patience(5) == 10
+    assert protocol_options(r, 5, 40, 5)[:4] == ["--patience", "10", "--max-epoch", "40"]
+    for bad in ("0", "-1", "ten"):
+        row.write_text(f"# x\n# patience: {bad}\n--data-bin d\n")
+        with pytest.raises(OutlayersConfigError, match=f"40-fixed.args:2: '# patience: {bad}': the patience must"):
+            read_ledger_row(str(row))
+
+
+def test_rows_of_one_table_stopped_by_another_patience_than_their_baseline_are_warned_of(tmp_path):
+    from fairseq_outlayers.ledger.rows import check_rows
+
+    (tmp_path / "10-softmax.args").write_text("# baseline\n# patience: 10\n--data-bin d\n")
+    (tmp_path / "20-tied.args").write_text("# tied\n# baseline: softmax\n# patience: 10\n--data-bin d\n")
+    (tmp_path / "40-fixed.args").write_text("# fixed\n# baseline: softmax\n--data-bin d\n")
+    rows = [read_ledger_row(str(tmp_path / f)) for f in ("10-softmax.args", "20-tied.args", "40-fixed.args")]
+    warnings = check_rows(rows)
+    assert len(warnings) == 1 and "40-fixed.args: '# patience: the runner default' but its baseline" in warnings[0]
+    assert "10-softmax.args has '# patience: 10'" in warnings[0]
 
 
 def test_a_step_row_takes_its_parents_options_and_checks_its_step(tmp_path):
     """'# from: ROW' + '# after: STEP': ROW's data, options, validation and beam, ROW's run directories, compared
     with ROW by default; every way to get it wrong is one error naming the file and line."""
-    (tmp_path / "30-joint.args").write_text("# joint\n# baseline: tied\n# beam: 4\n--data-bin d --output-layer joint\n")
+    (tmp_path / "30-joint.args").write_text("# joint\n# baseline: tied\n# beam: 4\n# patience: 8\n"
+                                            "--data-bin d --output-layer joint\n")
     step = tmp_path / "35-joint-fitbias.args"
     step.write_text("# joint + a fitted bias\n# from: joint\n# after: fit-output-bias --train-sentences 100\n")
     r = read_ledger_row(str(step))
     assert (r.name, r.trained_as, r.training_name(), r.baseline, r.method) == ("joint-fitbias", "joint", "joint",
                                                                                "joint", "joint")
-    assert (r.data_bin, r.train_args, r.beam) == ("d", ["--output-layer", "joint"], 4)
+    assert (r.data_bin, r.train_args, r.beam, r.patience) == ("d", ["--output-layer", "joint"], 4, 8)
     assert r.after == ["fit-output-bias", "--train-sentences", "100"]
     parent = read_ledger_row(str(tmp_path / "30-joint.args"))
     assert row_options(r, 2, 5, 50, 5) == row_options(parent, 2, 5, 50, 5)  # the same training
@@ -364,6 +414,7 @@ def test_a_step_row_takes_its_parents_options_and_checks_its_step(tmp_path):
         "# from: joint\n# after: fit-output-bias\n--data-bin d\n": "trains with joint's options; remove its options",
         "# from: nothing\n# after: fit-output-bias\n": ":1: '# from: nothing': no row file of that name in",
         "# from: joint\n# after: fit-output-bias\n# beam: 5\n": ":3: '# beam:' of a row with '# from: joint' is",
+        "# from: joint\n# after: fit-output-bias\n# patience: 5\n": ":3: '# patience:' of a row with '# from: joint'",
         "# from: joint\n# after: nudge\n": ":2: '# after: nudge': unknown step 'nudge'; the steps are: fit-output-bias",
         "# from: joint\n# after:   \n": ":2: '# after: ': name a step",
         "# from: joint\n# after: fit-output-bias --epochs 0\n": "--epochs must be a positive integer, not 0",
@@ -748,7 +799,7 @@ def test_every_committed_row_file_is_a_valid_fairseq_train_command():
         cmd = row_options(row, 1, 5, 50, row.decoding_beam(5))
         args = options.parse_args_and_arch(options.get_training_parser(),
                                            cmd + ["--user-dir", os.path.join(repo, "fairseq_outlayers"), "--cpu"])
-        assert args.seed == 1 and args.patience == 5 and args.max_epoch == 50, row.path
+        assert args.seed == 1 and args.patience == row.stopping_patience(5) and args.max_epoch == 50, row.path
         assert args.best_checkpoint_metric == ("bleu" if row.validate == "bleu" else "loss"), row.path
 
 
@@ -764,6 +815,7 @@ def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, ca
     rows.mkdir()
     for name in ("10-softmax", "20-tied", "30-joint"):
         (rows / f"{name}.args").write_text(f"# {name}\n--data-bin data --output-layer {name[3:]}\n")
+    (rows / "20-tied.args").write_text("# tied\n# patience: 7\n--data-bin data --output-layer tied\n")
     ledger, work = str(tmp_path / "runs"), tmp_path / "work"
     softmax = read_ledger_row(str(rows / "10-softmax.args"))
     rec = fake_record(ledger, "softmax", 1, 31.25, HYP_A, table="rows")
@@ -775,7 +827,7 @@ def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, ca
     (work / "tied.seed1" / "options.json").write_text(json.dumps(row_options(tied, 1, 5, 50, 5)))
     (work / "tied.seed1" / "train.log").write_text(LOG)
     (work / "tied.seed2").mkdir()
-    (work / "tied.seed2" / "options.json").write_text(json.dumps(row_options(tied, 2, 3, 50, 5)))
+    (work / "tied.seed2" / "options.json").write_text(json.dumps(row_options(tied, 2, 5, 40, 5)))
     joint = fake_record(ledger, "joint", 3, 32.0, HYP_A, table="rows")  # a seed not asked for: a guide to the cost
     joint.update(epochs=30, training_seconds=5400.0)
     records.write_record(ledger, joint, {"test2016": HYP_A}, {"test2016": REFS})
@@ -785,9 +837,10 @@ def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, ca
     assert out[0] == "rows:"
     assert out[1] == "  softmax seed 1: recorded: test2016 31.25, best valid 1.0, 10 epochs"
     assert out[2].startswith("  softmax seed 2: recorded with other options than") and "rename the row" in out[2]
-    # the epoch took 119 s (21:24:01 to 21:26:00; the resumed stretch has one validation): 5 epochs at least
-    assert out[3] == (f"  tied seed 1: partial: epoch 2 of at most 50, best valid bleu 13.43 at epoch 2, 5 of 5 "
-                      f"epochs of patience left, 2.0 min an epoch here (at least 10 min more) ({work / 'tied.seed1'})")
+    # the epoch took 119 s (21:24:01 to 21:26:00; the resumed stretch has one validation): 7 epochs at least (the
+    # row's own '# patience: 7')
+    assert out[3] == (f"  tied seed 1: partial: epoch 2 of at most 50, best valid bleu 13.43 at epoch 2, 7 of 7 "
+                      f"epochs of patience left, 2.0 min an epoch here (at least 14 min more) ({work / 'tied.seed1'})")
     assert out[4] == (f"  tied seed 2: {work / 'tied.seed2'} holds a partial run with other options: remove it to "
                       "start this one")
     cost = " (its 1 recorded seed took 30 epochs, 90 min of training on cpu)"

@@ -52,10 +52,10 @@ def test_command_keeps_the_fairseq_train_arguments():
     assert cmd == [sys.executable, "-m", "fairseq_outlayers.ledger.resume", "39.15", "2", "--", "data", "--seed", "1"]
 
 
-def partial_run(tmp_path, scores):
+def partial_run(tmp_path, scores, patience=None):
     from harness import partial_ledger_run
 
-    row, work = partial_ledger_run(tmp_path)
+    row, work = partial_ledger_run(tmp_path, patience=patience)
     (work / "checkpoint_last.pt").write_bytes(b"")
     write_log(work / "train.log", scores)
     return row
@@ -65,17 +65,19 @@ class Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("scores, done, trains", [
-    ([(30.0, 5.0), (35.0, 4.0), (34.0, 4.1), (34.5, 4.0)], 4, (35.0, 2)),  # 2 of 5 used: resume with the count
-    ([(35.0, 4.0)] + [(34.0, 4.1)] * 5, 6, None),  # the protocol had stopped it: no more training
+@pytest.mark.parametrize("scores, done, trains, patience", [
+    ([(30.0, 5.0), (35.0, 4.0), (34.0, 4.1), (34.5, 4.0)], 4, (35.0, 2), None),  # 2 of 5 used: resume with the count
+    ([(35.0, 4.0)] + [(34.0, 4.1)] * 5, 6, None, None),  # the protocol had stopped it: no more training
+    ([(35.0, 4.0)] + [(34.0, 4.1)] * 5, 6, (35.0, 5), 8),  # ... but not a row registered with '# patience: 8'
+    ([(35.0, 4.0)] + [(34.0, 4.1)] * 8, 9, None, 8),  # ... until its eighth validation without a better score
     # epoch 7 was validated by a run killed before it saved its checkpoint (epoch 6): not counted, still stopped
-    ([(35.0, 4.0)] + [(34.0, 4.1)] * 5 + [(36.0, 3.9)], 6, None),
-    ([(35.0, 4.0)] + [(34.0, 4.1)] * 4 + [(34.0, 4.1)], 5, (35.0, 4)),  # ... and one to go
+    ([(35.0, 4.0)] + [(34.0, 4.1)] * 5 + [(36.0, 3.9)], 6, None, None),
+    ([(35.0, 4.0)] + [(34.0, 4.1)] * 4 + [(34.0, 4.1)], 5, (35.0, 4), None),  # ... and one to go
 ])
-def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scores, done, trains):
+def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scores, done, trains, patience):
     from fairseq_outlayers.ledger import runner
 
-    row = partial_run(tmp_path, scores)
+    row = partial_run(tmp_path, scores, patience)
     calls, loaded = [], []
 
     def fake_training(cmd, *args, **kwargs):
@@ -99,7 +101,8 @@ def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scor
     else:
         assert calls[0][:6] == [sys.executable, "-m", "fairseq_outlayers.ledger.resume", repr(trains[0]),
                                 str(trains[1]), "--"]
-        assert calls[0][6] == str(tmp_path / "data") and "--patience" in calls[0]
+        assert calls[0][6] == str(tmp_path / "data")
+        assert calls[0][calls[0].index("--patience") + 1] == str(patience or 5)
 
 
 @pytest.mark.parametrize("saved_updates, trains", [(252, False), (200, True)])

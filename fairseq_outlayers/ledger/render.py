@@ -225,6 +225,53 @@ def loss_at_stop(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
             f"{last_lowest} of {counted}: {reading}.")
 
 
+def longest_wait(curve: List[Dict], metric: str) -> Optional[int]:
+    """The most validations in a row without a better score (strictly, as fairseq's ``--patience`` counts) that
+    were still followed by a better one; None without scores."""
+    scores = [c[metric] for c in curve if c.get(metric) is not None]
+    if not scores:
+        return None
+    best, since, longest = scores[0], 0, 0
+    for score in scores[1:]:
+        if (score > best) if metric == "bleu" else (score < best):
+            best, longest, since = score, max(longest, since), 0
+        else:
+            since += 1
+    return longest
+
+
+def patience_margin(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
+    """One sentence on how close the patience came to stopping the runs of a table before a later improvement: the
+    runs whose longest wait for a better validation score (``longest_wait``) was one short of their patience. A
+    patience that often comes that close may stop other runs early, in a plateau they would have left. None when no
+    record has a curve. Step rows (``after``) share their parent's training and are not counted again."""
+    waits = []
+    for runs in rows.values():
+        for r in runs.values():
+            v = r.get("validation") or {}
+            wait = longest_wait(r.get("curve") or [], v.get("metric", "bleu"))
+            if r.get("after") or wait is None or not v.get("patience"):
+                continue
+            waits.append((wait, v["patience"]))
+    if not waits:
+        return None
+    close = sum(w == p - 1 for w, p in waits)
+    patiences = sorted({p for _, p in waits})
+    short = str(patiences[0] - 1) if len(patiences) == 1 else "the patience minus one"
+    return (f"Patience ({', '.join(map(str, patiences))} validations): in {close} of {len(waits)} runs a better "
+            f"validation score still came after {short} validations without one, one short of the stop; the longest "
+            f"such wait per run (validations without a better score, then a better one): "
+            f"{_counts(w for w, _ in waits)}.")
+
+
+def _counts(values) -> str:
+    """"3 in 15 runs, 4 in 8" style counts of the values, in ascending order."""
+    counts: Dict[int, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return ", ".join(f"{v} in {n} run{'s' if n > 1 else ''}" for v, n in sorted(counts.items()))
+
+
 def figure_lines(name: str, rows: Dict[str, Dict[int, Dict]], test: str, figures: Dict[str, str]) -> List[str]:
     """Markdown image links of one table's plots; the SVG texts go into ``figures`` ({file name: text})."""
     lines = []
@@ -307,8 +354,8 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
         present = sorted({s for runs in rows.values() for s in runs})
         table_seeds = sorted(set(seeds) | set(present))
         md += [f"## {name}", ""] + table(ledger, rows, table_seeds, test, cache) + [""]
-        stop = loss_at_stop(rows)
-        md += [stop, ""] if stop else []
+        md += [line for sentence in (loss_at_stop(rows), patience_margin(rows)) if sentence
+               for line in (sentence, "")]
         if figures is not None:
             md += figure_lines(name, rows, test, figures)
         signatures = sorted({r["test"][test]["sacrebleu_signature"] for runs in rows.values()

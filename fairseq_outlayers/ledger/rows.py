@@ -14,6 +14,8 @@ may hold directives ``# key: value``::
 * ``validate: bleu`` (default) or ``validate: loss -- REASON``: the early-stopping metric; loss needs a reason;
 * ``beam: N``: the beam of this row's validation BLEU and test translations (default: the runner's ``--beam``), for
   a method whose recipe decodes otherwise (continuous outputs: beam 1, the nearest neighbour of each vector);
+* ``patience: N``: this row's early-stopping patience, in validations (default: the runner's ``--patience``), for a
+  table registered with a longer one than the ledger's default (give every row of the table the same);
 * ``after: STEP [OPTIONS]``: a step applied to the trained checkpoint before the test (``steps.py``: e.g.
   ``fit-output-bias --train-sentences 10000``);
 * ``from: ROW``: with ``after``, the row is ROW's trained models with the step: it has no options line of its own
@@ -34,7 +36,7 @@ from fairseq_outlayers.cli.compare import read_row, row_data_bin
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger.steps import parse_step
 
-DIRECTIVES = ("baseline", "method", "table", "validate", "beam", "after", "from")
+DIRECTIVES = ("baseline", "method", "table", "validate", "beam", "patience", "after", "from")
 DIRECTIVE = re.compile(r"^#\s*([a-z]+)\s*:\s*(.*?)\s*$")
 
 
@@ -51,6 +53,7 @@ class LedgerRow:
     validate: str = "bleu"
     validate_reason: str = ""
     beam: Optional[int] = None
+    patience: Optional[int] = None
     after: List[str] = field(default_factory=list)
     trained_as: Optional[str] = None  # the row whose trained checkpoints this one uses (``from:``)
 
@@ -60,6 +63,9 @@ class LedgerRow:
 
     def decoding_beam(self, default: int) -> int:
         return self.beam or default
+
+    def stopping_patience(self, default: int) -> int:
+        return self.patience or default
 
     def languages(self) -> Tuple[Optional[str], Optional[str]]:
         """(source, target) named by the row's ``--source-lang``/``-s`` and ``--target-lang``/``-t`` (a row that
@@ -115,7 +121,7 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
         if args:
             raise OutlayersConfigError(f"{path}: a row with '# from: {parent}' trains with {parent}'s options; "
                                        "remove its options line")
-        for key in ("validate", "beam"):
+        for key in ("validate", "beam", "patience"):
             if key in found:
                 raise OutlayersConfigError(f"{path}:{found[key][1]}: '# {key}:' of a row with '# from: {parent}' "
                                            f"is {parent}'s (the same training); remove it")
@@ -155,13 +161,16 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
             raise OutlayersConfigError(f"{path}:{lineno}: '# validate: loss' needs the reason BLEU validation "
                                        "is not used, e.g. '# validate: loss -- ...'")
         row.validate, row.validate_reason = metric, reason
-    if "beam" in found:
-        value, lineno = found["beam"]
-        if not value.isdigit() or int(value) < 1:
-            raise OutlayersConfigError(f"{path}:{lineno}: '# beam: {value}': the beam must be a positive integer")
-        row.beam = int(value)
+    for key in ("beam", "patience"):
+        if key in found:
+            value, lineno = found[key]
+            if not value.isdigit() or int(value) < 1:
+                raise OutlayersConfigError(f"{path}:{lineno}: '# {key}: {value}': the {key} must be a positive "
+                                           "integer")
+            setattr(row, key, int(value))
     if trained_as:
-        row.validate, row.validate_reason, row.beam = source.validate, source.validate_reason, source.beam
+        row.validate, row.validate_reason = source.validate, source.validate_reason
+        row.beam, row.patience = source.beam, source.patience
     return row
 
 
@@ -171,9 +180,9 @@ def target_is_bpe(data_bin: str) -> bool:
 
 
 def protocol_options(row: LedgerRow, patience: int, max_epoch: int, beam: int) -> List[str]:
-    """Early stopping with fairseq's own ``--patience`` (validations without improvement) on validation BLEU
-    (or loss), within ``--max-epoch``; ``checkpoint_best.pt`` is the selected model."""
-    opts = ["--patience", str(patience), "--max-epoch", str(max_epoch)]
+    """Early stopping with fairseq's own ``--patience`` (validations without improvement; the row's own when it
+    gives one) on validation BLEU (or loss), within ``--max-epoch``; ``checkpoint_best.pt`` is the selected model."""
+    opts = ["--patience", str(row.stopping_patience(patience)), "--max-epoch", str(max_epoch)]
     if row.validate == "loss":
         return opts + ["--best-checkpoint-metric", "loss"]
     opts += ["--eval-bleu", "--eval-bleu-args", json.dumps({"beam": row.decoding_beam(beam), "max_len_a": 1.2,
@@ -191,13 +200,23 @@ def row_options(row: LedgerRow, seed: int, patience: int, max_epoch: int, beam: 
 
 def check_rows(rows: List[LedgerRow]) -> List[str]:
     """Row names must be unique (an error); returns a warning for each named baseline that is not among the rows
-    (it may be recorded already, or run later: the table shows it as missing)."""
+    (it may be recorded already, or run later: the table shows it as missing) and for each row stopped by another
+    ``# patience:`` than its baseline (the comparison would mix two protocols)."""
     seen = {}
     for row in rows:
         if row.name in seen:
             raise OutlayersConfigError(f"{row.path} and {seen[row.name]} have the same row name '{row.name}' "
                                        "(the file name after its NN- prefix); rename one")
         seen[row.name] = row.path
-    tables = {(r.table, r.name) for r in rows}
-    return [f"{row.path}: its baseline '{row.baseline}' is not among --rows (table '{row.table}'); its p-values "
-            "need the baseline's records" for row in rows if row.baseline and (row.table, row.baseline) not in tables]
+    tables = {(r.table, r.name): r for r in rows}
+    warnings = []
+    for row in rows:
+        base = tables.get((row.table, row.baseline))
+        if row.baseline and base is None:
+            warnings.append(f"{row.path}: its baseline '{row.baseline}' is not among --rows (table '{row.table}'); "
+                            "its p-values need the baseline's records")
+        elif base is not None and base.patience != row.patience:
+            warnings.append(f"{row.path}: '# patience: {row.patience or 'the runner default'}' but its baseline "
+                            f"{base.path} has '# patience: {base.patience or 'the runner default'}'; give the "
+                            "rows of one table the same")
+    return warnings

@@ -171,7 +171,7 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
     saved = checkpoint_state(last_ckpt) if resumed else None
     state = (resume.early_stopping_state(log_path, row.validate, saved["epoch"])
              if resumed and os.path.exists(log_path) else None)
-    if (state is not None and state[1] >= s.patience) or (
+    if (state is not None and state[1] >= row.stopping_patience(s.patience)) or (
             finished_updates is not None and saved is not None and saved.get("updates") == finished_updates):
         seconds = 0.0
     else:
@@ -241,7 +241,8 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "row": row.name, "seed": seed, "table": row.table, "method": row.method, "baseline": row.baseline,
         "row_file": os.path.relpath(row.path, ROOT) if os.path.abspath(row.path).startswith(ROOT) else row.path,
         "description": row.description,
-        "validation": {"metric": row.validate, "reason": row.validate_reason, "patience": s.patience,
+        "validation": {"metric": row.validate, "reason": row.validate_reason,
+                       "patience": row.stopping_patience(s.patience),
                        "max_epoch": s.max_epoch, "best": best["best"]},
         "options": options,
         "command": " ".join(shlex.quote(c) for c in cmd),

@@ -66,6 +66,7 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
     pick = max if metric == "bleu" else min
     best = pick(scored, key=lambda v: v[metric])
     last = scored[-1]["epoch"]
+    patience = row.stopping_patience(patience)
     left = max(patience - (last - best["epoch"]), 0)
     if left == 0 or last >= max_epoch:  # stopped by the protocol: only the test and the record are left
         step = f"applies {row.after[0]}, " if row.after else ""
