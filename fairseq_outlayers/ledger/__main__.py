@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-name", default="test2016", help="name of that test set in the records")
     p.add_argument("--test-set", nargs="*", default=[], metavar="NAME=SRC_FILE,REF_FILE",
                    help="extra raw test sets, prepared with each row's own tokeniser, case and BPE")
-    p.add_argument("--patience", type=int, default=5, help="fairseq --patience: validations without improvement (a row's '# patience: N' overrides it)")
+    p.add_argument("--patience", type=int, default=5, help="fairseq --patience: validations without improvement "
+                   "(a row's '# patience: N' overrides it)")
     p.add_argument("--max-epoch", type=int, default=50, help="the ceiling on training epochs")
     p.add_argument("--beam", type=int, default=5, help="beam of validation BLEU and of the test translations")
     p.add_argument("--lenpen", type=float, default=1.0)

@@ -13,7 +13,7 @@ import shlex
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.ledger import plots
+from fairseq_outlayers.ledger import plots, resume
 from fairseq_outlayers.ledger import records as rec
 from fairseq_outlayers.ledger.stats import (N_SAMPLES, SEED, mean_sd, paired_bootstrap_test,
                                             seeds_for_power, sentence_stats,
@@ -233,7 +233,7 @@ def longest_wait(curve: List[Dict], metric: str) -> Optional[int]:
         return None
     best, since, longest = scores[0], 0, 0
     for score in scores[1:]:
-        if (score > best) if metric == "bleu" else (score < best):
+        if resume.is_better(score, best, metric):
             best, longest, since = score, max(longest, since), 0
         else:
             since += 1

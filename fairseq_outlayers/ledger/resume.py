@@ -29,11 +29,16 @@ def early_stopping_state(log_path: str, metric: str, upto_epoch: Optional[int] =
         return None
     best, since = scored[0], 0
     for score in scored[1:]:
-        if (score > best) if metric == "bleu" else (score < best):
+        if is_better(score, best, metric):
             best, since = score, 0
         else:
             since += 1
     return best, since
+
+
+def is_better(score: float, best: float, metric: str) -> bool:
+    """fairseq's ``should_stop_early`` test: strictly better, "bleu" maximised and anything else minimised."""
+    return score > best if metric == "bleu" else score < best
 
 
 def command(fairseq_train_cmd, state: Tuple[float, int]):
