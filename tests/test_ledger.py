@@ -11,7 +11,8 @@ import pytest
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.__main__ import build_parser, main as ledger_main
-from fairseq_outlayers.ledger.render import (compare, compare_line, converged_figures, group, longest_wait, loss_at_stop,
+from fairseq_outlayers.ledger.render import (compare, compare_line, converged_figures, epoch_ceiling, group, longest_wait,
+                                             loss_at_stop,
                                              patience_margin, render,
                                              step_effect)
 from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
@@ -260,6 +261,24 @@ def test_how_close_the_patience_came_to_stopping_runs_before_a_later_improvement
     assert patience_margin(rows).startswith("Patience (5, 10 validations): in 2 of 4 runs a better validation score "
                                             "still came after the patience minus one validations")
     assert patience_margin({"x": {1: {"curve": [], "validation": {"patience": 5}}}}) is None
+
+
+def test_the_runs_stopped_by_the_epoch_ceiling_with_patience_left_are_named():
+    """A run that reached --max-epoch less than its patience after its best epoch ended on the budget; one whose
+    patience ran out on the last epoch, one that stopped earlier, and step rows are not named."""
+    def run(epochs, best, patience=5, max_epoch=50, **extra):
+        return {"epochs": epochs, "best_epoch": best, **extra,
+                "validation": {"metric": "bleu", "patience": patience, "max_epoch": max_epoch}}
+
+    rows = {"softmax": {1: run(50, 45), 2: run(39, 34), 3: run(50, 50)},
+            "tied": {1: run(50, 45, patience=10), 2: run(50, 40, patience=10)},
+            "tied-fitbias": {1: run(50, 45, after={"step": ["fit-output-bias"]})}}
+    assert epoch_ceiling(rows) == (
+        "Epoch ceiling (50): 2 of 5 runs stopped on it with patience left (softmax seed 3, best at epoch 50; tied seed "
+        "1, best at epoch 45): they ended on the budget, not on the validation score, so their rows may be "
+        "understated.")  # softmax seed 1 and tied seed 2: the patience ran out on the last epoch too
+    assert epoch_ceiling({"softmax": {2: run(39, 34), 3: run(50, 45, max_epoch=60)}}) is None
+    assert epoch_ceiling({"x": {1: {"epochs": 50, "best_epoch": 49, "validation": {}}}}) is None
 
 
 def test_render_is_deterministic_and_written_atomically(tmp_path):

@@ -264,6 +264,29 @@ def patience_margin(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
             f"{_counts(w for w, _ in waits)}.")
 
 
+def epoch_ceiling(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
+    """One sentence naming the runs that the epoch ceiling (``--max-epoch``) stopped before their patience ran out:
+    they ended on the budget, not on the validation score, and their row may be understated. None when no run of
+    the table was stopped that way. Step rows (``after``) share their parent's training and are not counted again."""
+    capped, counted, ceilings = [], 0, set()
+    for name, runs in rows.items():
+        for seed, r in sorted(runs.items()):
+            v = r.get("validation") or {}
+            if r.get("after") or not v.get("max_epoch"):
+                continue
+            counted += 1
+            ceilings.add(v["max_epoch"])
+            best = r.get("best_epoch")
+            if r.get("epochs", 0) >= v["max_epoch"] and best is not None and \
+                    r["epochs"] - best < v.get("patience", float("inf")):
+                capped.append(f"{name} seed {seed}, best at epoch {best}")
+    if not capped:
+        return None
+    return (f"Epoch ceiling ({', '.join(map(str, sorted(ceilings)))}): {len(capped)} of {counted} runs stopped on it "
+            f"with patience left ({'; '.join(capped)}): they ended on the budget, not on the validation score, so "
+            f"their rows may be understated.")
+
+
 def _counts(values) -> str:
     """"3 in 15 runs, 4 in 8" style counts of the values, in ascending order."""
     counts: Dict[int, int] = {}
@@ -354,7 +377,8 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
         present = sorted({s for runs in rows.values() for s in runs})
         table_seeds = sorted(set(seeds) | set(present))
         md += [f"## {name}", ""] + table(ledger, rows, table_seeds, test, cache) + [""]
-        md += [line for sentence in (loss_at_stop(rows), patience_margin(rows)) if sentence
+        md += [line for sentence in (loss_at_stop(rows), patience_margin(rows), epoch_ceiling(rows))
+               if sentence
                for line in (sentence, "")]
         if figures is not None:
             md += figure_lines(name, rows, test, figures)
