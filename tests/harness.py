@@ -88,6 +88,12 @@ def train_args(bin_dir: str, save_dir: str, arch_args: Optional[List[str]] = Non
         "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "600", "--max-update", str(max_update),
         "--save-dir", save_dir, "--seed", "1"] + device_args(device) + ["--no-progress-bar", "--log-interval", "1",
         "--log-format", "simple", "--num-workers", "0", "--no-epoch-checkpoints",
+        # no background batch prefetching: with --max-update ending training mid-epoch, fairseq's prefetch thread
+        # (data/iterators.py BufferedIterator, a daemon thread) may still be collating batches when the interpreter
+        # exits, and a daemon thread stopped inside torch code aborts the process ("terminate called without an
+        # active exception", exit -6) after a complete, saved run: seen twice in one loaded CI run (2026-11-26),
+        # not reproduced in 120 tries; the batches and their order are the same either way
+        "--data-buffer-size", "0",
     ]
     return args + list(extra or [])
 
