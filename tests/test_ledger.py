@@ -179,6 +179,46 @@ def test_a_missing_seed_is_shown_and_not_averaged(tmp_path):
     assert "(seeds 1)" in _row_line(text, "tied")  # the test used the one seed both rows have
 
 
+def test_seeds_beyond_the_protocol_get_their_own_table_and_leave_the_quoted_figures_alone(tmp_path, capsys):
+    """A row given a fourth seed later (to test a difference at the seed level) changes neither its row of the
+    table nor any comparison quoted from it: the table, its diagnostics and ``compare`` keep to seeds 1-3, and a
+    table under it counts every recorded seed (the row's, and its comparison with the baseline)."""
+    ledger = str(tmp_path)
+    for seed, bleu in ((1, 30.0), (2, 31.0), (3, 35.0), (4, 36.0)):
+        fake_record(ledger, "tied", seed, bleu, HYP_A)
+    for seed, bleu in ((1, 33.0), (2, 34.0), (3, 35.0)):
+        fake_record(ledger, "joint", seed, bleu, HYP_B, baseline="tied")
+    fake_record(ledger, "fixed", 1, 29.0, HYP_B)  # no further seed, baseline none: not in the further table
+    text = render(ledger)
+    assert "| tied |  | 30.00 / 31.00 / 35.00 | 32.00 ± 2.65 |" in text  # seed 4 not averaged in
+    assert "36.00" not in _row_line(text, "tied") and "(1 / 2 / 3)" in text
+    table, further = text.split("Seeds beyond 1, 2, 3")
+    # seeds 1-3 (Welch over 3 and 3 seeds): joint 34.00 ± 1.00 vs tied 32.00 ± 2.65
+    welch3 = welch_t_test([33.0, 34.0, 35.0], [30.0, 31.0, 35.0])["p"]
+    assert f"| {welch3:.3f} |" in _row_line(table, "joint") and "(seeds 1, 2, 3)" not in _row_line(table, "joint")
+    # every seed: tied 33.00 ± 2.94 over four seeds (sqrt((9 + 4 + 4 + 9) / 3)); joint's Welch p against all four
+    assert "| tied |  | seed 4: 36.00 | 33.00 ± 2.94 (seeds 1, 2, 3, 4) | (baseline) |" in further
+    welch4 = welch_t_test([33.0, 34.0, 35.0], [30.0, 31.0, 35.0, 36.0])["p"]
+    assert welch4 != welch3
+    line = _row_line(further, "joint")
+    assert line.startswith("| joint | tied | none | 34.00 ± 1.00 (seeds 1, 2, 3) |")
+    assert line.endswith(f"(seeds 1, 2, 3) | {welch4:.3f} |")  # the bootstrap: the seeds both rows have
+    assert "| fixed |" not in further
+    assert compare_line(ledger, "joint", "tied").count("seeds 1, 2, 3") == 3
+    assert f"over seeds p = {welch3:.3f}" in compare_line(ledger, "joint", "tied")
+    every = compare_line(ledger, "joint", "tied", seeds=None)
+    assert "tied 30.00 / 31.00 / 35.00 / 36.00 (seeds 1, 2, 3, 4: 33.00 ± 2.94)" in every
+    assert f"over seeds p = {welch4:.3f}" in every
+    assert ledger_main(["compare", "joint", "tied", "--ledger", ledger, "--all-seeds"]) == 0
+    assert capsys.readouterr().out.strip().endswith(every.split("; ")[-1])
+    assert ledger_main(["compare", "joint", "tied", "--ledger", ledger, "--seeds", "1", "2"]) == 0
+    assert "seeds 1, 2:" in capsys.readouterr().out
+    assert converged_figures(ledger)["tied"] == ["32.00 ± 2.65 (3 seeds, t/tied)"]
+    # a ledger with no further seed has no such table
+    (tmp_path / "none").mkdir()
+    assert "Seeds beyond" not in render(str(tmp_path / "none")) and "Seeds beyond" not in render(ledger, seeds=[1, 2, 3, 4])
+
+
 def test_a_step_row_shows_its_scores_before_the_step_and_which_seeds_were_retrained(tmp_path):
     ledger = str(tmp_path)
     for seed in (1, 2):

@@ -4,7 +4,8 @@
         [--patience 5] [--max-epoch 50] [--test-ref "work/multi30k/raw/test_2016_flickr.{tgt}"] \\
         [--test-set flickr2017=SRC_FILE,REF_FILE ...] [--ledger docs/results/runs] [--work work/ledger]
     python -m fairseq_outlayers.ledger render [--ledger docs/results/runs] [--out docs/results/ledger.md]
-    python -m fairseq_outlayers.ledger compare tiny-shared-private tiny-tied [--ledger docs/results/runs]
+    python -m fairseq_outlayers.ledger compare tiny-shared-private tiny-tied [--seeds 1 2 3 | --all-seeds] \\
+        [--ledger docs/results/runs]
     python -m fairseq_outlayers.ledger status [--rows "configs/ledger/*/*.args"] [--seeds 1 2 3]
 
 ``run`` trains every row with the first seed before any row with the next one (``--jobs N``: N at a time, started
@@ -14,8 +15,10 @@ other options, or when a row's data directory now holds other data than its tabl
 On CUDA each run sees one GPU (``gpus.py``: fairseq would otherwise train one run data-parallel over all of them,
 with a larger batch than the row's records), the run slots taking the visible GPUs in turn.
 ``render`` writes the tables from the records alone, and beside them the plots (SVG: validation per epoch, test
-score against trained parameters) of each table. ``compare`` sets any two rows of a table against each other
-(the tables compare each row with its own baseline only). ``status`` says for every row x seed whether it is
+score against trained parameters) of each table; the tables count the protocol's seeds (``--seeds``, 1-3), and
+records of further seeds go into a table of their own under each table. ``compare`` sets any two rows of a table
+against each other (the tables compare each row with its own baseline only), over the protocol's seeds unless
+given ``--seeds`` or ``--all-seeds``. ``status`` says for every row x seed whether it is
 recorded, partly trained (its epoch and best validation so far: ``run`` resumes it) or not started.
 """
 import argparse
@@ -162,7 +165,8 @@ def _render(args) -> int:
 def _compare(args) -> int:
     from fairseq_outlayers.ledger.render import compare_line
 
-    print(compare_line(args.ledger, args.row, args.other, args.test_name))
+    print(compare_line(args.ledger, args.row, args.other, args.test_name,
+                       seeds=None if args.all_seeds else args.seeds))
     return 0
 
 
@@ -198,14 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger", default=LEDGER)
     p.add_argument("--out", default="docs/results/ledger.md", help="Markdown file ('-': standard output, "
                    "no plots); the plots are written beside it")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds every row should have "
-                   "(a recorded seed outside them is shown too)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="the protocol's seeds, which every row "
+                   "should have and the tables count (records of other seeds get a table of their own under each "
+                   "table, where every recorded seed counts)")
     p.add_argument("--test-name", default="test2016")
     p.add_argument("--title", default="Results ledger: converged runs")
     p.set_defaults(func=_render)
     p = sub.add_parser("compare", help="any two rows of a table: means, difference, paired bootstrap p-value")
     p.add_argument("row", help="a row name (e.g. tiny-shared-private)")
     p.add_argument("other", help="the row it is compared with (e.g. tiny-tied)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="the seeds counted (the tables' "
+                   "protocol seeds by default)")
+    p.add_argument("--all-seeds", action="store_true", help="count every recorded seed")
     p.add_argument("--ledger", default=LEDGER)
     p.add_argument("--test-name", default="test2016")
     p.set_defaults(func=_compare)

@@ -6,6 +6,11 @@ difference from the row's baseline and the p-value of the paired bootstrap test 
 hypotheses and references kept in the ledger), the extra test sets, parameter counts, epochs, updates, speed and
 the device; with ``figures``, the plots of ``plots`` (learning curves, score against trained parameters) as SVG
 files named in the Markdown. ``converged_figures`` gives the same means to ``make demo``'s table.
+
+The tables, their plots and ``compare_line`` keep to the protocol's seeds (``seeds``, 1-3 by default), so a figure
+quoted from them stays what it was when a row later gets more seeds; records of further seeds (run to test a
+difference at the seed level) get a table of their own under each table (``further_seeds``), where every recorded
+seed counts, and ``compare_line(..., seeds=None)`` counts them all too.
 """
 import math
 import re
@@ -50,6 +55,14 @@ def group(records: List[Dict]) -> Dict[str, Dict[str, Dict[int, Dict]]]:
     for r in sorted(records, key=lambda r: (r["table"], r.get("row_file", ""), r["row"], r["seed"])):
         tables.setdefault(r["table"], {}).setdefault(r["row"], {})[r["seed"]] = r
     return tables
+
+
+def keep_seeds(rows: Dict[str, Dict[int, Dict]], seeds: Optional[Sequence[int]]) -> Dict[str, Dict[int, Dict]]:
+    """``rows`` with only the records of ``seeds`` (None: all of them); a row left without records is dropped."""
+    if seeds is None:
+        return rows
+    kept = {row: {s: r for s, r in runs.items() if s in seeds} for row, runs in rows.items()}
+    return {row: runs for row, runs in kept.items() if runs}
 
 
 def _entry_stats(ledger: str, entry: Dict, lowercase: bool, cache: Dict):
@@ -195,6 +208,35 @@ def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], t
                   ", ".join(sorted({r["device"] for r in done}))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def further_seeds(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str,
+                  cache: Dict) -> List[str]:
+    """The table of the seeds recorded beyond ``seeds``: each row that has some, or whose baseline has some, with
+    those seeds' scores, the mean over every recorded seed and its comparison with its baseline over every recorded
+    seed (the paired bootstrap over the seeds both rows have, Welch over all); [] when no row has one."""
+    beyond = {row: sorted(s for s in runs if s not in seeds) for row, runs in rows.items()}
+
+    def baseline(row):
+        return next(iter(rows[row].values())).get("baseline")
+
+    shown = [row for row in rows if beyond[row] or beyond.get(baseline(row))]
+    if not shown:
+        return []
+    head = ["row", "baseline", f"{test} sacreBLEU of the further seeds", "every recorded seed: mean ± sd",
+            "Δ vs baseline [95 % interval]", "p (paired bootstrap)", "p (seeds: Welch t)"]
+    lines = [f"Seeds beyond {', '.join(map(str, seeds))} (run later to test a difference at the seed level; the "
+             "table above keeps to the protocol's seeds): every recorded seed counts here.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in shown:
+        runs = rows[row]
+        further = ", ".join(f"seed {s}: {_fmt(runs[s]['test'].get(test, {}).get('sacrebleu'))}"
+                            for s in beyond[row]) or "none"
+        scores = _scores(rows, row, test)
+        mean = f"{mean_pm_sd(scores)} ({_seed_list(sorted(s for s, r in runs.items() if test in r['test']))})"
+        lines.append("| " + " | ".join([row, baseline(row) or "", further, mean]
+                                       + significance(ledger, rows, row, test, cache)) + " |")
+    return lines + [""]
 
 
 def loss_at_stop(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
@@ -373,15 +415,16 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
         md += ["The ledger holds no record yet.", ""]
         return "\n".join(md)
     cache: Dict = {}
+    table_seeds = sorted(seeds)
     for name, rows in group(records).items():
-        present = sorted({s for runs in rows.values() for s in runs})
-        table_seeds = sorted(set(seeds) | set(present))
-        md += [f"## {name}", ""] + table(ledger, rows, table_seeds, test, cache) + [""]
-        md += [line for sentence in (loss_at_stop(rows), patience_margin(rows), epoch_ceiling(rows))
+        protocol = keep_seeds(rows, table_seeds)
+        md += [f"## {name}", ""] + table(ledger, protocol, table_seeds, test, cache) + [""]
+        md += [line for sentence in (loss_at_stop(protocol), patience_margin(protocol), epoch_ceiling(protocol))
                if sentence
                for line in (sentence, "")]
+        md += further_seeds(ledger, rows, table_seeds, test, cache)
         if figures is not None:
-            md += figure_lines(name, rows, test, figures)
+            md += figure_lines(name, protocol, test, figures)
         signatures = sorted({r["test"][test]["sacrebleu_signature"] for runs in rows.values()
                              for r in runs.values() if test in r["test"]})
         commits = sorted({r["commit"] for runs in rows.values() for r in runs.values()})
@@ -399,7 +442,8 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
             after = r.get("after")
             trained = re.sub(r"\.seed\d+$", "", after["trained_in"]) if after else ""
             step = (f"; then `{shlex.join(after['step'])}` on each seed's best checkpoint of `{trained}`"
-                    + _before_step(ledger, runs, rows.get(trained, {}), table_seeds, test, trained, cache)
+                    + _before_step(ledger, protocol.get(row, {}), protocol.get(trained, {}), table_seeds, test,
+                                   trained, cache)
                     if after else "")
             md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; early stopping on validation "
                       f"{v['metric']}{why}" + (f"; beam {beam}" if beam else "") + step)
@@ -407,10 +451,12 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
     return "\n".join(md)
 
 
-def compare_line(ledger: str, name: str, other: str, test: str = "test2016") -> str:
+def compare_line(ledger: str, name: str, other: str, test: str = "test2016",
+                 seeds: Optional[Sequence[int]] = DEFAULT_SEEDS) -> str:
     """One line: row ``name`` against row ``other`` (any two rows of one table, not only a row and its baseline),
-    the per-seed scores, means, Δ and the paired bootstrap p-value; ``ledger compare`` prints it."""
-    grouped = group(rec.read_records(ledger))
+    the per-seed scores, means, Δ and the paired bootstrap p-value, over the records of ``seeds`` (None: every
+    recorded seed); ``ledger compare`` prints it."""
+    grouped = {t: keep_seeds(rows, seeds) for t, rows in group(rec.read_records(ledger)).items()}
     tables = [(t, rows) for t, rows in grouped.items() if name in rows and other in rows]
     if not tables:
         known = sorted({row for rows in grouped.values() for row in rows})
@@ -443,9 +489,11 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016") -> 
 
 
 def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:
-    """{method: ["33.10 ± 0.40 (3 seeds, TABLE)", ...]}: the ledger's figure for each method, for make demo."""
+    """{method: ["33.10 ± 0.40 (3 seeds, TABLE)", ...]}: the ledger's figure for each method over the protocol's
+    seeds, for make demo."""
     out: Dict[str, List[str]] = {}
     for table_name, rows in group(rec.read_records(ledger)).items():
+        rows = keep_seeds(rows, DEFAULT_SEEDS)
         for name, runs in rows.items():
             values = [r["test"][test]["sacrebleu"] for r in runs.values() if test in r["test"]]
             if values:
