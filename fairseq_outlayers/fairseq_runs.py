@@ -3,7 +3,8 @@
 * ``executable(name)``: the ``fairseq-*`` program beside the running interpreter (the venv's), else from PATH;
 * ``user_dir()``: the ``--user-dir`` that loads this package;
 * ``run_training(cmd, log_path, what)``: one ``fairseq-train`` run, its output logged (appended to when the run
-  resumes), progress echoed;
+  resumes), progress echoed; an abort at interpreter exit after fairseq logged the end of training is not a
+  failure;
 * ``training_speed(log_path)``: training target tokens per second, from that log;
 * ``validations(log_path)``: the figures of every validation in that log, one dict per epoch;
 * ``epoch_seconds(log_path)``: the median wall time of one epoch (training and validation) in that log;
@@ -14,10 +15,14 @@ import json
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import time
+
+
+DONE_TRAINING = "done training in"  # fairseq_cli/train.py logs it once every checkpoint of the run is saved
 
 
 def executable(name):
@@ -44,14 +49,22 @@ def run_training(cmd, log_path, what, prog="compare", append=False, label="", en
         # fairseq logs to stdout: unbuffered for live progress
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        finished = False
         for line in proc.stdout:
             out.write(line)
+            finished = finished or DONE_TRAINING in line
             if "train_inner" in line or "valid on" in line:  # visible progress
                 m = re.search(r"(num_updates=\d+|valid on.*?\| loss [\d.]+)", line)
                 if m:
                     print(f"    {label}{m.group(1)}", flush=True)
         proc.wait()
-    if proc.returncode != 0:
+    if proc.returncode == -signal.SIGABRT and finished:
+        # fairseq's batch-prefetch thread (data/iterators.py BufferedIterator, a daemon thread) can still be inside
+        # torch when the interpreter exits after a run stopped mid-epoch by --max-update, and the process aborts
+        # ("terminate called without an active exception") after its last checkpoint was saved: the run is whole
+        log(f"  fairseq-train aborted at exit after finishing ({DONE_TRAINING!r} logged) for {what}: "
+            "its checkpoints are complete; carrying on", prog)
+    elif proc.returncode != 0:
         raise SystemExit(f"{prog}: fairseq-train failed for {what}; see {log_path}")
     return time.time() - start
 

@@ -103,3 +103,23 @@ def test_demo_table_shows_the_ledgers_converged_figure_or_none_yet(tmp_path):
     assert "| softmax | 1 | 20.00 | 10 | 8 | 4 | 2 | 100 | 5 | 33.50 ± 0.71 (2 seeds, multi30k/softmax) |" in table
     assert "| tied | 1 | 20.00 | 10 | 8 | 4 | 2 | 100 | 5 | none yet |" in table
     assert format_table(rows) == format_table(rows, None) and "converged" not in format_table(rows)
+
+
+def test_an_abort_at_exit_after_fairseq_finished_is_not_a_failure_and_any_other_failure_is(tmp_path):
+    """fairseq's prefetch thread can abort the interpreter at exit after a --max-update run saved its last checkpoint
+    (SIGABRT, "terminate called without an active exception"): the run is whole and the runner carries on. An abort
+    before the end of training, or a non-zero exit after it, still stops the runner."""
+    import sys
+
+    from fairseq_outlayers import fairseq_runs
+
+    def fake(before_exit, then):
+        return [sys.executable, "-c", f"import os, sys; print({before_exit!r}, flush=True); {then}"]
+
+    log_path = str(tmp_path / "train.log")
+    done = "INFO | fairseq_cli.train | done training in 1.2 seconds"
+    assert fairseq_runs.run_training(fake(done, "os.abort()"), log_path, "row") >= 0
+    assert open(log_path).read().strip() == done
+    for before_exit, then in [("epoch 001 | loss 9.1", "os.abort()"), (done, "sys.exit(1)")]:
+        with pytest.raises(SystemExit, match="fairseq-train failed for row"):
+            fairseq_runs.run_training(fake(before_exit, then), log_path, "row")
