@@ -30,10 +30,10 @@ def load(checkpoint: str, data: Optional[str] = None):
     given (a model saved in half precision, e.g. by ``--memory-efficient-fp16``, is fitted in float32;
     ``put_bias`` stores the bias in the checkpoint's own precision)."""
     import fairseq_outlayers  # noqa: F401  (registers the package and allow-lists its checkpoints)
-    from fairseq import checkpoint_utils
+    from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task
 
     overrides = {"data": data} if data else {}
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+    models, cfg, task = load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
     return models[0].float().eval(), task, cfg
 
 
@@ -143,14 +143,32 @@ def put_bias(state: Dict, bias, accepts_bias: bool):
             config.output_bias = True
 
 
-def write_checkpoint(checkpoint: str, out_checkpoint: str, bias, accepts: bool):
-    """A copy of ``checkpoint`` with ``bias`` in its output layer, written atomically."""
+def write_checkpoint(checkpoint: str, out_checkpoint: str, bias, accepts: bool, model=None):
+    """A copy of ``checkpoint`` with ``bias`` in its output layer, written atomically. The checkpoint is read again
+    with the safe (weights-only) loader; with ``model``, the weights read must be the ones the bias was fitted on,
+    so a file replaced while the fit ran is refused rather than written with a bias that is not its own."""
+    from fairseq_outlayers.checkpoint_safety import read
+    from fairseq_outlayers.errors import OutlayersConfigError
     from fairseq_outlayers.outfiles import atomic_write
 
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = read(checkpoint)
+    if model is not None and not same_weights(model, state["model"]):
+        raise OutlayersConfigError(f"checkpoint '{checkpoint}' changed while the bias was fitted (its weights are no "
+                                   f"longer the ones loaded); nothing was written to '{out_checkpoint}': run again")
     put_bias(state, bias, accepts)
     with atomic_write(out_checkpoint, "wb") as f:
         torch.save(state, f)
+
+
+def same_weights(model, weights: Dict) -> bool:
+    """Whether every parameter of ``model`` is in ``weights`` (a checkpoint's ``model`` state) with the same values
+    (compared in the model's float32 copy of them)."""
+    for name, param in model.named_parameters():
+        saved = weights.get(name)
+        if not torch.is_tensor(saved) or saved.shape != param.shape or not torch.equal(
+                saved.float(), param.detach().float().cpu()):
+            return False
+    return True
 
 
 def fit_output_bias(checkpoint: str, out_checkpoint: str, data: Optional[str] = None,
@@ -171,7 +189,7 @@ def fit_output_bias(checkpoint: str, out_checkpoint: str, data: Optional[str] = 
     train_x, train_y = features(model, task, "train", max_tokens, train_sentences)
     valid_x, valid_y = features(model, task, "valid", max_tokens)
     bias = fit_bias(layer, train_x, train_y, len(task.target_dictionary), epochs, lr)
-    write_checkpoint(checkpoint, out_checkpoint, bias.cpu(), accepts)
+    write_checkpoint(checkpoint, out_checkpoint, bias.cpu(), accepts, model)
     return {"train_sentences": train_sentences, "train_tokens": len(train_y), "valid_tokens": len(valid_y),
             "epochs": epochs, "lr": lr,
             "valid_nll_bits": {"as trained": round(nll_bits(layer, valid_x, valid_y), 4),

@@ -11,7 +11,9 @@ and the package's tools) are wrapped with ``one_line_errors``: there a user mist
 
 * ``OutlayersConfigError``;
 * a ``FileNotFoundError`` raised while fairseq sets up the task (a missing or misspelt data directory or
-  dictionary file).
+  dictionary file);
+* any error raised while fairseq loads a checkpoint (missing, empty, truncated, or a crafted pickle that the
+  weights-only loader refused; ``checkpoint_safety.load_error_message``).
 
 Every other exception keeps its normal traceback. Importing the package changes nothing here: no
 ``sys.excepthook``.
@@ -34,6 +36,11 @@ def explain(exc: BaseException):
     """The one-line message for a user mistake, or None for any other exception."""
     if isinstance(exc, OutlayersConfigError):
         return str(exc)
+    from fairseq_outlayers.checkpoint_safety import load_error_message
+
+    message = load_error_message(exc)  # a missing, damaged or unsafe checkpoint that fairseq was loading
+    if message is not None:
+        return message
     if isinstance(exc, FileNotFoundError):
         frames = {frame.f_code.co_name for frame, _ in traceback.walk_tb(exc.__traceback__)}
         if frames & _TASK_SETUP_FRAMES:
@@ -51,7 +58,7 @@ def one_line_errors(main):
     def entry_point(*args, **kwargs):
         try:
             return main(*args, **kwargs)
-        except (OutlayersConfigError, FileNotFoundError) as e:
+        except Exception as e:
             message = explain(e)
             if message is None:
                 raise

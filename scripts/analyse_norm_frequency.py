@@ -122,7 +122,9 @@ def main(argv=None):
     import fairseq_outlayers  # noqa: F401  (allow-lists the classes in fairseq checkpoints for a safe load)
     from fairseq.data import Dictionary
 
-    state = torch.load(args.checkpoint, map_location="cpu")
+    from fairseq_outlayers.checkpoint_safety import read
+
+    state = read(args.checkpoint)  # weights-only: a crafted or damaged file is refused with one line
     try:
         name, matrix = output_matrix(state, args.key)
     except KeyError as e:
@@ -166,4 +168,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fairseq_outlayers.errors import one_line_errors
+
+    sys.exit(one_line_errors(main)())

@@ -107,12 +107,12 @@ def format_tsv(rows: List[dict], k: int) -> str:
 
 def load(path: str, data: Optional[str]):
     import fairseq_outlayers  # noqa: F401  (registers the models; checkpoint allow-list)
-    from fairseq import checkpoint_utils
+    from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task
 
     if not os.path.exists(path):
         raise OutlayersConfigError(f"checkpoint '{path}' does not exist; pass --path to a fairseq checkpoint")
     overrides = {"data": data} if data else {}
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
+    models, _cfg, task = load_model_ensemble_and_task([path], arg_overrides=overrides)
     return models[0], task.target_dictionary
 
 

@@ -39,8 +39,11 @@ from fairseq_outlayers.bias_fit import (BIAS_KEY, features, fit_bias, fit_scale,
                                        nll_bits, put_bias)
 from fairseq_outlayers.bias_fit import accepts_bias as layer_accepts_bias  # noqa: E402
 from fairseq_outlayers.bias_fit import write_checkpoint  # noqa: E402
+from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors  # noqa: E402
+from fairseq_outlayers.outfiles import check_output_dir  # noqa: E402
 
 
+@one_line_errors
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("checkpoint")
@@ -57,6 +60,11 @@ def main(argv=None):
     for path in (args.json, args.out_checkpoint):
         if path and os.path.exists(path):
             parser.error(f"{path} exists; give another name (nothing is overwritten)")
+        if path:
+            try:
+                check_output_dir(path, "--json" if path == args.json else "--out-checkpoint")
+            except OutlayersConfigError as e:
+                parser.error(str(e))
     from scipy.stats import spearmanr
 
     from fairseq_outlayers.outfiles import write_text
@@ -93,7 +101,7 @@ def main(argv=None):
     if args.json:
         write_text(args.json, text + "\n")
     if args.out_checkpoint:
-        write_checkpoint(args.checkpoint, args.out_checkpoint, bias, accepts_bias)
+        write_checkpoint(args.checkpoint, args.out_checkpoint, bias, accepts_bias, model)
         print(f"wrote {args.out_checkpoint}")
     return 0
 

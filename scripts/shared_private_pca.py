@@ -24,9 +24,10 @@ def load_embeddings(checkpoint: str):
     """(source matrix, target matrix, {category: [(src index, tgt index), ...]}, model args) from a checkpoint."""
     import torch
 
+    from fairseq_outlayers.checkpoint_safety import read
     from fairseq_outlayers.modules.shared_private import assemble
 
-    state = torch.load(checkpoint, map_location="cpu")
+    state = read(checkpoint)  # weights-only: a crafted or damaged file is refused with one line
     model, cfg = state["model"], state["cfg"]["model"]
     prefix = "encoder.embed_tokens.core."
     if prefix + "src_rows" not in model:
@@ -138,4 +139,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, REPO)
+    from fairseq_outlayers.errors import one_line_errors
+
+    one_line_errors(main)()

@@ -114,3 +114,60 @@ def test_the_gpu_fit_matches_the_cpu_fit(sampled_joint, tiny_bin, tmp_path, caps
     for split in ("train_nll_bits", "valid_nll_bits"):
         for name in ("as trained", "fitted bias"):
             assert abs(gpu_figures[split][name] - cpu_figures[split][name]) < 2e-3
+
+
+class _RunsCode:
+    """Unpickling this calls os.system: a crafted checkpoint's payload."""
+
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/outlayers-pwned-fit",))
+
+
+@pytest.mark.parametrize("swap", ["crafted", "another model"])
+def test_a_checkpoint_replaced_during_the_fit_runs_nothing_and_writes_nothing(sampled_joint, tiny_bin, tmp_path,
+                                                                              monkeypatch, capsys, swap):
+    """The checkpoint is read again to write --out: a file swapped in while the fit runs is read with the safe
+    loader (a crafted pickle is refused, its code never runs), and weights that are not the ones fitted are
+    refused too; nothing is written in either case."""
+    import shutil
+
+    from fairseq_outlayers import bias_fit
+    from fairseq_outlayers.checkpoint_safety import read
+
+    marker = "/tmp/outlayers-pwned-fit"
+    if os.path.exists(marker):
+        os.remove(marker)
+    path = str(tmp_path / "model.pt")
+    shutil.copyfile(sampled_joint, path)
+    if swap == "crafted":
+        replacement = {"model": {}, "cfg": {}, "payload": _RunsCode()}
+        message = "was refused and nothing in it was run: its pickle asks for 'posix.system'"
+    else:
+        replacement = read(sampled_joint)
+        replacement["model"]["decoder.embed_tokens.weight"] = replacement["model"]["decoder.embed_tokens.weight"] + 1
+        message = "changed while the bias was fitted"
+    real_fit = bias_fit.fit_bias
+
+    def replace_then_fit(*args, **kwargs):
+        torch.save(replacement, path)
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(bias_fit, "fit_bias", replace_then_fit)
+    out = tmp_path / "out.pt"
+    with pytest.raises(SystemExit):
+        fit_bias_main([path, "--out", str(out), "--data", tiny_bin, "--epochs", "1"])
+    assert message in capsys.readouterr().err
+    assert not os.path.exists(marker) and not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]  # no temporary file left either
+
+
+def test_an_unwritable_out_directory_is_named_before_the_fit(sampled_joint, tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)  # as in a read-only directory (root ignores chmod)
+    with pytest.raises(SystemExit):
+        fit_bias_main([sampled_joint, "--out", str(tmp_path / "o.pt")])
+    assert "cannot create a file in" in capsys.readouterr().err and not (tmp_path / "o.pt").exists()

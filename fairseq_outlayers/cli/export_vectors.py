@@ -40,13 +40,12 @@ def exportable(dictionary, index: int) -> bool:
 def export_target_vectors(checkpoint: str, output: str, matrix: str = "output", data=None, force=False) -> int:
     """Write the vectors; returns the number of rows written."""
     check_output_path(output, force, inputs=[checkpoint], option="OUTPUT")
-    from fairseq import checkpoint_utils
-
     import fairseq_outlayers  # noqa: F401  (registers the models and allow-lists checkpoint classes)
+    from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task
 
     overrides = {"data": data} if data else {}
     try:
-        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+        models, _cfg, task = load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
     except FileNotFoundError as e:
         raise OutlayersConfigError(f"'{checkpoint}': {e}; give the data directory with its dictionaries as "
                                    "--data DIR") from None

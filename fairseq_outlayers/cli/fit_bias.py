@@ -38,6 +38,13 @@ def main(argv=None):
         parser.error(f"--out '{args.out}' exists; give another name (nothing is overwritten)")
     if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         parser.error(f"--out '{args.out}': its directory does not exist")
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.outfiles import check_output_dir
+
+    try:
+        check_output_dir(args.out, "--out")  # a file can be created there: checked before the fit (minutes)
+    except OutlayersConfigError as e:
+        parser.error(str(e))
     if args.data is not None and not os.path.isdir(args.data):
         parser.error(f"--data '{args.data}' is not a directory; pass the data-bin directory used for training")
     for name in ("train_sentences", "epochs", "max_tokens"):

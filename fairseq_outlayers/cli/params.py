@@ -35,27 +35,14 @@ def main(argv=None):
     import fairseq_outlayers  # noqa: F401  (registers the models before the checkpoint is rebuilt)
 
     logging.getLogger("fairseq_outlayers.models.core").setLevel(logging.WARNING)  # the report is printed below
-    from fairseq import checkpoint_utils
-
-    from fairseq_outlayers.params import format_parameter_report, parameter_report
-
+    from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task, read
     from fairseq_outlayers.errors import OutlayersConfigError
-
-    import torch
+    from fairseq_outlayers.params import format_parameter_report, parameter_report
 
     overrides = {"data": args.data} if args.data else {}
     try:
-        state = torch.load(args.checkpoint, map_location="cpu")
-    except Exception as e:  # torch/pickle/zip errors of a truncated or foreign file
-        reason = " ".join(f"{type(e).__name__}: {e}".split())[:160]
-        return fail(f"'{args.checkpoint}' cannot be read as a checkpoint ({reason}); it is truncated, damaged or "
-                    "not a .pt file written by fairseq-train: use another checkpoint of the run")
-    if not isinstance(state, dict) or "model" not in state or (state.get("cfg") is None and state.get("args") is None):
-        return fail(f"'{args.checkpoint}' is a torch file but not a fairseq checkpoint (no model weights and "
-                    "configuration); pass a .pt file written by fairseq-train")
-    del state
-    try:
-        models, _cfg, _task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides=overrides)
+        read(args.checkpoint, mmap=True)  # one line for a damaged, crafted or foreign file
+        models, _cfg, _task = load_model_ensemble_and_task([args.checkpoint], arg_overrides=overrides)
     except OutlayersConfigError as e:
         return fail(str(e))
     except FileNotFoundError as e:

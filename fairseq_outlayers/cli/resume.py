@@ -5,7 +5,8 @@ leaves it empty or truncated, and the next run of the same command dies on it. `
 ``scripts/train.sh`` call :func:`restore_args` first: when ``SAVE_DIR/checkpoint_last.pt`` cannot be read, the
 intact checkpoint with the most updates (``checkpoint_N.pt``, ``checkpoint_E_U.pt``, ``checkpoint_best.pt``, ...)
 is passed to fairseq as ``--restore-file``, with a warning. The unreadable file is left where it is (fairseq
-replaces it at its next save). Nothing is done when the user gave ``--restore-file``.
+replaces it at its next save). Nothing is done when the user gave ``--restore-file``, but a missing file named by
+``--restore-file`` or ``--finetune-from-model`` is refused (fairseq would train from scratch or end in a traceback).
 
     python -m fairseq_outlayers.cli.resume FAIRSEQ-TRAIN-ARGS...   # prints the arguments to add, one per line
 """
@@ -48,7 +49,18 @@ def updates(path: str) -> Optional[int]:
 def restore_args(argv: List[str]) -> List[str]:
     """Extra fairseq-train arguments (``["--restore-file", PATH]`` or none); raises SystemExit with one line when
     ``checkpoint_last.pt`` is unreadable and no intact checkpoint is left."""
-    if _option(argv, "--restore-file") is not None:
+    finetune = _option(argv, "--finetune-from-model")
+    if finetune is not None and not os.path.isfile(finetune):
+        raise SystemExit(f"{PROG}: error: --finetune-from-model '{finetune}' does not exist; pass the path of a "
+                         "trained checkpoint")
+    restore = _option(argv, "--restore-file")
+    if restore is not None:
+        suffix = _option(argv, "--checkpoint-suffix") or ""
+        path = restore.replace(".pt", suffix + ".pt")
+        if restore != "checkpoint_last.pt" and not os.path.isfile(path):
+            # fairseq would log "No existing checkpoint found" and train from scratch
+            raise SystemExit(f"{PROG}: error: --restore-file '{path}' does not exist; pass the path of a checkpoint "
+                             "to resume from, or leave the option out to start (or resume) in --save-dir")
         return []
     save_dir = _option(argv, "--save-dir") or "checkpoints"
     last = os.path.join(save_dir, "checkpoint_last.pt")

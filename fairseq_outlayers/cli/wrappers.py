@@ -25,8 +25,12 @@ def _run(module_name, extra=()):
     return importlib.import_module(module_name).cli_main()
 
 
+def _given(option):
+    return any(a == option or a.startswith(option + "=") for a in sys.argv[1:])
+
+
 def _replace_unk_asked():
-    return any(a == "--replace-unk" or a.startswith("--replace-unk=") for a in sys.argv[1:])
+    return _given("--replace-unk")
 
 
 @one_line_errors
@@ -66,4 +70,10 @@ def interactive():
 
 @one_line_errors
 def validate():
-    return _run("fairseq_cli.validate")
+    """fairseq-validate with fairseq-generate's defaults: the translation task unless ``--task`` is given
+    (fairseq-validate has none: ``KeyError: None``) and ``--max-tokens 12000`` unless a batch size is given
+    (fairseq-validate asserts one)."""
+    extra = [] if _given("--task") else ["--task", "translation"]
+    if not (_given("--max-tokens") or _given("--batch-size") or _given("--max-sentences")):
+        extra += ["--max-tokens", "12000"]
+    return _run("fairseq_cli.validate", extra)
