@@ -213,3 +213,12 @@ def test_every_entry_point_refuses_a_bad_checkpoint_in_one_line(bad_checkpoints,
         assert MESSAGES[kind] in line and bad_checkpoints[kind] in line, (name, line)
     assert not os.path.exists(marker)
     assert not [p for p in os.listdir(tmp_path) if p.startswith("out") and os.path.isfile(tmp_path / p)]
+
+
+def test_outlayers_validate_needs_no_task_or_batch_size(bad_checkpoints, tiny_bin):
+    """fairseq-validate has no default task (KeyError: None) and asserts a batch size; outlayers-validate takes
+    fairseq-generate's defaults (translation, 12,000 tokens) as outlayers-generate does."""
+    from harness import tool
+
+    proc = run([tool("outlayers-validate"), tiny_bin, "--path", bad_checkpoints["good"], "--cpu"])
+    assert "valid on 'valid' subset | loss" in proc.stdout + proc.stderr
