@@ -54,7 +54,9 @@ setup(
             "outlayers-options = fairseq_outlayers.cli.options:main",
         ],
     },
+    license="MIT",
     classifiers=[
+        "License :: OSI Approved :: MIT License",
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
