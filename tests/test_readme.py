@@ -5,6 +5,7 @@ the tiny synthetic corpus of conftest.py. Only three things change: each ``fairs
 updates on a smaller model, fairseq runs on the CPU, and ``python`` is this interpreter. The README's sentences
 are checked against their length limit here too (scripts/check_sentences.py).
 """
+import glob
 import os
 import re
 import shutil
@@ -65,9 +66,16 @@ def test_the_readme_has_a_block_per_method():
         assert trains[0].split()[1] == gens[0].split()[1]
 
 
-def test_readme_sentences_are_short():
+def test_user_docs_sentences_are_short():
+    """README.md: at most 40 words a sentence; docs/*.md: at most 60 (tables, code and headings excepted)."""
     check = load_script("check_sentences.py")
     assert check.check(README, 40) == []
+    docs = sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+    assert len(docs) >= 10
+    assert [p for path in docs for p in check.check(path, 60)] == []
+    # the checker itself: a long sentence is found, a table row or code line is not
+    text = "One " + "word " * 45 + "end.\n\n| " + "cell " * 80 + "|\n\n```\n" + "code " * 80 + "\n```\n"
+    assert [n for _, n, _ in check.sentences(text)] == [47]
 
 
 @pytest.fixture(scope="module")
