@@ -161,11 +161,10 @@ def arch_sections() -> List[Tuple[str, str]]:
     """(name, first line of its doc) of every ``--arch`` of the package's models."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    models = set(_package_models())
+    models = set(_package_models().values())
     out = []
     for arch, model_cls in ARCH_MODEL_REGISTRY.items():
-        name = next((n for n, c in _package_models().items() if c is model_cls), None)
-        if name in models:
+        if model_cls in models:
             out.append((arch, _first_paragraph(ARCH_CONFIG_REGISTRY[arch].__doc__) or "fairseq's sizes of the same name"))
     return out
 
