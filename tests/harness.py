@@ -61,8 +61,8 @@ def pairing_file(raw_dir: str, bin_dir: str, path: str, src: str = "de", tgt: st
     from fairseq_outlayers.pairing.__main__ import main
 
     args = ["--src-text", os.path.join(raw_dir, f"train.{src}"), "--tgt-text", os.path.join(raw_dir, f"train.{tgt}"),
-            "--src-dict", os.path.join(bin_dir, f"dict.{src}.txt"), "--tgt-dict", os.path.join(bin_dir, f"dict.{tgt}.txt"),
-            "-o", path]
+            "--src-dict", os.path.join(bin_dir, f"dict.{src}.txt"),
+            "--tgt-dict", os.path.join(bin_dir, f"dict.{tgt}.txt"), "-o", path]
     try:
         import systran_align  # noqa: F401
     except ImportError:

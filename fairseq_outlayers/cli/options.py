@@ -165,7 +165,8 @@ def arch_sections() -> List[Tuple[str, str]]:
     out = []
     for arch, model_cls in ARCH_MODEL_REGISTRY.items():
         if model_cls in models:
-            out.append((arch, _first_paragraph(ARCH_CONFIG_REGISTRY[arch].__doc__) or "fairseq's sizes of the same name"))
+            doc = _first_paragraph(ARCH_CONFIG_REGISTRY[arch].__doc__)
+            out.append((arch, doc or "fairseq's sizes of the same name"))
     return out
 
 
