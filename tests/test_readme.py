@@ -1,8 +1,9 @@
 """The README's "Train and translate" blocks run as written, read from README.md itself (so the two cannot drift).
 
 Each block runs in a directory laid out as ``make demo`` leaves the repository (``work/multi30k/...``), filled with
-the tiny synthetic corpus of conftest.py. Only three things change: each ``fairseq-train`` stops after a few
-updates on a smaller model, fairseq runs on the CPU, and ``python`` is this interpreter. The README's sentences
+the tiny synthetic corpus of conftest.py. Only options are added (argparse: the last one wins): each
+``fairseq-train`` stops after a few updates on a smaller model, fairseq runs on the CPU, the target vectors train
+one epoch. ``python`` and the fairseq commands are this interpreter's (its bin directory comes first on PATH). The README's sentences
 are checked against their length limit here too (scripts/check_sentences.py).
 """
 import glob
@@ -18,10 +19,11 @@ README = os.path.join(REPO, "README.md")
 
 #: appended to every fairseq-train of a block: a few updates of a small model on the CPU (argparse: last wins)
 TRAIN_CAP = ["--max-update", "3", "--cpu", "--num-workers", "0", "--data-buffer-size", "0", "--seed", "1",
-             "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-ffn-embed-dim", "64",
-             "--decoder-ffn-embed-dim", "64", "--max-tokens", "600", "--no-epoch-checkpoints",
+             "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+             "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+             "--decoder-attention-heads", "2", "--max-tokens", "600", "--no-epoch-checkpoints",
              "--no-progress-bar", "--log-format", "simple"]
-GENERATE_CAP = ["--cpu", "--num-workers", "0", "--batch-size", "32"]
+GENERATE_CAP = ["--cpu", "--num-workers", "0", "--batch-size", "32", "--max-len-b", "12"]
 
 
 def readme_blocks():
@@ -102,6 +104,8 @@ def _script(block):
             cmd += " " + " ".join(TRAIN_CAP)
         elif cmd.startswith("fairseq-generate "):
             cmd += " " + " ".join(GENERATE_CAP)
+        elif "scripts/train_target_vectors.py" in cmd:
+            cmd += " --epochs 1"  # vectors for a few updates need no quality
         lines.append(cmd)
     return "\n".join(lines) + "\n"
 
