@@ -6,6 +6,9 @@
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
+# torch's index for `make install` (the CPU build: TORCH_INDEX=https://download.pytorch.org/whl/cpu); empty: PyPI
+TORCH_INDEX ?=
+TORCH_EXTRA_INDEX ?=
 DEMO_UPDATES ?= 200
 DEMO_OUT ?= work/demo
 RESULTS_UPDATES ?= 800
@@ -15,7 +18,7 @@ RESULTS_OUT ?= work/results
 .PHONY: install demo results test test-slow
 
 install:
-	VENV=$(VENV) PYTHON=$(PYTHON) bash scripts/install.sh
+	VENV=$(VENV) PYTHON=$(PYTHON) TORCH_INDEX=$(TORCH_INDEX) TORCH_EXTRA_INDEX=$(TORCH_EXTRA_INDEX) bash scripts/install.sh
 
 demo: install
 	VENV_BIN=$(VENV)/bin DEMO_OUT=$(DEMO_OUT) bash scripts/demo.sh $(DEMO_UPDATES)

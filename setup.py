@@ -12,6 +12,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "fairseq_outlayers", "version.py"), encoding="utf-8") as f:
     VERSION = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
 
+SYSTRAN_ALIGN = 'systran-align; python_version < "3.12"'
+
 setup(
     name="fairseq_outlayers",
     version=VERSION,
@@ -31,11 +33,13 @@ setup(
         "numpy",
     ],
     extras_require={
-        "align": ["systran-align"],  # fast_align for the shared-private pairing and --replace-unk lexicons
+        # fast_align for the shared-private pairing and --replace-unk lexicons; systran-align has no build (wheel or
+        # source) for Python 3.12, where the pairing reads alignments from the user's own fast_align instead
+        "align": [SYSTRAN_ALIGN],
         "vectors": ["gensim>=4.3"],  # training / reading word2vec and fastText target vectors
         "plot": ["matplotlib"],  # scatter plots of the analysis scripts
         "faiss": ["faiss-cpu"],  # --continuous-search faiss (K-best decoding of continuous outputs)
-        "test": ["pytest>=7", "hypothesis>=6", "mpmath", "systran-align", "gensim>=4.3", "matplotlib", "faiss-cpu"],
+        "test": ["pytest>=7", "hypothesis>=6", "mpmath", SYSTRAN_ALIGN, "gensim>=4.3", "matplotlib", "faiss-cpu"],
     },
     entry_points={
         "console_scripts": [
@@ -47,9 +51,12 @@ setup(
             "outlayers-fit-bias = fairseq_outlayers.cli.fit_bias:main",
             "outlayers-pairing = fairseq_outlayers.pairing.__main__:main",
             "outlayers-vectors = fairseq_outlayers.vectors:main",
+            "outlayers-options = fairseq_outlayers.cli.options:main",
         ],
     },
+    license="MIT",
     classifiers=[
+        "License :: OSI Approved :: MIT License",
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],

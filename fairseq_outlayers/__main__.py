@@ -3,7 +3,9 @@
 ``python -m fairseq_outlayers translate --checkpoint CKPT --data DIR --input raw.txt --output out.txt`` translates
 raw text (tokenised, BPE'd and detokenised as the training data was);
 ``python -m fairseq_outlayers fit-bias CHECKPOINT --out NEW.pt`` fits the per-word output bias a model trained with
-a sampled softmax lacks (``outlayers-fit-bias``)."""
+a sampled softmax lacks (``outlayers-fit-bias``);
+``python -m fairseq_outlayers options [WORD ...]`` prints every option the package adds, with its default and help
+(``outlayers-options``)."""
 import sys
 
 
@@ -22,6 +24,10 @@ def main(argv=None):
         from .cli.fit_bias import main as fit_bias_main
 
         return fit_bias_main(argv[1:])
+    if argv[:1] == ["options"]:
+        from .cli.options import main as options_main
+
+        return options_main(argv[1:])
     if argv[:1] == ["translate"]:
         from .cli.translate import main as translate_main
 

@@ -11,9 +11,9 @@
 #    fastText, skipped when present);
 # 3. the shared-private word pairing (python -m fairseq_outlayers.pairing, skipped when present);
 # 4. python -m fairseq_outlayers.cli.compare: one fairseq-train + fairseq-generate + sacreBLEU per row file
-#    (default configs/demo/*.args) and seed; prints the table and writes OUT/results.md (default work/demo),
-#    with, beside each row, the converged figure of the same method from the results ledger (docs/results/runs,
-#    python -m fairseq_outlayers.ledger) or "none yet".
+#    (default configs/demo/*.args) and seed; prints the table once and writes OUT/results.md (default work/demo),
+#    with, beside each row, the results ledger's converged figure for the same model, data and method
+#    (docs/results/runs, python -m fairseq_outlayers.ledger) or "none yet"; other models and data only by link.
 #    Finished rows are reused, so an interrupted run resumes; delete OUT (or choose another --out) to start over.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

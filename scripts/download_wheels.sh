@@ -32,9 +32,12 @@ echo "==> fairseq-fixed, build tools and the package's dependencies"
 CONSTRAINTS=${CONSTRAINTS-$ROOT/configs/constraints.txt}
 pins=()
 [ -n "$CONSTRAINTS" ] && pins=(--constraint "$CONSTRAINTS")
+# systran-align (the pairing's fast_align) has no build for Python 3.12 (setup.py's marker leaves it out there)
+align=()
+case "$PYVER" in 3.10|3.11) align=(systran-align);; esac
 "$PYTHON" -m pip download "${target[@]}" "${index[@]}" "${pins[@]}" "$TORCH" fairseq-fixed==0.12.3.1 \
   "cython>=3" wheel "setuptools<81" numpy "sacrebleu>=2.0" sacremoses scipy \
-  "pytest>=7" "hypothesis>=6" mpmath systran-align "gensim>=4.3" matplotlib faiss-cpu
+  "pytest>=7" "hypothesis>=6" mpmath "${align[@]}" "gensim>=4.3" matplotlib faiss-cpu
 echo "==> fastBPE source (built on the target)"
 "$PYTHON" -m pip download --no-deps --no-binary :all: -d "$DIR" fastBPE==0.1.0
 echo "==> done: copy $DIR to the target and run  WHEELS=$DIR make install  (in $ROOT there)"

@@ -5,9 +5,13 @@
 #   VENV=.venv PYTHON=python3 bash scripts/install.sh
 #   WHEELS=DIR bash scripts/install.sh      # offline: everything from DIR (see scripts/download_wheels.sh)
 #   CONSTRAINTS= bash scripts/install.sh    # without configs/constraints.txt (the versions the results used)
+#   TORCH_INDEX=https://download.pytorch.org/whl/cpu bash scripts/install.sh   # torch from this index only
 #
 # A CUDA build of torch already in the venv (torch.version.cuda set, version >= TORCH_MIN) is kept; otherwise
-# torch==$TORCH_PIN is installed.
+# torch==$TORCH_PIN is installed. The pin chooses the version, not the build: from PyPI, torch for Linux x86_64
+# is the CUDA build with its nvidia-* wheels (gigabytes). TORCH_INDEX=URL passes --index-url URL to the torch
+# step only (the CPU build: https://download.pytorch.org/whl/cpu); TORCH_EXTRA_INDEX=URL passes
+# --extra-index-url URL instead (PyPI stays the main index).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,6 +21,8 @@ TORCH_PIN=2.13.0   # the CPU / default pin
 TORCH_MIN=2.1      # the oldest torch the package supports (setup.py)
 WHEELS=${WHEELS:-}
 CONSTRAINTS=${CONSTRAINTS-$ROOT/configs/constraints.txt}
+TORCH_INDEX=${TORCH_INDEX:-}
+TORCH_EXTRA_INDEX=${TORCH_EXTRA_INDEX:-}
 
 die() { echo "install.sh: error: $*" >&2; exit 1; }
 step() { echo "==> $*"; }
@@ -45,7 +51,12 @@ if [ -n "$WHEELS" ]; then
   step "offline install: every package from $WHEELS (pip --no-index)"
   PIP+=(--no-index --find-links "$WHEELS")
   PIPDL+=(--no-index --find-links "$WHEELS")
+  [ -z "$TORCH_INDEX$TORCH_EXTRA_INDEX" ] || die "TORCH_INDEX / TORCH_EXTRA_INDEX cannot be used with WHEELS (offline): put the torch wheel you want into $WHEELS"
 fi
+[ -z "$TORCH_INDEX" ] || [ -z "$TORCH_EXTRA_INDEX" ] || die "set TORCH_INDEX or TORCH_EXTRA_INDEX, not both"
+TORCH_FROM=()
+[ -z "$TORCH_INDEX" ] || TORCH_FROM=(--index-url "$TORCH_INDEX")
+[ -z "$TORCH_EXTRA_INDEX" ] || TORCH_FROM=(--extra-index-url "$TORCH_EXTRA_INDEX")
 if [ -n "$CONSTRAINTS" ]; then
   [ -f "$CONSTRAINTS" ] || die "CONSTRAINTS=$CONSTRAINTS is not a file (set CONSTRAINTS= to install without pins)"
   PIP+=(--constraint "$CONSTRAINTS")
@@ -53,9 +64,10 @@ fi
 have() { "$PY" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('$1').split('+')[0] == '$2' else 1)" 2>/dev/null; }
 have_any() { "$PY" -c "import importlib.metadata as m; m.version('$1')" 2>/dev/null; }
 
-# torch is pinned and installed first: an open range would let pip pull the newest CUDA build (several GB) on a
-# CPU machine. A CUDA build already installed (e.g. from https://download.pytorch.org/whl/cu124, or a cluster's
-# own) is kept when it is new enough, and every later pip call is pinned to it so nothing replaces it.
+# torch is pinned and installed first, so that the later steps cannot move it. The pin picks the version only:
+# which build comes (CPU or CUDA) depends on the index (TORCH_INDEX above). A CUDA build already installed (e.g.
+# from https://download.pytorch.org/whl/cu124, or a cluster's own) is kept when it is new enough, and every later
+# pip call is pinned to it so nothing replaces it.
 cuda_torch=$("$PY" - "$TORCH_MIN" <<'PY' 2>/dev/null || true
 import importlib.metadata as m, sys
 try:
@@ -74,7 +86,14 @@ if [ -n "$cuda_torch" ]; then
   step "keeping the installed CUDA build of torch ${cuda_torch%% *} (CUDA ${cuda_torch##* })"
 else
   TORCH_SPEC="torch==$TORCH_PIN"
-  have torch "$TORCH_PIN" || { step "installing $TORCH_SPEC"; "${PIP[@]}" "$TORCH_SPEC"; }
+  if ! have torch "$TORCH_PIN"; then
+    if [ ${#TORCH_FROM[@]} -gt 0 ]; then
+      step "installing $TORCH_SPEC from ${TORCH_FROM[*]}"
+    else
+      step "installing $TORCH_SPEC (from PyPI on Linux x86_64 this is the CUDA build, gigabytes; for the CPU build: TORCH_INDEX=https://download.pytorch.org/whl/cpu)"
+    fi
+    "${PIP[@]}" "${TORCH_FROM[@]}" "$TORCH_SPEC"
+  fi
 fi
 
 # Build tools that fairseq/fastBPE need inside this venv (no build isolation for fastBPE below).
@@ -109,8 +128,16 @@ if ! "$PY" -c "import fairseq_outlayers" 2>/dev/null || [ "$ROOT/setup.py" -nt "
 fi
 
 "$PY" - <<'PY'
-import torch, fairseq, fastBPE, sacrebleu, scipy, sacremoses, systran_align, gensim, faiss  # noqa: F401
+import sys
+import torch, fairseq, fastBPE, sacrebleu, scipy, sacremoses, gensim, faiss  # noqa: F401
 import fairseq_outlayers
-print(f"==> ok: torch {torch.__version__} (cuda: {torch.cuda.is_available()}), fairseq {fairseq.__version__}, "
-      f"sacrebleu {sacrebleu.__version__}, fairseq_outlayers {fairseq_outlayers.__version__}")
+if sys.version_info < (3, 12):
+    import systran_align  # noqa: F401
+else:
+    print("==> note: systran-align (fast_align) has no build for Python 3.12; the shared-private pairing reads "
+          "alignments from your own fast_align (--aligner pharaoh --alignment FILE)")
+build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
+print(f"==> ok: torch {torch.__version__} ({build}; a GPU visible: {torch.cuda.is_available()}), "
+      f"fairseq {fairseq.__version__}, sacrebleu {sacrebleu.__version__}, "
+      f"fairseq_outlayers {fairseq_outlayers.__version__}")
 PY

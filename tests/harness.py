@@ -20,6 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_outlayers")
 BIN = os.path.dirname(sys.executable)
 DEVICE_ENV = "OUTLAYERS_TEST_DEVICE"
+#: why a test of the pairing's built-in fast_align skips (``pytest.importorskip("systran_align", reason=...)``)
+NO_ALIGNER = "systran-align (the pairing's built-in fast_align) is not installed; it has no build for Python 3.12"
 
 
 def device_args(device: Optional[str] = None) -> List[str]:
@@ -50,6 +52,30 @@ def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]]
             f"\n--- stderr ---\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def pairing_file(raw_dir: str, bin_dir: str, path: str, src: str = "de", tgt: str = "en") -> str:
+    """The shared-private pairing file of a corpus, as the models' tests need one. With systran-align, the
+    built-in fast_align; without it (Python 3.12), a diagonal Pharaoh alignment (source word i with target word i)
+    read with ``--aligner pharaoh``: a pairing for the model's mechanics, not a good one."""
+    from fairseq_outlayers.pairing.__main__ import main
+
+    args = ["--src-text", os.path.join(raw_dir, f"train.{src}"), "--tgt-text", os.path.join(raw_dir, f"train.{tgt}"),
+            "--src-dict", os.path.join(bin_dir, f"dict.{src}.txt"),
+            "--tgt-dict", os.path.join(bin_dir, f"dict.{tgt}.txt"), "-o", path]
+    try:
+        import systran_align  # noqa: F401
+    except ImportError:
+        align = path + ".diagonal.align"
+        with open(args[1], encoding="utf-8") as fs, open(args[3], encoding="utf-8") as ft, \
+                open(align, "w", encoding="utf-8") as out:
+            for a, b in zip(fs, ft):
+                n = min(len(a.split()), len(b.split()))
+                out.write(" ".join(f"{i}-{i}" for i in range(n)) + "\n")
+        args += ["--aligner", "pharaoh", "--alignment", align]
+    if main(args) != 0:
+        raise AssertionError(f"the pairing tool failed on {raw_dir}")
+    return path
 
 
 def make_corpus(raw_dir: str, n_train: int = 240, n_valid: int = 24, n_test: int = 24, vocab: int = 40,

@@ -87,22 +87,89 @@ def test_a_row_can_name_its_own_data():
         row_data_bin(["--output-layer", "tied", "--data-bin"], "w/bpe")
 
 
+def _demo_rows(data_bin="work/multi30k/data-bin/de-en"):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(REPO, "configs", "demo", "*.args"))):
+        name, row_args = read_row(path)
+        data, train_args = row_data_bin(row_args, data_bin)
+        rows.append({"name": name, "data_bin": data, "train_args": train_args})
+    return rows
+
+
 def test_demo_table_shows_the_ledgers_converged_figure_or_none_yet(tmp_path):
+    """A fake ledger: the figure of the row with the same data, model and seams, over seeds 1-3 only; another
+    model (an LSTM) or another direction never stands beside a quick row; no match is "none yet"."""
     from test_ledger import HYP_A, fake_record
 
     from fairseq_outlayers.cli.compare import ledger_figures
 
     params = {"total": 10, "trained": 8, "embedding": 4, "output": 2}
-    rows = [{"name": n, "bleu": [20.0], "speed": [100.0], "time": [5], "params": params} for n in ("softmax", "tied")]
+    base = ["--arch", "outlayers_transformer_tiny", "--lr", "0.003"]
+    rows = [{"name": n, "data_bin": "data", "train_args": ["--output-layer", n]} for n in ("softmax", "tied")]
     ledger = str(tmp_path / "runs")
-    assert ledger_figures(ledger) == {}  # no ledger yet
-    for seed, bleu in ((1, 33.0), (2, 34.0)):
-        fake_record(ledger, "softmax", seed, bleu, HYP_A, table="multi30k")
-    table = format_table(rows, ledger_figures(ledger))
+    assert ledger_figures(ledger, rows, base) == {}  # no ledger yet
+    for seed, bleu in ((1, 33.0), (2, 34.0), (4, 50.0)):  # seed 4: outside the protocol's seeds
+        rec = fake_record(ledger, "tiny-softmax", seed, bleu, HYP_A, table="multi30k")
+    for seed, bleu in ((1, 40.0), (2, 41.0)):  # the same method on another model
+        fake_record(ledger, "lstm-softmax", seed, bleu, HYP_A, table="lstm")
+    for path in glob.glob(os.path.join(ledger, "*.json")):
+        with open(path, encoding="utf-8") as f:
+            rec = json.load(f)
+        arch = "outlayers_transformer_tiny" if rec["row"].startswith("tiny") else "outlayers_lstm"
+        rec["options"] = ["data", "--arch", arch, "--lr", "0.002", "--output-layer", "softmax",
+                          "--seed", str(rec["seed"])]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(rec, f)
+    converged = ledger_figures(ledger, rows, base)
+    assert converged == {"softmax": "33.50 ± 0.71 (2 seeds, tiny-softmax)"}
+    quick = [dict(r, bleu=[20.0], speed=[100.0], time=[5], params=params) for r in rows]
+    table = format_table(quick, converged)
     # the quick figures are unchanged; the converged one is beside them
-    assert "| softmax | 1 | 20.00 | 10 | 8 | 4 | 2 | 100 | 5 | 33.50 ± 0.71 (2 seeds, multi30k/softmax) |" in table
+    assert "| softmax | 1 | 20.00 | 10 | 8 | 4 | 2 | 100 | 5 | 33.50 ± 0.71 (2 seeds, tiny-softmax) |" in table
     assert "| tied | 1 | 20.00 | 10 | 8 | 4 | 2 | 100 | 5 | none yet |" in table
-    assert format_table(rows) == format_table(rows, None) and "converged" not in format_table(rows)
+    assert format_table(quick) == format_table(quick, None) and "converged" not in format_table(quick)
+
+
+def test_make_demo_shows_the_tiny_transformer_figures_of_the_committed_ledger():
+    """Each demo row (the tiny Transformer) gets the converged figure of the tiny Transformer on the same data and
+    with the same method: not the LSTM's, the English -> German table's, a sampled or bias-fitted variant's."""
+    from fairseq_outlayers.cli.compare import ledger_figures
+
+    got = ledger_figures(os.path.join(REPO, "docs", "results", "runs"), _demo_rows(), demo_base_args())
+    assert got == {
+        "softmax": "39.13 ± 0.53 (3 seeds, tiny-softmax)",
+        "tied": "39.02 ± 0.90 (3 seeds, tiny-tied)",
+        "fixed": "37.22 ± 0.85 (3 seeds, tiny-fixed)",
+        "joint": "40.23 ± 0.77 (3 seeds, tiny-joint-512)",
+        "continuous-vmf": "32.29 ± 1.37 (3 seeds, word-vmf)",
+        "shared-private": "39.54 ± 0.30 (3 seeds, tiny-shared-private)",
+    }
+
+
+def test_the_demo_prints_its_table_once(tmp_path, monkeypatch, capsys):
+    """One seed: the table is printed once (it used to come twice); two seeds: once after the first seed and
+    once at the end."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "test_2016_flickr.en").write_text("a b\n")
+    data = tmp_path / "bin"
+    data.mkdir()
+    row = tmp_path / "10-tied.args"
+    row.write_text("--output-layer tied\n")
+    monkeypatch.setattr(compare, "train_row", lambda *a, **k: 1.0)
+    monkeypatch.setattr(compare, "score_subset", lambda *a, **k: {"sacrebleu": 20.0, "sacrebleu_signature": "s",
+                                                                   "tokenized_bleu": 21.0})
+    monkeypatch.setattr(compare, "training_speed", lambda path: 100.0)
+    monkeypatch.setattr(compare, "parameter_counts", lambda ckpt: {"total": 10, "trained": 8, "embedding": 4,
+                                                                    "output": 2})
+    monkeypatch.setattr(compare, "write_plot", lambda results, path: False)
+    for seeds, times in ((["1"], 1), (["1", "2"], 2)):
+        out = tmp_path / f"out{len(seeds)}"
+        compare.main(["--data-bin", str(data), "--raw-dir", str(raw), "--rows", str(row), "--out", str(out),
+                      "--seeds", *seeds, "--ledger", str(tmp_path / "no-ledger")])
+        printed = capsys.readouterr().out
+        assert printed.count("| method | seeds |") == times, printed
+        assert "| tied | " in printed and "none yet" in printed and "docs/results/ledger.md" in printed
 
 
 def test_an_abort_at_exit_after_fairseq_finished_is_not_a_failure_and_any_other_failure_is(tmp_path):

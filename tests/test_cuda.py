@@ -64,13 +64,9 @@ def target_vectors(tiny_bin, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pairing(tiny_raw, tiny_bin, tmp_path_factory):
-    from fairseq_outlayers.pairing.__main__ import main
+    from harness import pairing_file
 
-    path = str(tmp_path_factory.mktemp("pairing") / "pairs.txt")
-    assert main(["--src-text", os.path.join(tiny_raw, "train.de"), "--tgt-text", os.path.join(tiny_raw, "train.en"),
-                 "--src-dict", os.path.join(tiny_bin, "dict.de.txt"), "--tgt-dict",
-                 os.path.join(tiny_bin, "dict.en.txt"), "-o", path]) == 0
-    return path
+    return pairing_file(tiny_raw, tiny_bin, str(tmp_path_factory.mktemp("pairing") / "pairs.txt"))
 
 
 @pytest.fixture

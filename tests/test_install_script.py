@@ -136,3 +136,55 @@ def test_python_312_is_accepted():
     import re
     setup = open(os.path.join(REPO, "setup.py")).read()
     assert re.search(r'python_requires=">=3.10,<3.13"', setup)
+
+
+def test_torch_index_is_used_for_the_torch_step_only(tmp_path):
+    """TORCH_INDEX=URL: the torch step gets --index-url URL (a version pin does not choose the build; PyPI's torch
+    for Linux x86_64 is the CUDA build); no other step sees the index. TORCH_EXTRA_INDEX: --extra-index-url."""
+    url = "https://download.pytorch.org/whl/cpu"
+    for var, flag in (("TORCH_INDEX", "--index-url"), ("TORCH_EXTRA_INDEX", "--extra-index-url")):
+        proc, calls = _pip_calls(tmp_path / var, {var: url}, "2.4.1+cpu", None)
+        torch_steps = [c for c in calls if c.endswith(" torch==2.13.0") and "fairseq" not in c and " -e " not in c]
+        assert len(torch_steps) == 1 and f"{flag} {url} torch==2.13.0" in torch_steps[0], calls
+        assert all(url not in c for c in calls if c not in torch_steps), calls
+        assert f"installing torch==2.13.0 from {flag} {url}" in proc.stdout
+    proc, calls = _pip_calls(tmp_path / "pypi", {}, "2.4.1+cpu", None)
+    assert "from PyPI on Linux x86_64 this is the CUDA build" in proc.stdout
+    assert not any("index-url" in c for c in calls), calls
+
+
+def test_torch_index_errors(tmp_path):
+    _fake_venv(tmp_path, "2.4.1+cpu", None)
+    proc = _run(tmp_path, {"TORCH_INDEX": "a", "TORCH_EXTRA_INDEX": "b"})
+    assert proc.returncode == 1 and "set TORCH_INDEX or TORCH_EXTRA_INDEX, not both" in proc.stderr
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    proc = _run(tmp_path, {"TORCH_INDEX": "a", "WHEELS": str(wheels)})
+    assert proc.returncode == 1 and "cannot be used with WHEELS" in proc.stderr
+
+
+def test_make_install_passes_the_torch_index():
+    makefile = open(os.path.join(REPO, "Makefile")).read()
+    assert "TORCH_INDEX=$(TORCH_INDEX)" in makefile and "TORCH_EXTRA_INDEX=$(TORCH_EXTRA_INDEX)" in makefile
+
+
+def test_python_312_installs_without_systran_align():
+    """systran-align has no build (wheel or source) for Python 3.12: the extras that name it carry a marker, the
+    install's final check imports it only below 3.12, and the offline download leaves it out for 3.12."""
+    import ast
+
+    tree = ast.parse(open(os.path.join(REPO, "setup.py")).read())
+    marker = next(node.value.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                  and any(getattr(t, "id", None) == "SYSTRAN_ALIGN" for t in node.targets))
+    assert marker == 'systran-align; python_version < "3.12"'
+    from packaging.requirements import Requirement
+
+    req = Requirement(marker)
+    assert req.marker.evaluate({"python_version": "3.11"}) and not req.marker.evaluate({"python_version": "3.12"})
+    setup = open(os.path.join(REPO, "setup.py")).read()
+    assert '"align": [SYSTRAN_ALIGN]' in setup and "SYSTRAN_ALIGN, \"gensim" in setup
+    assert "systran-align\"" not in setup.split("extras_require", 1)[1].split("entry_points", 1)[0]
+    script = open(SCRIPT).read()
+    assert "if sys.version_info < (3, 12):\n    import systran_align" in script
+    wheels = open(os.path.join(REPO, "scripts", "download_wheels.sh")).read()
+    assert 'case "$PYVER" in 3.10|3.11) align=(systran-align);; esac' in wheels

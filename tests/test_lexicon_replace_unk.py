@@ -15,7 +15,7 @@ from fairseq.data import Dictionary
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.evaluation import unknown_words as U
 from fairseq_outlayers.pairing import lexicon as L
-from harness import REPO, USER_DIR, make_corpus, run, tool, train
+from harness import NO_ALIGNER, REPO, USER_DIR, make_corpus, run, tool, train
 
 
 def write(path, lines):
@@ -71,6 +71,7 @@ def test_lexicon_cli_with_fast_align(unk_setup, tmp_path):
     """fast_align (both directions, grow-diag-final) on the synthetic corpus, whose word translation is known:
     s0..s3 are kept as they are, s_i -> T_i for the others; every entry must be exactly that. (The lexicon was
     written by ``python -m fairseq_outlayers.pairing lexicon`` in the fixture.)"""
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     assert "40 source units with a translation" in unk_setup["cli_stdout"]
     assert U.read_lexicon(unk_setup["full_lexicon"]) == {f"s{i}": (f"s{i}" if i < 4 else f"T{i}") for i in range(40)}
     # never overwritten; the source text must be in the model's units; a broken lexicon names its line
@@ -173,6 +174,7 @@ def unk_setup(tmp_path_factory):
     """A raw-text data-bin (fairseq-generate --replace-unk reads the original source text) whose target
     dictionary keeps 20 of the 40 words, random target vectors, and a lexicon without the entries of odd
     source words (so both lexicon look-ups and copies happen)."""
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     base = tmp_path_factory.mktemp("unk")
     raw = make_corpus(str(base / "raw"))
     common = [tool("fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--workers", "1"]

@@ -12,6 +12,7 @@ from fairseq_outlayers.pairing import (LexicalTable, estimate_probabilities, for
                                        lambdas_from_string, load_dictionary, make_pairing, pair_words, read_pairing,
                                        read_parallel, read_pharaoh, write_pairing)
 from fairseq_outlayers.pairing.alignment import train_fast_align, write_fast_align_input
+from harness import NO_ALIGNER
 
 # --------------------------------------------------------------------------------------------------------
 # the algorithm on hand-written probabilities
@@ -131,6 +132,7 @@ def _homograph_corpus(tmp_path, n=120, seed=3):
 
 @pytest.mark.parametrize("direction", ["forward", "both"])
 def test_homograph_pairs_by_meaning_with_fast_align(tmp_path, direction):
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     s, t, ds, dt = _homograph_corpus(tmp_path)
     pairing, timing = make_pairing(s, t, ds, dt, direction=direction)
     pairs = {p.src: (p.category, p.tgt) for p in pairing.pairs}
@@ -159,6 +161,7 @@ def _viterbi_reference(table, src, tgt, p0=0.08, tension=4.0):
 
 
 def test_forward_viterbi_matches_loop_reference(tmp_path):
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     s, t, _, _ = _homograph_corpus(tmp_path, n=60)
     inp, fwd, bwd = (str(tmp_path / x) for x in ("in", "fwd", "bwd"))
     write_fast_align_input(read_parallel(s, t), inp)
@@ -180,6 +183,7 @@ def test_forward_viterbi_matches_loop_reference(tmp_path):
 
 @pytest.fixture
 def tiny_pairing(tmp_path):
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     s, t, ds, dt = _homograph_corpus(tmp_path)
     pairing, _ = make_pairing(s, t, ds, dt)
     path = str(tmp_path / "pairs.txt")
@@ -231,6 +235,7 @@ def test_lambdas_parsing():
 
 
 def test_console_tool(tmp_path, capsys):
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     s, t, ds, dt = _homograph_corpus(tmp_path)
     out = str(tmp_path / "p.txt")
     cmd = [sys.executable, "-m", "fairseq_outlayers.pairing", "--src-text", s, "--tgt-text", t, "--src-dict", ds,
@@ -260,6 +265,7 @@ MULTI30K = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isfile(os.path.join(MULTI30K, "train.de")), reason="Multi30k not available")
 def test_multi30k_word_pairing(tmp_path):
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     from fairseq.data import Dictionary
     from sacremoses import MosesTokenizer
 

@@ -14,6 +14,7 @@ from fairseq_outlayers.pairing import read_pairing
 from fairseq_outlayers.pairing.__main__ import main as pairing_main
 from fairseq_outlayers.pairing.alignment import LexicalTable, forward_viterbi
 from fairseq_outlayers.pairing.lexicon import main as lexicon_main
+from harness import NO_ALIGNER
 
 
 def _write(path, lines):
@@ -92,6 +93,7 @@ def test_forward_viterbi_slices_give_the_same_links():
 
 
 def test_pairing_cli_aligns_a_3000_token_line_under_1gb(tmp_path):
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     long_src = [f"w{k % 60}" for k in range(3000)]
     s, t, ds, dt = _corpus(tmp_path, long_line=(long_src, [w.upper() for w in long_src]))
     out = tmp_path / "pairs.txt"
@@ -109,6 +111,7 @@ def test_pairing_cli_aligns_a_3000_token_line_under_1gb(tmp_path):
 def test_direction_both_never_drops_a_line_silently(tmp_path, capsys):
     """systran_align's symmetrised aligner gives a 3,000-token line of one repeated word no link at all (and a
     positive log-probability): the line is skipped with a warning naming it, and counted in the report."""
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     s, t, ds, dt = _corpus(tmp_path, long_line=(["w1"] * 3000, ["W1"] * 3000))
     out = tmp_path / "pairs.txt"
     assert pairing_main(_args(s, t, ds, dt, out, "--direction", "both")) == 0
@@ -127,6 +130,7 @@ def test_direction_both_never_drops_a_line_silently(tmp_path, capsys):
 
 
 def test_swapped_text_is_warned_before_aligning(tmp_path, capsys):
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     s, t, ds, dt = _corpus(tmp_path, n=60)
     assert pairing_main(_args(t, s, ds, dt, tmp_path / "p.txt")) == 0
     err = capsys.readouterr().err
@@ -172,6 +176,7 @@ def test_output_naming_an_input_is_refused_even_with_force(tmp_path, capsys, whi
 
 def test_output_is_written_atomically(tmp_path, capsys, monkeypatch):
     """A failure while writing leaves the previous file complete and no temporary file behind."""
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)
     s, t, ds, dt = _corpus(tmp_path, n=30)
     out = tmp_path / "p.txt"
     assert pairing_main(_args(s, t, ds, dt, out)) == 0

@@ -189,13 +189,9 @@ def _build(bin_dir, extra):
 
 @pytest.fixture(scope="module")
 def tiny_pairing(tiny_raw, tiny_bin, tmp_path_factory):
-    from fairseq_outlayers.pairing.__main__ import main
+    from harness import pairing_file
 
-    path = str(tmp_path_factory.mktemp("pairing") / "pairs.txt")
-    assert main(["--src-text", os.path.join(tiny_raw, "train.de"), "--tgt-text", os.path.join(tiny_raw, "train.en"),
-                 "--src-dict", os.path.join(tiny_bin, "dict.de.txt"), "--tgt-dict", os.path.join(tiny_bin, "dict.en.txt"),
-                 "-o", path]) == 0
-    return path
+    return pairing_file(tiny_raw, tiny_bin, str(tmp_path_factory.mktemp("pairing") / "pairs.txt"))
 
 
 def test_lambda_zero_equals_decoder_weight_tying(tiny_bin, tiny_pairing):

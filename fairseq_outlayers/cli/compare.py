@@ -105,8 +105,8 @@ def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_pat
 
 
 def format_table(rows, converged=None):
-    """The table; with ``converged`` ({method: [figure, ...]}, from the results ledger) a last column gives, beside
-    each quick row, the ledger's converged figure for the same method, or "none yet"."""
+    """The table; with ``converged`` ({row name: figure}, from the results ledger: ``ledger_figures``) a last column
+    gives, beside each quick row, the ledger's converged figure for the same model, data and method, or "none yet"."""
     head = ("| method | seeds | BLEU | total params | trained params | embedding | output layer | "
             "train tok/s | train time (s) |")
     columns = 9
@@ -125,23 +125,74 @@ def format_table(rows, converged=None):
             f"{sum(r['time']) / len(r['time']):.0f} |"
         )
         if converged is not None:
-            line += f" {'; '.join(converged.get(r['name'], [])) or 'none yet'} |"
+            line += f" {converged.get(r['name']) or 'none yet'} |"
         lines.append(line)
     return "\n".join(lines)
 
 
-def converged_for(ledger):
-    """The ``converged`` argument of format_table: None without --ledger (the table keeps its 9 columns)."""
-    return None if ledger is None else ledger_figures(ledger)
+def _option_pairs(tokens):
+    """{flag: value or None} of a fairseq-train option list (the first token, the data directory, left out)."""
+    out = {}
+    items = list(tokens)
+    for i, tok in enumerate(items):
+        if tok.startswith("--"):
+            nxt = items[i + 1] if i + 1 < len(items) else None
+            out[tok] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
 
 
-def ledger_figures(ledger):
-    """{method: [figure, ...]} from the results ledger (docs/results/runs), {} when it has no record yet."""
+def _setting(options):
+    """What must be equal for a converged figure to stand beside a quick row: the data, the direction, the model
+    and the method's seams (the defaults filled in)."""
+    pairs = _option_pairs(options)
+    return (pairs.get("--source-lang"), pairs.get("--target-lang"), pairs.get("--arch"),
+            pairs.get("--output-layer") or "softmax", pairs.get("--embeddings") or "standard")
+
+
+def ledger_figures(ledger, rows, base_args, test="test2016", seeds=(1, 2, 3)):
+    """{quick row name: "39.13 ± 0.53 (3 seeds, tiny-softmax)"}: for each quick row of ``rows`` the results ledger's
+    row trained on the same data with the same model, direction and seams, the one whose options differ least
+    from the quick row's (a row with a step after training, ``# after:``, only where nothing else matches);
+    mean ± sample deviation over the protocol's seeds. Rows without such a ledger row are left out ("none yet").
+    Other models and data (the LSTM tables, English -> German) are not shown: the table links to them."""
     if not ledger or not os.path.isdir(ledger):
         return {}
-    from fairseq_outlayers.ledger.render import converged_figures
+    from fairseq_outlayers.ledger.records import read_records
+    from fairseq_outlayers.ledger.stats import mean_sd
 
-    return converged_figures(ledger)
+    by_row = {}
+    for rec in read_records(ledger):
+        if rec.get("seed") in seeds and test in rec.get("test", {}):
+            by_row.setdefault(rec["row"], []).append(rec)
+    out = {}
+    for row in rows:
+        options = merge_args(base_args, row["train_args"])
+        want_data = os.path.normpath(row["data_bin"])
+        want = _setting(options)
+        mine = set(_option_pairs(options).items())
+        best = None
+        for name, recs in by_row.items():
+            first = recs[0]
+            if os.path.normpath(first["options"][0]) != want_data or _setting(first["options"][1:]) != want:
+                continue
+            theirs = {(k, v) for k, v in _option_pairs(first["options"][1:]).items() if k != "--seed"}
+            key = (bool(first.get("after")), len(mine ^ theirs), name)
+            if best is None or key < best[0]:
+                best = (key, name, recs)
+        if best is not None:
+            _, name, recs = best
+            mean, sd = mean_sd([r["test"][test]["sacrebleu"] for r in recs])
+            n = len(recs)
+            out[row["name"]] = (f"{mean:.2f}{'' if sd is None else f' ± {sd:.2f}'} "
+                                f"({n} seed{'s' if n > 1 else ''}, {name})")
+    return out
+
+
+CONVERGED_NOTE = (
+    "converged (results ledger): the same model, data and method trained to convergence, mean ± sd of test "
+    "sacreBLEU over the seeds recorded in {ledger} (ledger row named). The quick figures come from a few hundred "
+    "updates and say little about a method's quality. Other models and data (the attention LSTM, English -> German, "
+    "the small Transformer): docs/results/ledger.md; the verdicts: docs/results.md.")
 
 
 def write_plot(results, path):
@@ -220,6 +271,7 @@ def main(argv=None):
     if len(set(names)) != len(names):
         parser.error(f"two row files have the same name (after the NN- prefix): {names}")
 
+    converged = None if args.ledger is None else ledger_figures(args.ledger, rows, base_args)
     started = time.time()
     env = gpus.first_gpu_env()  # one run at a time, on one GPU: fairseq would train on every GPU it sees
     for seed in args.seeds:
@@ -254,9 +306,9 @@ def main(argv=None):
             row["time"].append(meta["seconds"])
             row["params"] = meta["params"]
             row["signature"] = meta["signature"]
-        print(format_table([r for r in rows if r["bleu"]], converged_for(args.ledger)), flush=True)
+        if seed != args.seeds[-1]:  # the table so far; the last seed's is the final one, printed once below
+            print(format_table([r for r in rows if r["bleu"]], converged), flush=True)
     results = [{k: v for k, v in r.items() if k != "train_args"} for r in rows]
-    converged = converged_for(args.ledger)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
@@ -278,17 +330,15 @@ def main(argv=None):
           f"{' (lowercased)' if args.lowercase else ''}; signature `{results[0].get('signature', '')}`.", "",
           "Rows:", ""] + [f"- **{r['name']}**: `{r['args']}`" for r in results]
     if converged is not None:
-        md += ["", f"*converged (results ledger)*: the same method trained to convergence (docs/results.md, "
-               f"\"Converged protocol\"): mean ± sample standard deviation of sacreBLEU on the test set over the "
-               f"seeds recorded in `{args.ledger}` (ledger table/row named; its model and budget are in "
-               "docs/results/ledger.md); \"none yet\" where the ledger has no run of that method. The figures "
-               "of this table come from a few hundred updates and say little about a method's quality."]
+        md += ["", CONVERGED_NOTE.format(ledger=args.ledger)]
     if write_plot(results, os.path.join(args.out, "results.png")):
         md += ["", "![BLEU against trained parameters](results.png)"]
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     json.dump(results, open(os.path.join(args.out, "results.json"), "w"), indent=2)
     print("\n" + table)
+    if converged is not None:
+        print("\n" + CONVERGED_NOTE.format(ledger=args.ledger))
     log(f"wrote {os.path.join(args.out, 'results.md')}")
 
 

@@ -58,6 +58,10 @@ def main(argv=None):
             raise OutlayersConfigError(f"--report-dim must be at least 1, got {args.report_dim}")
         check_output_path(args.output, args.force, option="-o",
                           inputs=(args.src_text, args.tgt_text, args.src_dict, args.tgt_dict, args.alignment))
+        if not args.identical:
+            from .alignment import check_aligner_available
+
+            check_aligner_available(args.aligner)
         if args.identical:
             from . import load_dictionary, pair_identical
 

@@ -128,11 +128,21 @@ def _import_systran():
     try:
         import systran_align
     except ImportError:
+        import sys
+
+        where = ("it has no build for Python 3.12" if sys.version_info >= (3, 12)
+                 else "pip install systran-align, or")
         raise OutlayersConfigError(
-            "the 'systran' aligner needs the systran-align package (pip install systran-align); or run the "
-            "fast_align binary yourself and pass its output with --aligner pharaoh --alignment FILE"
+            f"the default aligner needs the systran-align package (fast_align), which is not installed ({where}): "
+            "run fast_align yourself on the same text and pass its links with --aligner pharaoh --alignment FILE"
         ) from None
     return systran_align
+
+
+def check_aligner_available(aligner: str) -> None:
+    """Fail before any file is read when ``aligner`` needs the systran-align binding and it is missing."""
+    if aligner == "systran":
+        _import_systran()
 
 
 def write_fast_align_input(corpus: Iterable[Tuple[List[str], List[str]]], path: str) -> int:

@@ -210,6 +210,9 @@ def main(argv=None):
             raise OutlayersConfigError(f"--iterations must be at least 1, got {args.iterations}")
         check_output_path(args.out, args.force, option="--out",
                           inputs=(args.src_text, args.tgt_text, args.src_dict, args.alignment))
+        from fairseq_outlayers.pairing.alignment import check_aligner_available
+
+        check_aligner_available(args.aligner)
         if args.src_dict:
             frac = check_source_units(args.src_text, args.src_dict)
             log(f"{100 * frac:.1f}% of the source tokens are in {args.src_dict}")

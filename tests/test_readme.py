@@ -1,0 +1,126 @@
+"""The README's "Train and translate" blocks run as written, read from README.md itself (so the two cannot drift).
+
+Each block runs in a directory laid out as ``make demo`` leaves the repository (``work/multi30k/...``), filled with
+the tiny synthetic corpus of conftest.py. Only options are added (argparse: the last one wins): each
+``fairseq-train`` stops after a few updates on a smaller model, fairseq runs on the CPU, the target vectors train
+one epoch. ``python`` and the fairseq commands are this interpreter's (its bin directory comes first on PATH). The README's sentences
+are checked against their length limit here too (scripts/check_sentences.py).
+"""
+import glob
+import os
+import re
+import shutil
+
+import pytest
+
+from harness import BIN, REPO, load_script, run
+
+README = os.path.join(REPO, "README.md")
+
+#: appended to every fairseq-train of a block: a few updates of a small model on the CPU (argparse: last wins)
+TRAIN_CAP = ["--max-update", "3", "--cpu", "--num-workers", "0", "--data-buffer-size", "0", "--seed", "1",
+             "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+             "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+             "--decoder-attention-heads", "2", "--max-tokens", "600", "--no-epoch-checkpoints",
+             "--no-progress-bar", "--log-format", "simple"]
+GENERATE_CAP = ["--cpu", "--num-workers", "0", "--batch-size", "32", "--max-len-b", "12"]
+
+
+def readme_blocks():
+    """(title, shell text) of every ```bash block in the README's "Train and translate" section."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("\n## Train and translate\n", 1)[1].split("\n## ", 1)[0]
+    out = []
+    title = None
+    for m in re.finditer(r"^\*\*(.+?)\*\*|^```bash\n(.*?)^```", section, re.S | re.M):
+        if m.group(1):
+            title = m.group(1)
+        else:
+            out.append((title, m.group(2)))
+    return out
+
+
+def commands(block):
+    """The block's commands, one string each (backslash continuations joined)."""
+    return [c.strip() for c in re.sub(r"\\\n\s*", " ", block).splitlines() if c.strip()
+            and not c.strip().startswith("#")]
+
+
+def test_the_readme_has_a_block_per_method():
+    blocks = readme_blocks()
+    text = "\n".join(b for _, b in blocks)
+    assert len(blocks) == 5
+    for option in ("--output-layer joint", "--output-layer fixed", "--embeddings shared-private",
+                   "--output-layer continuous"):
+        assert sum(option in b for _, b in blocks) == 1, option
+    assert "--output-layer tied" in blocks[0][1]
+    assert "fairseq_outlayers.pairing" in text and "train_target_vectors.py" in text
+    for _, block in blocks:
+        cmds = commands(block)
+        trains = [c for c in cmds if c.startswith("fairseq-train ")]
+        gens = [c for c in cmds if c.startswith("fairseq-generate ")]
+        assert len(trains) == 1 and len(gens) == 1 and cmds[-1] == gens[0], block
+        assert "--user-dir fairseq_outlayers" in trains[0] and "--user-dir fairseq_outlayers" in gens[0]
+        save = re.search(r"--save-dir (\S+)", trains[0]).group(1)
+        assert f"--path {save}/checkpoint_best.pt" in gens[0]
+        # the data the block trains on is the data it translates
+        assert trains[0].split()[1] == gens[0].split()[1]
+
+
+def test_user_docs_sentences_are_short():
+    """README.md: at most 40 words a sentence; docs/*.md: at most 60 (tables, code and headings excepted)."""
+    check = load_script("check_sentences.py")
+    assert check.check(README, 40) == []
+    docs = sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+    assert len(docs) >= 10
+    assert [p for path in docs for p in check.check(path, 60)] == []
+    # the checker itself: a long sentence is found, a table row or code line is not
+    text = "One " + "word " * 45 + "end.\n\n| " + "cell " * 80 + "|\n\n```\n" + "code " * 80 + "\n```\n"
+    assert [n for _, n, _ in check.sentences(text)] == [47]
+
+
+@pytest.fixture(scope="module")
+def demo_tree(tiny_raw, tiny_bin, tmp_path_factory):
+    """A directory laid out as the repository after ``make demo``: work/multi30k/{data-bin/de-en,
+    data-bin/de-en-word, bpe, tok}, with the package and scripts where the README's relative paths expect them."""
+    root = tmp_path_factory.mktemp("readme")
+    m30k = root / "work" / "multi30k"
+    for name in ("de-en", "de-en-word"):
+        shutil.copytree(tiny_bin, m30k / "data-bin" / name)
+    for sub in ("bpe", "tok"):
+        (m30k / sub).mkdir(parents=True)
+        for lang in ("de", "en"):
+            shutil.copy(os.path.join(tiny_raw, f"train.{lang}"), m30k / sub / f"train.{lang}")
+    os.symlink(os.path.join(REPO, "fairseq_outlayers"), root / "fairseq_outlayers")
+    os.symlink(os.path.join(REPO, "scripts"), root / "scripts")
+    return root
+
+
+def _script(block):
+    lines = ["set -euo pipefail"]
+    for cmd in commands(block):
+        if cmd.startswith("fairseq-train "):
+            cmd += " " + " ".join(TRAIN_CAP)
+        elif cmd.startswith("fairseq-generate "):
+            cmd += " " + " ".join(GENERATE_CAP)
+        elif "scripts/train_target_vectors.py" in cmd:
+            cmd += " --epochs 1"  # vectors for a few updates need no quality
+        lines.append(cmd)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("title,block", readme_blocks(),
+                         ids=[re.sub(r"\W+", "-", t.split(":")[0]).strip("-").lower() for t, _ in readme_blocks()])
+def test_readme_block_runs(title, block, demo_tree):
+    if "fairseq_outlayers.pairing" in block:
+        pytest.importorskip("systran_align", reason="the pairing's built-in fast_align (Python <= 3.11)")
+    if "train_target_vectors.py" in block:
+        pytest.importorskip("gensim")
+    env = {"PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
+           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    script = demo_tree / f"block-{abs(hash(block))}.sh"
+    script.write_text(_script(block))
+    proc = run(["bash", str(script)], cwd=str(demo_tree), env=env, timeout=900)
+    hyps = re.findall(r"^H-\d+\t", proc.stdout, re.M)
+    assert len(hyps) == 24, proc.stdout[-2000:]  # every test sentence of the tiny corpus is translated
