@@ -298,10 +298,7 @@ def log_cm_fast(kappa: torch.Tensor, m: int, need_ratio: bool = True):
     t = z.mul(u)  # = s - 1 without cancellation at small z
     p = s.reciprocal()
     powers = p.unsqueeze(-1).pow(exponents)
-    if need_ratio:
-        poly_a, poly_g = (powers.unsqueeze(-1) * coefficients).sum(-2).unbind(-1)
-    else:
-        poly_a, poly_g = (powers * coefficients[:, 0]).sum(-1), None
+    poly_a, poly_g = (powers.unsqueeze(-1) * coefficients).sum(-2).unbind(-1)  # the value is the same either way
     value = poly_a.add_(s1.log_().sub_(t), alpha=nu).sub_(p.log(), alpha=0.5)
     value = value.masked_fill_(kappa.eq(inf), -math.inf)
     neg_ratio = torch.addcmul(u.neg_(), z, poly_g) if need_ratio else None
