@@ -338,3 +338,44 @@ def test_vmf_loss_runs_at_most_twice_the_operations_of_the_cosine_loss(variant):
     ops = _aten_ops(VMF_VARIANTS[variant], e_hat, target)
     assert 40 <= cosine <= 80, cosine  # the yardstick itself (62 with torch 2.13)
     assert ops <= 2 * cosine, (variant, ops, cosine)
+
+
+def test_compiled_fast_path_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
+    from fairseq_outlayers.modules import bessel
+
+    def broken(fn, **kwargs):
+        def call(*args):
+            raise RuntimeError("no C++ compiler\nsecond line")
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setitem(bessel._COMPILED, "kernel", None)
+    monkeypatch.setitem(bessel._COMPILED, "failed", False)
+    monkeypatch.setenv(bessel.COMPILE_ENV, "1")
+    kappa = torch.tensor([0.5, 20.0, 400.0])
+    with caplog.at_level("WARNING"):
+        first, again = log_cm(kappa, 300), log_cm(kappa, 300)
+    monkeypatch.setenv(bessel.COMPILE_ENV, "0")
+    assert torch.equal(first, log_cm(kappa, 300)) and torch.equal(again, first)
+    assert caplog.text.count("torch.compile of the log C_m fast path failed") == 1 and "no C++ compiler" in caplog.text
+
+
+@pytest.mark.slow
+def test_compiled_fast_path_agrees_with_eager(monkeypatch):
+    """torch.compile on the CPU (needs a C++ compiler; about a minute): the same values to float32 rounding."""
+    from fairseq_outlayers.modules import bessel
+
+    monkeypatch.setitem(bessel._COMPILED, "kernel", None)
+    monkeypatch.setitem(bessel._COMPILED, "failed", False)
+    kappa = torch.tensor(TRAINING_KAPPAS, requires_grad=True)
+    monkeypatch.setenv(bessel.COMPILE_ENV, "1")
+    compiled = log_cm(kappa, 300)
+    compiled.sum().backward()
+    grad = kappa.grad.clone()
+    assert not bessel._COMPILED["failed"]
+    kappa.grad = None
+    monkeypatch.setenv(bessel.COMPILE_ENV, "0")
+    eager = log_cm(kappa, 300)
+    eager.sum().backward()
+    torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=0)
+    torch.testing.assert_close(grad, kappa.grad, rtol=1e-6, atol=0)

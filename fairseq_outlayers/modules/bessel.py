@@ -37,11 +37,15 @@ see ``tests/test_vmf.py``). m < 32 takes the float64 recurrence above. The resul
 ``approximate_vmf``), anchored so that it equals the exact value at κ = 0.
 """
 import functools
+import logging
 import math
+import os
 from fractions import Fraction
 from typing import Dict, List, Tuple
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 #: Debye terms kept (U_0 .. U_DEBYE_TERMS) and the smallest order at which the expansion is used directly.
 DEBYE_TERMS = 10
@@ -289,20 +293,49 @@ def log_cm_fast(kappa: torch.Tensor, m: int, need_ratio: bool = True):
     element-wise operations (under 20, and 2 more for the ratio). κ = 0 gives log C_m(0) and ratio 0; κ = inf
     gives -inf and ratio 1 (κ is clamped to the dtype's largest finite value, where the ratio rounds to 1);
     NaN stays NaN."""
-    nu = m / 2 - 1
-    exponents, coefficients, inv_nu, one, inf = _fast_tables(m, kappa.dtype, kappa.device)
-    z = kappa.clamp_max(torch.finfo(kappa.dtype).max).mul(inv_nu)
+    tables = _fast_tables(m, kappa.dtype, kappa.device)
+    value, neg_ratio = _fast_kernel()(kappa, *tables, m / 2 - 1, torch.finfo(kappa.dtype).max)
+    return value, (neg_ratio if need_ratio else None)
+
+
+def _fast_eager(kappa, exponents, coefficients, inv_nu, one, inf, nu: float, largest: float):
+    z = kappa.clamp_max(largest).mul(inv_nu)
     s = torch.hypot(z, one)  # finite for every finite z (z² would overflow from z ≈ 1e19 in float32)
     s1 = s.add(one)
     u = z.div(s1)  # in [0, 1)
     t = z.mul(u)  # = s - 1 without cancellation at small z
     p = s.reciprocal()
     powers = p.unsqueeze(-1).pow(exponents)
-    poly_a, poly_g = (powers.unsqueeze(-1) * coefficients).sum(-2).unbind(-1)  # the value is the same either way
+    poly_a, poly_g = (powers.unsqueeze(-1) * coefficients).sum(-2).unbind(-1)
     value = poly_a.add_(s1.log_().sub_(t), alpha=nu).sub_(p.log(), alpha=0.5)
     value = value.masked_fill_(kappa.eq(inf), -math.inf)
-    neg_ratio = torch.addcmul(u.neg_(), z, poly_g) if need_ratio else None
-    return value, neg_ratio
+    return value, torch.addcmul(u.neg_(), z, poly_g)
+
+
+#: ``OUTLAYERS_COMPILE_LOG_CM=1`` runs the fast path through ``torch.compile`` (on a GPU: a fused kernel or two
+#: instead of about 20). Read at each call; any failure (no compiler, an old torch) warns once and stays eager.
+COMPILE_ENV = "OUTLAYERS_COMPILE_LOG_CM"
+_COMPILED = {"kernel": None, "failed": False}
+
+
+def _fast_kernel():
+    if os.environ.get(COMPILE_ENV, "") != "1" or _COMPILED["failed"]:
+        return _fast_eager
+    if _COMPILED["kernel"] is None:
+        compiled = torch.compile(_fast_eager, dynamic=True) if hasattr(torch, "compile") else None
+
+        def kernel(*args):
+            if compiled is not None and not _COMPILED["failed"]:
+                try:
+                    return compiled(*args)
+                except Exception as err:  # noqa: BLE001  (any compiler failure: the eager path computes the same)
+                    logger.warning(f"{COMPILE_ENV}=1: torch.compile of the log C_m fast path failed, running it "
+                                   f"eagerly ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+            _COMPILED["failed"] = True
+            return _fast_eager(*args)
+
+        _COMPILED["kernel"] = kernel
+    return _COMPILED["kernel"]
 
 
 class LogCm(torch.autograd.Function):
