@@ -4,15 +4,18 @@
 #   OUT=/some/dir bash scripts/gpu_bench_all.sh            # from the repository root, on a machine with one GPU
 #   BUDGET=470 OUT=... bash scripts/gpu_bench_all.sh       # total seconds (default 470); each step gets its share
 #
-# Steps (each under `timeout`, skipped when the budget left is too small; a failed step does not stop the rest):
-#   1. the vMF loss against the cosine loss on CUDA: aten ops, kernels, time (bench_continuous.py part 0,
-#      with log C_m through torch.compile as an extra row)                         -> $OUT/vmf_loss_cuda.md
-#   2. output layer + loss at V = 50k and 128k, H = 512, 8,192 tokens (bench_continuous.py part 1)
-#                                                                                    -> $OUT/continuous_cuda.md
-#   3. whole models through fairseq-train: base Transformer, V = 50k, fp16, 8,192 tokens per update, every
+# Steps, in this order (each under `timeout`, skipped when the budget left is too small; a failed step does not
+# stop the rest):
+#   1. the vMF loss against the cosine loss on CUDA: aten ops, kernels, time (bench_continuous.py part 0)
+#                                                                                    -> $OUT/vmf_loss_cuda.md
+#   2. whole models through fairseq-train: base Transformer, V = 50k, fp16, 8,192 tokens per update, every
 #      output layer and the 16-word bound (bench_whole_model.py at reduced size; it rewrites its file after
 #      every run, so a stopped step keeps what it measured)                       -> $OUT/whole_model_cuda.md
-#   4. the joint layer at the paper's d = 512 and the fixed classifier (bench_joint_output.py,
+#   3. output layer + loss at V = 50k and 128k, H = 512, 8,192 tokens (bench_continuous.py part 1)
+#                                                                                    -> $OUT/continuous_cuda.md
+#   4. step 1 again with log C_m through torch.compile (first compile included in the step's time)
+#                                                                          -> $OUT/vmf_loss_compiled_cuda.md
+#   5. the joint layer at the paper's d = 512 and the fixed classifier (bench_joint_output.py,
 #      bench_fixed_targets.py), if time is left                 -> $OUT/joint_cuda.md, $OUT/fixed_cuda.md
 # Everything printed goes to $OUT/log.txt as well.
 #
@@ -60,15 +63,18 @@ fi
     git log --oneline -1 2>/dev/null
 } 2>&1 | tee -a "$LOG"
 
-step "vmf loss vs cosine (CUDA)" 90 40 -- \
+step "vmf loss vs cosine (CUDA)" 75 30 -- \
     $PY scripts/bench_continuous.py --device cuda --skip layer --skip model --tokens 8192 --loss-reps 50 \
-    --compile-log-cm --output "$OUT/vmf_loss_cuda.md" --force
-step "continuous layer (CUDA)" 120 60 -- \
-    $PY scripts/bench_continuous.py --device cuda --skip loss --skip model --vocab 50000 128000 --dims 512 \
-    --tokens 8192 --reps 2 --continuous-steps 6 --output "$OUT/continuous_cuda.md" --force
-step "whole models (fairseq-train, CUDA)" 230 90 -- \
+    --output "$OUT/vmf_loss_cuda.md" --force
+step "whole models (fairseq-train, CUDA)" 220 90 -- \
     $PY scripts/bench_whole_model.py --device cuda --vocab 50000 --precision fp16 --max-tokens 8192 \
     --updates 30 --warmup-updates 10 --log-interval 5 --run-timeout 60 --output "$OUT/whole_model_cuda.md" --force
+step "continuous layer (CUDA)" 100 60 -- \
+    $PY scripts/bench_continuous.py --device cuda --skip loss --skip model --vocab 50000 128000 --dims 512 \
+    --tokens 8192 --reps 2 --continuous-steps 6 --output "$OUT/continuous_cuda.md" --force
+step "vmf loss with log C_m compiled (CUDA)" 90 45 -- \
+    $PY scripts/bench_continuous.py --device cuda --skip layer --skip model --tokens 8192 --loss-reps 50 \
+    --compile-log-cm --output "$OUT/vmf_loss_compiled_cuda.md" --force
 step "joint layer (CUDA)" 60 30 -- \
     $PY scripts/bench_joint_output.py --device cuda --vocab 32000 --joint-dims 512 --ratios 1.0 \
     --output "$OUT/joint_cuda.md" --force
