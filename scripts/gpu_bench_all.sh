@@ -71,7 +71,7 @@ step "whole models (fairseq-train, CUDA)" 220 90 -- \
     --updates 30 --warmup-updates 10 --log-interval 5 --run-timeout 60 --output "$OUT/whole_model_cuda.md" --force
 step "continuous layer (CUDA)" 100 60 -- \
     $PY scripts/bench_continuous.py --device cuda --skip loss --skip model --vocab 50000 128000 --dims 512 \
-    --tokens 8192 --reps 2 --continuous-steps 6 --output "$OUT/continuous_cuda.md" --force
+    --tokens 8192 --reps 2 --continuous-steps 6 --max-memory-gb 60 --output "$OUT/continuous_cuda.md" --force
 step "vmf loss with log C_m compiled (CUDA)" 90 45 -- \
     $PY scripts/bench_continuous.py --device cuda --skip layer --skip model --tokens 8192 --loss-reps 50 \
     --compile-log-cm --output "$OUT/vmf_loss_compiled_cuda.md" --force
