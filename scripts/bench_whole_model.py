@@ -207,7 +207,10 @@ def run_one(args, data, method, precision, max_tokens, vec, log=print):
             code = "timeout"
         wall = time.time() - t0
         tok_s, intervals, params, oom = parse_log(out, args.warmup_updates)
-        res = json.load(open(result)) if os.path.exists(result) else {"status": f"exit {code}"}
+        res = {"status": f"exit {code}"}
+        if os.path.exists(result):
+            with open(result) as f:
+                res = json.load(f)
     row = {"method": method, "precision": precision, "max_tokens": max_tokens, "tok_s": tok_s,
            "n_intervals": len(intervals), "params": params, "wall": wall, **res}
     if res.get("status") != "ok" or not intervals:
