@@ -13,6 +13,11 @@ Three measurements, each against the softmax baseline in the same run, reported 
    option parsing and ``task.build_model`` with ``--output-layer softmax --criterion cross_entropy`` against
    ``--output-layer continuous --criterion vmf_nll``, on synthetic batches with a word-level target dictionary
    of ``--model-vocab`` words: ``task.train_step`` (forward, loss, backward) + fairseq's Adam step.
+0. **The vMF loss against the cosine loss** (in-process, no layer): one forward + backward of every ``vmf_nll``
+   variant's per-token loss (``modules/vmf_losses.py``, the criterion's defaults) on ``--tokens`` x m float32
+   predictions, against ``cosine_loss``: the aten operations that torch's profiler counts (on CUDA also the
+   kernels launched) and the median time, both as ratios to cosine. ``--compile-log-cm`` adds the released
+   loss with ``OUTLAYERS_COMPILE_LOG_CM=1`` (log C_m through torch.compile).
 3. **Decoding speed** (sentences/s) of the same two models with fairseq's ``SequenceGenerator`` built by
    ``task.build_generator`` and run by ``task.inference_step`` (the fairseq-generate path), beam 1 and 5. The
    models are untrained, so every hypothesis is forced to the same length (``min_len = max_len_b``): both models
@@ -312,6 +317,119 @@ def _mem_available():
 
 
 # ------------------------------------------------------------------------------------------------------------
+# part 0: the vMF loss against the cosine loss (operations and time, no layer)
+# ------------------------------------------------------------------------------------------------------------
+
+TARGET_LOSS_OPS = 2.0  # aten operations of a vMF variant's fwd+bwd / cosine_loss's
+TARGET_LOSS_TIME = 1.5  # time of a vMF variant's fwd+bwd / cosine_loss's
+
+
+def loss_variants(compile_log_cm=False):
+    """(name, per-token loss function) for cosine and every vmf_nll variant at the criterion's defaults."""
+    from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig
+    from fairseq_outlayers.modules import vmf_losses as vl
+
+    cfg = VMFNLLConfig()
+    lam, l1, l2 = cfg.vmf_released_lambda, cfg.vmf_lambda1, cfg.vmf_lambda2
+    variants = [
+        ("cosine", vl.cosine_loss),
+        ("vmf released (default)", lambda e, t: vl.vmf_released_loss(e, t, lam)),
+        ("vmf plain", lambda e, t: vl.vmf_nll_loss(e, t)),
+        ("vmf reg1", lambda e, t: vl.vmf_nll_loss(e, t, l1, 1.0)),
+        ("vmf reg2", lambda e, t: vl.vmf_nll_loss(e, t, 0.0, l2)),
+        ("vmf reg1+reg2 (λ1 0.02)", lambda e, t: vl.vmf_nll_loss(e, t, 0.02, l2)),
+        ("vmf released, --vmf-log-cm approx", lambda e, t: vl.vmf_released_loss(e, t, lam, approximate=True)),
+    ]
+    if compile_log_cm:
+        def compiled(e, t):
+            old = os.environ.get("OUTLAYERS_COMPILE_LOG_CM")
+            os.environ["OUTLAYERS_COMPILE_LOG_CM"] = "1"
+            try:
+                return vl.vmf_released_loss(e, t, lam)
+            finally:
+                if old is None:
+                    del os.environ["OUTLAYERS_COMPILE_LOG_CM"]
+                else:
+                    os.environ["OUTLAYERS_COMPILE_LOG_CM"] = old
+        variants.append(("vmf released, log C_m compiled", compiled))
+    return variants
+
+
+def count_loss_ops(loss_fn, e_hat, target):
+    """(aten operations, CUDA kernels or None) of one forward + backward of ``loss_fn``, from torch's profiler
+    (nested aten calls counted as it lists them; kernels: its CUDA kernel events)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = e_hat.device.type == "cuda"
+    loss_fn(e_hat, target).sum().backward()  # lazy set-up is not counted
+    e_hat.grad = None
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        loss_fn(e_hat, target).sum().backward()
+        benchlib.sync(e_hat.device)
+    events = prof.events()
+    ops = sum(1 for ev in events if ev.name.startswith("aten::"))
+    kernels = None
+    if cuda:
+        kernels = sum(1 for ev in events if str(getattr(ev, "device_type", "")).endswith("CUDA"))
+    e_hat.grad = None
+    return ops, kernels
+
+
+def run_loss_benchmark(args, log=print):
+    """Part 0: operations and median fwd+bwd time of each loss on the same (tokens, m) batch, alternating."""
+    device = args.device
+    g = torch.Generator().manual_seed(0)
+    e_hat = (torch.randn(args.tokens, args.continuous_dim, generator=g) * 0.6).to(device).requires_grad_(True)
+    target = torch.nn.functional.normalize(torch.randn(args.tokens, args.continuous_dim, generator=g), dim=-1)
+    target = target.to(device)
+    variants = loss_variants(args.compile_log_cm)
+    rows = {}
+    for name, fn in variants:
+        ops, kernels = count_loss_ops(fn, e_hat, target)
+        rows[name] = {"ops": ops, "kernels": kernels, "times": []}
+    for rep in range(args.loss_reps + 2):  # two warm-up repetitions
+        for name, fn in (variants if rep % 2 == 0 else variants[::-1]):
+            e_hat.grad = None
+            benchlib.sync(device)
+            t0 = time.perf_counter()
+            fn(e_hat, target).sum().backward()
+            benchlib.sync(device)
+            if rep >= 2:
+                rows[name]["times"].append(time.perf_counter() - t0)
+    for name, r in rows.items():
+        r["time"] = statistics.median(r["times"])
+        log(f"loss {name:<36} {r['ops']:4d} aten ops" + (f" {r['kernels']:4d} kernels" if r["kernels"] else "")
+            + f"  {r['time'] * 1e3:8.3f} ms", flush=True)
+    return rows
+
+
+def loss_tables(rows, tokens, m, device):
+    """Markdown lines of part 0, with the verdicts of the two targets."""
+    cos = rows["cosine"]
+    cuda = cos["kernels"] is not None
+    lines = ["| loss | aten ops (fwd+bwd) | ratio to cosine |" + (" CUDA kernels | ratio to cosine |" if cuda else "")
+             + " fwd+bwd ms (median) | ratio to cosine |",
+             "| --- | ---: | ---: |" + (" ---: | ---: |" if cuda else "") + " ---: | ---: |"]
+    for name, r in rows.items():
+        kern = (f" {r['kernels']} | {benchlib.ratio(r['kernels'], cos['kernels']):.2f}x |" if cuda else "")
+        lines.append(f"| {name} | {r['ops']} | {benchlib.ratio(r['ops'], cos['ops']):.2f}x |{kern} "
+                     f"{r['time'] * 1e3:.3f} | {benchlib.ratio(r['time'], cos['time']):.2f}x |")
+    vmf = [(n, r) for n, r in rows.items() if n != "cosine"]
+    worst_ops = max(vmf, key=lambda x: x[1]["ops"])
+    worst_time = max(vmf, key=lambda x: x[1]["time"])
+    ops_x = benchlib.ratio(worst_ops[1]["ops"], cos["ops"])
+    time_x = benchlib.ratio(worst_time[1]["time"], cos["time"])
+    default = benchlib.ratio(rows["vmf released (default)"]["time"], cos["time"])
+    lines += ["", f"Targets ({tokens} x {m}, float32, `{device}`):", "",
+              f"- every vMF variant <= {TARGET_LOSS_OPS:g}x the cosine loss's aten operations: worst "
+              f"{worst_ops[0]}, {ops_x:.2f}x -> {met(ops_x <= TARGET_LOSS_OPS)}",
+              f"- vMF fwd+bwd <= {TARGET_LOSS_TIME:g}x the cosine loss's time: released default {default:.2f}x; "
+              f"worst {worst_time[0]}, {time_x:.2f}x -> {met(time_x <= TARGET_LOSS_TIME)}"]
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------------------
 # parts 2 and 3: whole models built by fairseq
 # ------------------------------------------------------------------------------------------------------------
 
@@ -524,13 +642,13 @@ def layer_tables(rows, vocabs, dims, tokens, m=300):
               "below 1 = continuous smaller). Where the softmax ran in token chunks, \"full\" compares with the "
               "full-batch softmax peak from the peak model (3 x tokens x V x 4 bytes):", "",
               "| V | H | vmf_nll speed-up | cosine speed-up | vmf_nll peak step memory | vmf_nll peak total memory "
-              "| cosine peak step memory |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| cosine peak step memory | vmf_nll time / cosine time |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for vocab in vocabs:
         for dim in dims:
             s, v, c = (_find(rows, m, vocab, dim) for m in LAYER_METHODS)
             if any(r is None or "error" in r for r in (s, v, c)):
-                lines.append(f"| {vocab} | {dim} | n/a | n/a | n/a | n/a | n/a |")
+                lines.append(f"| {vocab} | {dim} | n/a | n/a | n/a | n/a | n/a | n/a |")
                 continue
             step_mem = benchlib.ratio(v["peak_step_bytes"], s["peak_step_bytes"])
             total_mem = benchlib.ratio(v["peak_total_bytes"], s["peak_total_bytes"])
@@ -545,7 +663,8 @@ def layer_tables(rows, vocabs, dims, tokens, m=300):
             else:
                 step_txt, total_txt, cos_txt = f"{step_mem:.4f}", f"{total_mem:.4f}", f"{cos_mem:.4f}"
             lines.append(f"| {vocab} | {dim} | {benchlib.ratio(s['total'], v['total']):.1f}x | "
-                         f"{benchlib.ratio(s['total'], c['total']):.1f}x | {step_txt} | {total_txt} | {cos_txt} |")
+                         f"{benchlib.ratio(s['total'], c['total']):.1f}x | {step_txt} | {total_txt} | {cos_txt} | "
+                         f"{benchlib.ratio(v['total'], c['total']):.2f}x |")
     return lines
 
 
@@ -629,7 +748,7 @@ def environment():
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def render(args, command, env, layer_rows, train, decode, elapsed, loads):
+def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_rows=None):
     lines = [
         "# Benchmark: continuous outputs vs softmax (Kumar & Tsvetkov 2019)",
         "",
@@ -640,6 +759,21 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads):
         "(other jobs shared the machine; the alternation below spreads their effect over both sides).",
         "",
     ]
+    if loss_rows is not None:
+        lines += [
+            "## 0. The vMF loss against the cosine loss",
+            "",
+            f"One forward + backward of each per-token loss (`fairseq_outlayers/modules/vmf_losses.py`; the "
+            f"`vmf_nll` criterion's defaults; no output layer) on {args.tokens} x {args.continuous_dim} float32 "
+            "predictions that require a gradient and unit targets, summed. aten ops: every `aten::` event of "
+            "torch's profiler in that step (nested calls included; views and scalar wraps count, so it bounds "
+            "the kernels from above); on CUDA also the kernels launched. Time: median of "
+            f"{args.loss_reps} steps per loss after two warm-up rounds, the losses alternating (order reversed "
+            "every other round). Mixed precision does not change this step: the criterions cast ê to float32 "
+            "before the loss.",
+            "",
+        ]
+        lines += loss_tables(loss_rows, args.tokens, args.continuous_dim, args.device) + [""]
     if layer_rows is not None:
         lines += [
             "## 1. Output layer + loss, forward and backward",
@@ -648,7 +782,7 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads):
             f"gradient. softmax = a learned V x H matrix with fairseq's `cross_entropy` criterion (float32 "
             f"log-softmax, summed NLL); continuous = `ContinuousOutput` (H -> m = {args.continuous_dim}, bias; "
             f"frozen V x m unit table) with the package's `vmf_nll` criterion at its defaults (variant "
-            f"{default_vmf_variant()}, exact float64 log C_m and its Bessel-ratio gradient) and with its `cosine` "
+            f"{default_vmf_variant()}, exact log C_m and its Bessel-ratio gradient) and with its `cosine` "
             "criterion. "
             "The criterions are the registered fairseq classes, called on a stub model whose decoder output "
             "layer is the layer under test (so the continuous rows include the criterions' no-grad cos/norm "
@@ -740,8 +874,11 @@ def main(argv=None):
     parser.add_argument("--decode-sentences", type=int, default=32, help="sentences per decoding batch")
     parser.add_argument("--decode-len", type=int, default=24, help="source length = forced hypothesis length")
     parser.add_argument("--decode-reps", type=int, default=4, help="timed decoding batches per model and beam")
-    parser.add_argument("--skip", choices=["layer", "model"], action="append", default=[],
-                        help="leave out part 1 (layer) or parts 2+3 (model)")
+    parser.add_argument("--skip", choices=["loss", "layer", "model"], action="append", default=[],
+                        help="leave out part 0 (loss), part 1 (layer) or parts 2+3 (model)")
+    parser.add_argument("--loss-reps", type=int, default=30, help="timed steps per loss (part 0)")
+    parser.add_argument("--compile-log-cm", action="store_true", help="part 0: also the released loss with "
+                        "log C_m through torch.compile (OUTLAYERS_COMPILE_LOG_CM=1)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier on a "
                         "shared machine)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (part 1; parts 2 and 3 run on the "
@@ -761,7 +898,9 @@ def main(argv=None):
 
     benchlib.check_output(args.output, args.force)
     start, load0, env = time.time(), _loadavg(), environment()  # the commit measured is the one at the start
-    layer_rows = train = decode = None
+    layer_rows = train = decode = loss_rows = None
+    if "loss" not in args.skip:
+        loss_rows = run_loss_benchmark(args)
     if "layer" not in args.skip:
         layer_rows = run_layer_benchmark(args)
     if "model" not in args.skip:
@@ -779,7 +918,7 @@ def main(argv=None):
 
     command = benchlib.command_line("bench_continuous.py", argv)
     text = render(args, command, env, layer_rows, train, decode, time.time() - start,
-                  (load0, _loadavg()))
+                  (load0, _loadavg()), loss_rows)
     benchlib.finish(args.output, text)
     return 0
 

@@ -146,11 +146,11 @@ def test_results_writer(bench):
     flops = 6 * 4096 * 512 * 50000 / 10.0 / 1e9  # 6 N H V over the 10 s step
     assert "| 50000 | 512 | softmax + cross_entropy | 1 | 5000.0 | 5000.0 | 10000.0 | 3 | 100.0 | 2343.8 | 10 | 0.0 " \
            f"| 100.0 | {flops:,.1f} |" in lines
-    assert "| 50000 | 512 | 200.0x | 250.0x | 0.0200 | 0.0200 | 0.0400 |" in lines
+    assert "| 50000 | 512 | 200.0x | 250.0x | 0.0200 | 0.0200 | 0.0400 | 1.25x |" in lines
     full = bench.softmax_peak_model(4096, 300000, 512, 1)
     assert (f"| 300000 | 512 | 400.0x | 500.0x | 0.0100 (chunked); {10 * bench.MiB / full:.4f} (full) | "
             f"0.0100 (chunked); {10 * bench.MiB / full:.4f} (full) | 0.0100 (chunked); "
-            f"{10 * bench.MiB / full:.4f} (full) |") in lines
+            f"{10 * bench.MiB / full:.4f} (full) | 1.25x |") in lines
     verdicts = bench.target_verdicts(rows, [50000, 300000], [512])
     assert verdicts[0] == "- vmf_nll fwd+bwd speed-up >= 100x at V = 50000: 200.0x at H = 512 -> **met**"
     assert verdicts[1] == "- vmf_nll fwd+bwd speed-up >= 500x at V = 300000: 400.0x at H = 512 -> **not met**"
@@ -168,8 +168,29 @@ def test_results_writer(bench):
 def test_output_exists_is_refused_before_any_work(bench, tmp_path):
     out = tmp_path / "r.md"
     out.write_text("old")
+    skip = ["--skip", "loss", "--skip", "layer", "--skip", "model"]
     with pytest.raises(SystemExit, match="exists; choose another path or pass --force"):
-        bench.main(["--skip", "layer", "--skip", "model", "--output", str(out)])
+        bench.main(skip + ["--output", str(out)])
     assert out.read_text() == "old"
-    assert bench.main(["--skip", "layer", "--skip", "model", "--output", str(out), "--force"]) == 0
+    assert bench.main(skip + ["--output", str(out), "--force"]) == 0
     assert out.read_text().startswith("#") and not list(tmp_path.glob(".r.md.*"))
+
+
+def test_loss_part_counts_and_times_every_variant(bench, tmp_path):
+    """Part 0 on a tiny batch: every vmf_nll variant and cosine, the profiler's counts, the ratio table and the
+    two verdicts (the operations target is the pinned one of tests/test_vmf.py; time is not asserted)."""
+    out = tmp_path / "loss.md"
+    assert bench.main(["--skip", "layer", "--skip", "model", "--tokens", "32", "--loss-reps", "2",
+                       "--output", str(out)]) == 0
+    text = out.read_text()
+    names = [name for name, _ in bench.loss_variants()]
+    assert names[:2] == ["cosine", "vmf released (default)"] and len(names) == 7
+    for name in names:
+        assert f"| {name} | " in text
+    assert "| cosine | " in text and "| 1.00x | " in text
+    assert "- every vMF variant <= 2x the cosine loss's aten operations: worst " in text
+    assert "operations: worst" in text and "-> **met**" in text.split("aten operations: worst")[1].splitlines()[0]
+    rows = {name: bench.count_loss_ops(fn, torch.randn(8, 300, requires_grad=True),
+                                       F.normalize(torch.randn(8, 300), dim=-1))
+            for name, fn in bench.loss_variants()[:2]}
+    assert rows["cosine"][1] is None and rows["vmf released (default)"][0] <= 2 * rows["cosine"][0]

@@ -8,7 +8,8 @@ import scipy.special
 import torch
 import torch.nn.functional as F
 
-from fairseq_outlayers.modules.bessel import bessel_iv_ratio, log_bessel_iv, log_cm, log_cm_approx, log_cm_at_zero
+from fairseq_outlayers.modules.bessel import (FAST_MIN_DIM, bessel_iv_ratio, log_bessel_iv, log_cm, log_cm_approx,
+                                              log_cm_at_zero, log_cm_fast, log_cm_float64)
 from fairseq_outlayers.modules.nn_search import nearest_neighbours
 from fairseq_outlayers.modules.vmf_losses import (cosine_loss, l2_loss, max_margin_loss, most_informative_negatives,
                                                   vmf_nll_loss, vmf_released_loss)
@@ -248,3 +249,133 @@ def test_log_cm_limits_at_zero_and_infinity(m):
     assert value[1].item() == -math.inf
     assert kappa.grad.tolist() == [0.0, -1.0]  # -A_m(0) = 0, -A_m(inf) = -1
     assert bessel_iv_ratio(m / 2 - 1, torch.tensor([0.0, math.inf])).tolist() == [0.0, 1.0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the fast path (m >= 32): accuracy in float32 and float64, limits, and how many operations a loss step runs
+# ------------------------------------------------------------------------------------------------------------
+
+TRAINING_KAPPAS = [10 ** (e / 8) for e in range(-24, 25)]  # 1e-3 .. 1e3, the range seen in training
+
+
+@pytest.mark.parametrize("m", [32, 128, 300, 512, 1024])
+def test_fast_path_against_mpmath_in_float32_and_float64(m):
+    """Measured over κ in [1e-3, 1e3] (121 points, 2026-11-27): float32 value within 2.5e-7 x max|log C_m| of
+    mpmath (relative error up to 2.3e-5 only where log C_m crosses 0), ratio within 2.3e-7 relative; float64
+    within 4e-16 x max|log C_m| and ratio 4.5e-16 (1.5e-12 at m = 32: the Debye series' truncation at ν = 15)."""
+    for dtype, value_tol, ratio_tol in ((torch.float32, 1e-6, 5e-7), (torch.float64, 1e-13, 5e-12)):
+        kappa = torch.tensor(TRAINING_KAPPAS, dtype=dtype)
+        value, neg_ratio = log_cm_fast(kappa, m)
+        assert value.dtype == dtype and neg_ratio.dtype == dtype
+        ref = np.array([mp_log_cm_and_ratio(m, k) for k in kappa.double().tolist()])  # at the rounded κ
+        scale = np.maximum(np.abs(ref[:, 0]), m)
+        err_value = np.abs(value.double().numpy() - ref[:, 0]) / scale
+        err_ratio = np.abs(-neg_ratio.double().numpy() - ref[:, 1]) / ref[:, 1]
+        assert err_value.max() <= value_tol, (dtype, TRAINING_KAPPAS[err_value.argmax()], err_value.max())
+        assert err_ratio.max() <= ratio_tol, (dtype, TRAINING_KAPPAS[err_ratio.argmax()], err_ratio.max())
+
+
+def test_log_cm_takes_the_fast_path_from_m_32_and_computes_half_inputs_in_float32():
+    kappa = torch.tensor([0.0, 1e-3, 0.7, 30.0, 300.0, 6e4])
+    for m in (32, 300):
+        assert torch.equal(log_cm(kappa, m), log_cm_fast(kappa, m)[0])
+        assert torch.equal(log_cm(kappa.double(), m), log_cm_fast(kappa.double(), m)[0])
+    assert FAST_MIN_DIM == 32
+    assert torch.equal(log_cm(kappa, 31), log_cm_float64(kappa, 31).float())  # below: the float64 recurrence
+    for dtype in (torch.float16, torch.bfloat16):
+        k = kappa.to(dtype).requires_grad_(True)
+        value = log_cm(k, 300)
+        value.sum().backward()
+        assert value.dtype == torch.float32 and k.grad.dtype == dtype
+        value32, neg_ratio32 = log_cm_fast(k.detach().float(), 300)
+        assert torch.equal(value, value32) and torch.equal(k.grad, neg_ratio32.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fast_path_limits(dtype):
+    info = torch.finfo(dtype)
+    kappa = torch.tensor([0.0, info.tiny, 1e30, info.max, math.inf, math.nan], dtype=dtype, requires_grad=True)
+    value = log_cm(kappa, 300)
+    value.sum().backward()
+    assert value[0].item() == pytest.approx(log_cm_at_zero(300), rel=1e-7 if dtype == torch.float32 else 1e-14)
+    assert torch.isfinite(value[:4]).all() and value[4].item() == -math.inf and math.isnan(value[5].item())
+    assert kappa.grad[0].item() == 0.0 and kappa.grad[4].item() == -1.0 and math.isnan(kappa.grad[5].item())
+    assert ((kappa.grad[1:4] < 0) & (kappa.grad[1:4] >= -1)).all()
+
+
+def _aten_ops(loss_fn, e_hat, target):
+    """The aten operations that one forward + backward of ``loss_fn`` runs, counted with torch's profiler (each
+    one a kernel launch or more on a GPU; nested calls counted too, as the profiler lists them)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    loss_fn(e_hat, target).sum().backward()  # first call: lazy set-up (tables, constants) is not counted
+    e_hat.grad = None
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss_fn(e_hat, target).sum().backward()
+    return sum(1 for event in prof.events() if event.name.startswith("aten::"))
+
+
+VMF_VARIANTS = {
+    "released": lambda e, t: vmf_released_loss(e, t, 0.2),
+    "plain": lambda e, t: vmf_nll_loss(e, t),
+    "reg1": lambda e, t: vmf_nll_loss(e, t, 0.2, 1.0),
+    "reg2": lambda e, t: vmf_nll_loss(e, t, 0.0, 0.1),
+    "reg1+reg2": lambda e, t: vmf_nll_loss(e, t, 0.02, 0.1),
+    "released, approx": lambda e, t: vmf_released_loss(e, t, 0.2, approximate=True),
+    "reg1, approx": lambda e, t: vmf_nll_loss(e, t, 0.2, 1.0, approximate=True),
+}
+
+
+@pytest.mark.parametrize("variant", list(VMF_VARIANTS))
+def test_vmf_loss_runs_at_most_twice_the_operations_of_the_cosine_loss(variant):
+    """Pinned: one forward + backward of every vMF variant (m = 300, float32) runs at most 2x the aten
+    operations of ``cosine_loss``. Before the fast path the released default ran 446 against cosine's 62 (the
+    Debye series term by term, partly in float64); on a GPU every operation is a kernel launch."""
+    gen = torch.Generator().manual_seed(0)
+    e_hat = (torch.randn(64, 300, generator=gen) * 0.6).requires_grad_(True)
+    target = F.normalize(torch.randn(64, 300, generator=gen), dim=-1)
+    cosine = _aten_ops(cosine_loss, e_hat, target)
+    ops = _aten_ops(VMF_VARIANTS[variant], e_hat, target)
+    assert 40 <= cosine <= 80, cosine  # the yardstick itself (62 with torch 2.13)
+    assert ops <= 2 * cosine, (variant, ops, cosine)
+
+
+def test_compiled_fast_path_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
+    from fairseq_outlayers.modules import bessel
+
+    def broken(fn, **kwargs):
+        def call(*args):
+            raise RuntimeError("no C++ compiler\nsecond line")
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setitem(bessel._COMPILED, "kernel", None)
+    monkeypatch.setitem(bessel._COMPILED, "failed", False)
+    monkeypatch.setenv(bessel.COMPILE_ENV, "1")
+    kappa = torch.tensor([0.5, 20.0, 400.0])
+    with caplog.at_level("WARNING"):
+        first, again = log_cm(kappa, 300), log_cm(kappa, 300)
+    monkeypatch.setenv(bessel.COMPILE_ENV, "0")
+    assert torch.equal(first, log_cm(kappa, 300)) and torch.equal(again, first)
+    assert caplog.text.count("torch.compile of the log C_m fast path failed") == 1 and "no C++ compiler" in caplog.text
+
+
+@pytest.mark.slow
+def test_compiled_fast_path_agrees_with_eager(monkeypatch):
+    """torch.compile on the CPU (needs a C++ compiler; about a minute): the same values to float32 rounding."""
+    from fairseq_outlayers.modules import bessel
+
+    monkeypatch.setitem(bessel._COMPILED, "kernel", None)
+    monkeypatch.setitem(bessel._COMPILED, "failed", False)
+    kappa = torch.tensor(TRAINING_KAPPAS, requires_grad=True)
+    monkeypatch.setenv(bessel.COMPILE_ENV, "1")
+    compiled = log_cm(kappa, 300)
+    compiled.sum().backward()
+    grad = kappa.grad.clone()
+    assert not bessel._COMPILED["failed"]
+    kappa.grad = None
+    monkeypatch.setenv(bessel.COMPILE_ENV, "0")
+    eager = log_cm(kappa, 300)
+    eager.sum().backward()
+    torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=0)
+    torch.testing.assert_close(grad, kappa.grad, rtol=1e-6, atol=0)

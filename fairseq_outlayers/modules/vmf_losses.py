@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from .bessel import bessel_iv_ratio, log_cm, log_cm_approx
+from .bessel import constant_like as _constant
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -27,9 +28,12 @@ def vmf_nll_loss(e_hat: torch.Tensor, target: torch.Tensor, lambda1: float = 0.0
     m = e_hat.size(-1)
     kappa = torch.linalg.vector_norm(e_hat, dim=-1)
     logc = log_cm_approx(kappa, m) if approximate else log_cm(kappa, m)
-    loss = -logc - lambda2 * (e_hat * target).sum(-1)
+    dot = (e_hat * target).sum(-1)
+    if lambda2 != 1:
+        dot = dot * _constant(lambda2, dot)
+    loss = logc.neg() - dot
     if lambda1:
-        loss = loss + lambda1 * kappa
+        loss = loss + kappa * _constant(lambda1, kappa)
     return loss
 
 
@@ -38,11 +42,17 @@ def vmf_released_loss(e_hat: torch.Tensor, target: torch.Tensor, lam: float = 0.
     """The variant the authors' released code trains with (it is not the paper's printed reg1/reg2):
 
     ``-log C_m(κ) + log(1 + κ) (λ - cos(ê, e(w)))`` with κ = ‖ê‖ and λ = 0.2.
+
+    The cosine reuses κ: ``êᵀe / max(κ ‖e‖, 1e-12)`` (0 for a zero prediction, no NaN), one norm and its
+    backward instead of two.
     """
     m = e_hat.size(-1)
     kappa = torch.linalg.vector_norm(e_hat, dim=-1)
     logc = log_cm_approx(kappa, m) if approximate else log_cm(kappa, m)
-    return -logc + torch.log1p(kappa) * (lam - cosine_similarity(e_hat, target))
+    with torch.no_grad():
+        target_norm = torch.linalg.vector_norm(target, dim=-1)
+    cos = (e_hat * target).sum(-1) / (kappa * target_norm).clamp_min(1e-12)
+    return torch.log1p(kappa) * (_constant(lam, cos) - cos) - logc
 
 
 def cosine_similarity(e_hat: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,391 @@
+#!/usr/bin/env python
+"""Benchmark: whole-model training speed and peak memory of every output layer, through the real fairseq-train.
+
+    python scripts/bench_whole_model.py --device cuda      # base Transformer, V = 50k and 128k, fp16 and fp32,
+                                                           # 8,192 and 32,768 tokens per update (one GPU)
+    python scripts/bench_whole_model.py --device cpu       # the CPU table: tiny model, V = 50k, fp32, 2,048 tokens
+
+One generated corpus per vocabulary size V (Zipf-distributed words ``w0 .. w{V-5}``, one dictionary for source and
+target, binarised by ``fairseq-preprocess`` with that dictionary, so every row sees the same batches). Each
+method is one ``fairseq-train`` process (``fairseq_cli.train.cli_main``, the function behind the console script,
+in a child process that reads the peak memory when it returns): ``--arch`` (default ``outlayers_transformer``,
+the base Transformer), the method's ``--output-layer``/``--criterion``, ``--max-tokens``, ``--max-update``,
+``--disable-validation --no-save --log-format json``. Speed = median of fairseq's own ``wps`` (target tokens per
+second) over the logged intervals after ``--warmup-updates``. Peak memory = ``torch.cuda.max_memory_allocated``
+(GPU) or the peak resident set (CPU) of the whole process.
+
+The **bound** row is the same model and corpus with the cheapest possible output layer: the target words are
+folded onto a 16-word target dictionary (same sentences, same lengths) and a softmax over those 16 words is
+trained. Each method's tokens/s is given as a ratio to the softmax's, to the bound's, and as the share of the
+possible gain it takes: (method - softmax) / (bound - softmax).
+
+Results go to ``--output`` (markdown; refused if it exists unless ``--force``). A method that fails (e.g. out of
+memory) gets a row saying so; the run goes on.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+USER_DIR = os.path.join(REPO, "fairseq_outlayers")
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(HERE, "lib"))
+import benchlib  # noqa: E402
+
+GiB = 2.0 ** 30
+BOUND_WORDS = 12  # target words of the bound (+ 4 specials = 16 entries)
+CONTINUOUS_DIM = 300
+
+#: method -> fairseq options ("{vec}" is the target-vector file, "{d}" the decoder's embedding size)
+METHODS = {
+    "softmax": ["--output-layer", "softmax", "--criterion", "cross_entropy"],
+    "tied": ["--output-layer", "tied", "--criterion", "cross_entropy"],
+    "joint d_j = d": ["--output-layer", "joint", "--joint-dim", "{d}", "--criterion", "cross_entropy"],
+    "fixed": ["--output-layer", "fixed", "--criterion", "cross_entropy"],
+    "softmax, 25 % sampled": ["--output-layer", "softmax", "--criterion", "sampled_softmax", "--sample-ratio", "0.25"],
+    "continuous, vmf_nll": ["--output-layer", "continuous", "--target-vectors", "{vec}", "--criterion", "vmf_nll"],
+    "continuous, cosine": ["--output-layer", "continuous", "--target-vectors", "{vec}", "--criterion", "cosine"],
+    "bound (16-word softmax)": ["--output-layer", "softmax", "--criterion", "cross_entropy"],
+}
+BOUND = "bound (16-word softmax)"
+#: (decoder embedding size) of the architectures this script names in its docs
+ARCH_DIMS = {"outlayers_transformer": 512, "outlayers_transformer_small": 256, "outlayers_transformer_tiny": 128,
+             "outlayers_transformer_wmt_en_de_big": 1024}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the corpus
+# ------------------------------------------------------------------------------------------------------------
+
+def zipf_sentences(n_words, n_sentences, min_len, max_len, seed):
+    """Sentences of word ids 0..n_words-1 drawn with p(rank r) ∝ 1/(r + 2.7) (a Zipf-like law), lengths uniform."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    p = 1.0 / (np.arange(n_words) + 2.7)
+    p /= p.sum()
+    lengths = rng.integers(min_len, max_len + 1, size=n_sentences)
+    ids = rng.choice(n_words, size=int(lengths.sum()), p=p)
+    out, pos = [], 0
+    for n in lengths:
+        out.append(ids[pos:pos + n])
+        pos += n
+    return out
+
+
+def write_corpus(directory, vocab, n_sentences, seed=1, min_len=10, max_len=40, workers=1, log=print):
+    """Text and binarised data for vocabulary size ``vocab`` (dictionary entries incl. 4 specials) under
+    ``directory``: ``bin`` (src/tgt, one dictionary), ``bin-bound`` (the target folded onto BOUND_WORDS words) and
+    ``vectors.vec`` (CONTINUOUS_DIM-d random integer vectors, unit-normalised by the loader, for every word).
+    Returns (bin, bin-bound, vectors)."""
+    import numpy as np
+
+    n_words = vocab - 4
+    text = os.path.join(directory, "text")
+    os.makedirs(text, exist_ok=True)
+    words = [f"w{i}" for i in range(n_words)]
+    with open(os.path.join(text, "dict.txt"), "w") as f:
+        f.writelines(f"{w} {n_words + 100 - i}\n" for i, w in enumerate(words))
+    with open(os.path.join(text, "dict.bound.txt"), "w") as f:
+        f.writelines(f"w{i} {BOUND_WORDS + 100 - i}\n" for i in range(BOUND_WORDS))
+    for split, n, s in (("train", n_sentences, seed), ("valid", 16, seed + 100)):
+        src = zipf_sentences(n_words, n, min_len, max_len, s)
+        tgt = zipf_sentences(n_words, n, min_len, max_len, s + 1)
+        with open(os.path.join(text, f"{split}.src"), "w") as f:
+            f.writelines(" ".join(words[i] for i in sent) + "\n" for sent in src)
+        with open(os.path.join(text, f"{split}.tgt"), "w") as f:
+            f.writelines(" ".join(words[i] for i in sent) + "\n" for sent in tgt)
+        with open(os.path.join(text, f"{split}.bound"), "w") as f:
+            f.writelines(" ".join(f"w{i % BOUND_WORDS}" for i in sent) + "\n" for sent in tgt)
+    bins = {}
+    for name, tgt_lang, tgt_dict in (("bin", "tgt", "dict.txt"), ("bin-bound", "bound", "dict.bound.txt")):
+        out = os.path.join(directory, name)
+        cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", tgt_lang,
+               "--trainpref", os.path.join(text, "train"), "--validpref", os.path.join(text, "valid"),
+               "--destdir", out, "--srcdict", os.path.join(text, "dict.txt"),
+               "--tgtdict", os.path.join(text, tgt_dict), "--workers", str(workers)]
+        t0 = time.time()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"fairseq-preprocess failed for {name}:\n{proc.stderr[-2000:]}")
+        log(f"V={vocab}: {name} binarised in {time.time() - t0:.1f} s", flush=True)
+        bins[name] = out
+    vec = os.path.join(directory, "vectors.vec")
+    rng = np.random.default_rng(seed + 7)
+    with open(vec, "w") as f:
+        f.write(f"{n_words} {CONTINUOUS_DIM}\n")
+        for start in range(0, n_words, 4096):
+            block = rng.integers(-99, 100, size=(min(4096, n_words - start), CONTINUOUS_DIM))
+            block[block == 0] = 1
+            f.writelines(f"{words[start + i]} " + " ".join(map(str, row)) + "\n"
+                         for i, row in enumerate(block.tolist()))
+    return bins["bin"], bins["bin-bound"], vec
+
+
+# ------------------------------------------------------------------------------------------------------------
+# one fairseq-train run
+# ------------------------------------------------------------------------------------------------------------
+
+def train_command(args, data, method, precision, max_tokens, vec, save_dir):
+    d = ARCH_DIMS.get(args.arch, 512)
+    opts = [o.replace("{vec}", vec).replace("{d}", str(d)) for o in METHODS[method]]
+    tgt = "bound" if method == BOUND else "tgt"
+    cmd = [data, "--user-dir", USER_DIR, "--task", "translation", "-s", "src", "-t", tgt, "--arch", args.arch,
+           "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.0005", "--lr-scheduler",
+           "inverse_sqrt", "--warmup-updates", "4000", "--dropout", "0.1", "--max-tokens", str(max_tokens),
+           "--max-update", str(args.updates), "--disable-validation", "--no-save", "--save-dir", save_dir,
+           "--log-format", "json", "--log-interval", str(args.log_interval), "--seed", "1",
+           "--num-workers", "1", "--max-source-positions", "256", "--max-target-positions", "256"] + opts
+    if precision == "fp16":
+        cmd.append("--fp16")
+    if args.device == "cpu":
+        cmd.append("--cpu")
+    return cmd + list(args.extra)
+
+
+def child_main(result_path, fairseq_args):
+    """Run fairseq-train's cli_main in this process; write the peak memory and the outcome to ``result_path``."""
+    import torch
+
+    sys.argv = ["fairseq-train"] + fairseq_args
+    status = "ok"
+    try:
+        from fairseq_cli.train import cli_main
+
+        cli_main()
+    except BaseException as err:  # noqa: BLE001  (recorded, then re-raised as an exit code)
+        status = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
+    peak = {"max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        peak["cuda_allocated"] = torch.cuda.max_memory_allocated()
+        peak["cuda_reserved"] = torch.cuda.max_memory_reserved()
+    with open(result_path, "w") as f:
+        json.dump({"status": status, **peak}, f)
+    return 0 if status == "ok" else 1
+
+
+def parse_log(text, warmup):
+    """(median wps after ``warmup`` updates, its intervals, last trained params line, OOM seen) from a json log."""
+    wps, params, oom = [], None, False
+    for line in text.splitlines():
+        if "train_inner | {" in line:
+            rec = json.loads(line.split("train_inner | ", 1)[1])
+            if float(rec.get("num_updates", 0)) > warmup:
+                wps.append(float(rec["wps"]))
+        elif "num. trained:" in line or "num. model params:" in line:
+            params = line.split("|")[-1].strip()
+        if "OOM" in line or "out of memory" in line.lower():
+            oom = True
+    return (statistics.median(wps) if wps else float("nan")), wps, params, oom
+
+
+def run_one(args, data, method, precision, max_tokens, vec, log=print):
+    with tempfile.TemporaryDirectory() as tmp:
+        result = os.path.join(tmp, "result.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", result, "--"] + train_command(
+            args, data, method, precision, max_tokens, vec, os.path.join(tmp, "ckpt"))
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if args.device == "cpu":
+            env.setdefault("OMP_NUM_THREADS", str(args.threads))
+        t0 = time.time()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.run_timeout)
+            out, code = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as err:
+            out = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+            code = "timeout"
+        wall = time.time() - t0
+        tok_s, intervals, params, oom = parse_log(out, args.warmup_updates)
+        res = {"status": f"exit {code}"}
+        if os.path.exists(result):
+            with open(result) as f:
+                res = json.load(f)
+    row = {"method": method, "precision": precision, "max_tokens": max_tokens, "tok_s": tok_s,
+           "n_intervals": len(intervals), "params": params, "wall": wall, **res}
+    if res.get("status") != "ok" or not intervals:
+        why = "out of memory" if oom else (res.get("status") if res.get("status") != "ok" else "no timed interval")
+        row["error"] = why or f"exit {code}"
+        tail = "\n".join(out.strip().splitlines()[-5:])
+        log(f"  {method}: FAILED ({row['error']})\n{tail}", flush=True)
+    else:
+        peak = res.get("cuda_allocated", res.get("max_rss", 0))
+        log(f"  {method:<26} {tok_s:10.0f} tok/s  peak {peak / GiB:6.2f} GiB  ({len(intervals)} intervals, "
+            f"{wall:.0f} s)", flush=True)
+    return row
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the table
+# ------------------------------------------------------------------------------------------------------------
+
+def peak_bytes(row):
+    return row.get("cuda_allocated", row.get("max_rss", float("nan")))
+
+
+def table(rows, device):
+    """Markdown lines: one row per (V, precision, tokens per update, method)."""
+    mem = "peak GPU memory GiB (allocated)" if device.startswith("cuda") else "peak resident memory GiB"
+    lines = [f"| V | precision | tokens/update | method | tokens/s (median) | x softmax | x bound | share of the "
+             f"possible gain | {mem} | x softmax memory |",
+             "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["vocab"], r["precision"], r["max_tokens"]), []).append(r)
+    for (vocab, precision, max_tokens), group in groups.items():
+        by = {r["method"]: r for r in group}
+        soft, bound = by.get("softmax"), by.get(BOUND)
+        ok = lambda r: r is not None and "error" not in r  # noqa: E731
+        for r in group:
+            if not ok(r):
+                lines.append(f"| {vocab} | {precision} | {max_tokens} | {r['method']} | failed: {r['error']} | | | | | |")
+                continue
+            x_soft = benchlib.ratio(r["tok_s"], soft["tok_s"]) if ok(soft) else float("nan")
+            x_bound = benchlib.ratio(r["tok_s"], bound["tok_s"]) if ok(bound) else float("nan")
+            gain = (benchlib.ratio(r["tok_s"] - soft["tok_s"], bound["tok_s"] - soft["tok_s"])
+                    if ok(soft) and ok(bound) else float("nan"))
+            m_soft = benchlib.ratio(peak_bytes(r), peak_bytes(soft)) if ok(soft) else float("nan")
+            lines.append(f"| {vocab} | {precision} | {max_tokens} | {r['method']} | {r['tok_s']:,.0f} | "
+                         f"{x_soft:.2f} | {x_bound:.2f} | {fmt_pct(gain)} | {peak_bytes(r) / GiB:.2f} | "
+                         f"{m_soft:.2f} |")
+    return lines
+
+
+def fmt_pct(x):
+    return "" if x is None or not math.isfinite(x) else f"{100 * x:.0f} %"
+
+
+def environment(device):
+    import torch
+
+    env = {"torch": torch.__version__, "python": platform.python_version(),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        env["commit"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                       text=True).stdout.strip() or "unknown"
+    except OSError:
+        env["commit"] = "unknown"
+    if device.startswith("cuda"):
+        env["device"] = f"{torch.cuda.get_device_name(0)}, CUDA {torch.version.cuda}"
+    else:
+        cpu = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+        except (OSError, StopIteration):
+            pass
+        env["device"] = f"CPU {cpu} ({os.cpu_count()} cores)"
+    try:
+        import fairseq
+
+        env["fairseq"] = fairseq.__version__
+    except ImportError:
+        env["fairseq"] = "?"
+    return env
+
+
+def render(args, command, env, rows, elapsed, partial=False):
+    lines = [
+        "# Benchmark: whole-model training speed of every output layer (fairseq-train)",
+        "",
+    ] + (["**Partial: the run was still going (or was stopped) when this was written.**", ""] if partial else []) + [
+        f"Command: `{command}`  ",
+        f"Date: {env['date']}; git commit {env['commit']}; device {env['device']}; torch {env['torch']}; "
+        f"fairseq {env['fairseq']}; Python {env['python']}; whole run {elapsed / 60:.1f} min.",
+        "",
+        f"`fairseq-train --arch {args.arch}` (dropout 0.1, Adam, inverse-sqrt schedule) on a generated corpus: "
+        f"Zipf-distributed words, sentences of 10-40 words on both sides, one dictionary of V entries for source "
+        f"and target, {args.sentences:,} training sentences. {args.updates} updates per run; tokens/s = the median "
+        f"of fairseq's `wps` (target tokens per second) over the {args.log_interval}-update intervals after update "
+        f"{args.warmup_updates}. Peak memory: the whole process's (GPU: `torch.cuda.max_memory_allocated`; CPU: "
+        "peak resident set). Joint: d_j = the decoder's d. Continuous: m = 300 random unit target vectors. "
+        f"The bound: the same model and batches with the target folded onto {BOUND_WORDS} words (a 16-entry "
+        "softmax, the cheapest output layer). Share of the possible gain = (method - softmax) / (bound - "
+        "softmax) in tokens/s.",
+        "",
+    ]
+    lines += table(rows, args.device)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child_main(argv[1], argv[3:])
+    cuda = "--device" in argv and argv[argv.index("--device") + 1].startswith("cuda")
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (one GPU: fairseq-train uses every visible GPU, "
+                        "so set CUDA_VISIBLE_DEVICES)")
+    parser.add_argument("--vocab", type=int, nargs="+", default=[50000, 128000] if cuda else [50000])
+    parser.add_argument("--arch", default="outlayers_transformer" if cuda else "outlayers_transformer_tiny")
+    parser.add_argument("--precision", nargs="+", choices=["fp32", "fp16"],
+                        default=["fp16", "fp32"] if cuda else ["fp32"])
+    parser.add_argument("--max-tokens", type=int, nargs="+", default=[8192, 32768] if cuda else [2048],
+                        help="tokens per update (fairseq --max-tokens, one GPU, no --update-freq)")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS), metavar="METHOD",
+                        help="default: all of " + ", ".join(METHODS))
+    parser.add_argument("--updates", type=int, default=40 if cuda else 8)
+    parser.add_argument("--warmup-updates", type=int, default=10 if cuda else 2)
+    parser.add_argument("--log-interval", type=int, default=5 if cuda else 2)
+    parser.add_argument("--sentences", type=int, default=None,
+                        help="training sentences (default: enough for the largest --max-tokens x --updates)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (OMP_NUM_THREADS) of each run on the CPU")
+    parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="fairseq-preprocess workers")
+    parser.add_argument("--run-timeout", type=float, default=900, help="seconds before one run is stopped")
+    parser.add_argument("--work-dir", default=None, help="where the corpora go (default: a temporary directory)")
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="further fairseq-train options")
+    benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks",
+                                                  "whole_model_cuda.md" if cuda else "whole_model_cpu.md"))
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda asked for, but torch sees no CUDA device")
+        if "fp16" not in args.precision and "fp32" not in args.precision:
+            parser.error("--precision: fp32 and/or fp16")
+    elif "fp16" in args.precision:
+        parser.error("--precision fp16 needs --device cuda (fairseq's fp16 runs on CUDA only)")
+    if args.warmup_updates >= args.updates:
+        parser.error("--warmup-updates must be below --updates")
+    benchlib.check_output(args.output, args.force)
+    sentences = args.sentences or int(1.2 * max(args.max_tokens) * args.updates / 25) + 64
+    args.sentences = sentences
+    start, env = time.time(), environment(args.device)
+    command = benchlib.command_line("bench_whole_model.py", argv)
+    rows = []
+    work = args.work_dir or tempfile.mkdtemp(prefix="bench_whole_model.")
+    try:
+        for vocab in args.vocab:
+            directory = os.path.join(work, f"v{vocab}")
+            os.makedirs(directory, exist_ok=True)
+            data, bound, vec = write_corpus(directory, vocab, sentences, workers=args.workers)
+            for precision in args.precision:
+                for max_tokens in args.max_tokens:
+                    print(f"V={vocab} {precision} {max_tokens} tokens/update", flush=True)
+                    for method in args.methods:
+                        row = run_one(args, bound if method == BOUND else data, method, precision, max_tokens, vec)
+                        row["vocab"] = vocab
+                        rows.append(row)
+                        # rewritten after every run: a run stopped by a time limit leaves what it measured
+                        benchlib.write_output(args.output, render(args, command, env, rows, time.time() - start,
+                                                                  partial=True))
+    finally:
+        if args.work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    benchlib.finish(args.output, render(args, command, env, rows, time.time() - start))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

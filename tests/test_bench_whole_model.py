@@ -1,0 +1,69 @@
+"""scripts/bench_whole_model.py without a GPU: fairseq's json log is read as it writes it, the command lines are
+fairseq-train's, the table's ratios and gain shares are right, and (slow) one tiny CPU run trains every method
+through fairseq-train on a generated corpus and its bound. No timing is asserted."""
+import json
+import math
+
+import pytest
+from harness import load_script
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_script("bench_whole_model.py")
+
+
+def test_parse_log_takes_the_median_wps_after_the_warmup(bench):
+    line = "2026-11-27 06:00:00 | INFO | train_inner | " + "{}"
+    text = "\n".join([line.format(json.dumps({"epoch": 1, "num_updates": str(u), "wps": str(w)}))
+                      for u, w in ((5, 10.0), (10, 300.0), (15, 100.0), (20, 200.0))]
+                     + ["2026-11-27 | INFO | fairseq_cli.train | num. shared model params: 9 (num. trained: 9)"])
+    tok_s, intervals, params, oom = bench.parse_log(text, warmup=5)
+    assert tok_s == 200.0 and intervals == [300.0, 100.0, 200.0] and "num. trained: 9" in params and not oom
+    tok_s, intervals, _, oom = bench.parse_log("| WARNING | OOM: Ran out of memory with exception", warmup=0)
+    assert math.isnan(tok_s) and intervals == [] and oom
+
+
+def test_train_command(bench):
+    from argparse import Namespace
+
+    args = Namespace(arch="outlayers_transformer", updates=30, log_interval=5, device="cuda", extra=[])
+    cmd = bench.train_command(args, "/d", "joint d_j = d", "fp16", 8192, "/v.vec", "/s")
+    assert cmd[0] == "/d" and cmd[cmd.index("--joint-dim") + 1] == "512" and "--fp16" in cmd and "--cpu" not in cmd
+    assert cmd[cmd.index("--max-tokens") + 1] == "8192" and cmd[cmd.index("-t") + 1] == "tgt"
+    cmd = bench.train_command(Namespace(**{**vars(args), "device": "cpu"}), "/b", bench.BOUND,
+                              "fp32", 1024, "/v.vec", "/s")
+    assert "--cpu" in cmd and cmd[cmd.index("-t") + 1] == "bound" and "--fp16" not in cmd
+    cmd = bench.train_command(args, "/d", "continuous, vmf_nll", "fp32", 1024, "/v.vec", "/s")
+    assert cmd[cmd.index("--target-vectors") + 1] == "/v.vec" and cmd[cmd.index("--criterion") + 1] == "vmf_nll"
+
+
+def test_table_ratios_and_gain_share(bench):
+    def row(method, tok_s, peak, **kw):
+        return {"method": method, "vocab": 50000, "precision": "fp16", "max_tokens": 8192, "tok_s": tok_s,
+                "cuda_allocated": peak * bench.GiB, **kw}
+
+    rows = [row("softmax", 100.0, 4.0), row("continuous, vmf_nll", 150.0, 1.0), row(bench.BOUND, 200.0, 0.5),
+            row("tied", 0.0, 0.0, error="out of memory")]
+    lines = bench.table(rows, "cuda")
+    assert "| 50000 | fp16 | 8192 | softmax | 100 | 1.00 | 0.50 | 0 % | 4.00 | 1.00 |" in lines
+    assert "| 50000 | fp16 | 8192 | continuous, vmf_nll | 150 | 1.50 | 0.75 | 50 % | 1.00 | 0.25 |" in lines
+    assert f"| 50000 | fp16 | 8192 | {bench.BOUND} | 200 | 2.00 | 1.00 | 100 % | 0.50 | 0.12 |" in lines
+    assert "| 50000 | fp16 | 8192 | tied | failed: out of memory | | | | | |" in lines
+
+
+def test_fp16_on_the_cpu_is_refused(bench, tmp_path):
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--precision", "fp16", "--output", str(tmp_path / "x.md")])
+    assert not (tmp_path / "x.md").exists()
+
+
+@pytest.mark.slow
+def test_tiny_cpu_run_trains_every_method(bench, tmp_path):
+    """Every method through fairseq-train on the CPU (a few minutes on 2 busy cores)."""
+    out = tmp_path / "wm.md"
+    assert bench.main(["--device", "cpu", "--vocab", "256", "--max-tokens", "256", "--updates", "3",
+                       "--warmup-updates", "1", "--log-interval", "1", "--workers", "1", "--output", str(out)]) == 0
+    text = out.read_text()
+    for method in bench.METHODS:
+        assert f"| 256 | fp32 | 256 | {method} | " in text and "failed" not in text
