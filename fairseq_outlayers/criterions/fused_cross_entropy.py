@@ -92,7 +92,8 @@ class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             if self.impl == "auto" and x.is_cuda and impl == "chunked":
                 logger.warning(f"fused_cross_entropy: Cut Cross-Entropy is not installed, using the chunked "
                                f"PyTorch path; the CUDA kernel {CCE_MISSING}")
-            logger.info(f"fused_cross_entropy: {impl} implementation, {tuple(weight.shape)} output matrix")
+            logger.info(f"fused_cross_entropy: {impl} implementation, {tuple(weight.shape)} output matrix in "
+                        f"{weight.dtype}, features in {x.dtype}")
         out = linear_cross_entropy(x, weight, bias, target, self.eps, ignore_index=self.padding_idx, reduce=reduce,
                                    impl=impl, block_elements=self.block_elements,
                                    return_argmax=self.report_accuracy)
