@@ -192,3 +192,28 @@ def test_fairseq_train_and_generate(tiny_bin, tiny_bin_joined, tmp_path, layer):
     assert " nll_loss " in valid and " ppl " in valid and " accuracy " in valid
     _, hyps = generate(bin_dir, os.path.join(save, "checkpoint_last.pt"))
     assert len(hyps) == 24
+
+
+# -- on a CUDA GPU ---------------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("impl", ["chunked", "cce"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_on_cuda_against_the_float64_reference(impl, bias):
+    """On the GPU: the chunked path in float64 to 1e-5; Cut Cross-Entropy (float32 in, TF32 tiles, gradient
+    filtering) to 1e-3 for the loss and 1e-2 of the largest gradient entry."""
+    from fairseq_outlayers.modules.linear_cross_entropy import cce_available
+
+    if impl == "cce" and not cce_available():
+        pytest.skip("cut-cross-entropy is not installed")
+    x, w, b, t = _problem(n=300, v=5000, d=64, bias=bias)
+    ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
+    tensors = (x, w, b)
+    ref_grads = _grads(ref_loss, tensors)
+    dtype, rtol = (torch.float64, 1e-5) if impl == "chunked" else (torch.float32, 1e-3)
+    dev = [None if p is None else p.detach().to("cuda", dtype).requires_grad_() for p in tensors]
+    loss, nll = linear_cross_entropy(dev[0], dev[1], dev[2], t.cuda(), 0.1, ignore_index=PAD, impl=impl)
+    assert abs(float(loss) - float(ref_loss.detach())) <= rtol * abs(float(ref_loss.detach()))
+    assert abs(float(nll) - float(ref_nll)) <= rtol * abs(float(ref_nll))
+    for got, want in zip(_grads(loss, dev), ref_grads):
+        err = float((got.double().cpu() - want).abs().max())
+        assert err <= (1e-5 if impl == "chunked" else 1e-2) * float(want.abs().max()), err
