@@ -41,7 +41,7 @@ class FusedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
     )
     fused_block_elements: int = field(
         default=DEFAULT_BLOCK_ELEMENTS,
-        metadata={"help": "chunked: most logits held at once (default 4M, 16 MiB in float32)"},
+        metadata={"help": "chunked: most logits held at once (default 16M, 64 MiB in float32)"},
     )
 
 

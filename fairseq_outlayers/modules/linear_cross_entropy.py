@@ -25,7 +25,7 @@ from typing import Optional, Tuple
 import torch
 
 IMPLS = ("auto", "cce", "chunked")
-DEFAULT_BLOCK_ELEMENTS = 1 << 22  # 4M logits: 16 MiB per block in float32
+DEFAULT_BLOCK_ELEMENTS = 1 << 24  # 16M logits: 64 MiB per block in float32
 MIN_VOCAB_BLOCK = 256
 
 
@@ -51,29 +51,28 @@ def _block_logits(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
 
 
 class ChunkedLogSumExp(torch.autograd.Function):
-    """``(logsumexp(x W^T + b, -1), argmax)`` over blocks; gradients for x, W and b (argmax has none)."""
+    """``(logsumexp(x W^T + b, -1), argmax)`` over blocks; gradients for x, W and b (argmax has none and is
+    computed only when ``want_argmax``, else returned empty)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, block_elements):
+    def forward(ctx, x, weight, bias, block_elements, want_argmax):
         dtype = _compute_dtype(x.dtype)
         n, v = x.size(0), weight.size(0)
         nb, vb = block_sizes(n, v, block_elements)
-        lse = torch.empty(n, dtype=dtype, device=x.device)
-        argmax = torch.empty(n, dtype=torch.long, device=x.device)
+        lse = torch.full((n,), -math.inf, dtype=dtype, device=x.device)
+        argmax = torch.zeros(n if want_argmax else 0, dtype=torch.long, device=x.device)
+        best = torch.full((n if want_argmax else 0,), -math.inf, dtype=dtype, device=x.device)
         for n0 in range(0, n, nb):
             xs = x[n0:n0 + nb].to(dtype)
-            m = torch.full((xs.size(0),), -math.inf, dtype=dtype, device=x.device)
-            s = torch.zeros_like(m)
-            am = torch.zeros(xs.size(0), dtype=torch.long, device=x.device)
             for v0 in range(0, v, vb):
                 z = _block_logits(xs, weight[v0:v0 + vb], None if bias is None else bias[v0:v0 + vb], dtype)
-                block_max, block_arg = z.max(dim=1)
-                new_m = torch.maximum(m, block_max)
-                s = s * torch.exp(m - new_m) + torch.exp(z - new_m.unsqueeze(1)).sum(dim=1)
-                am = torch.where(block_max > m, block_arg + v0, am)
-                m = new_m
-            lse[n0:n0 + nb] = m + torch.log(s)
-            argmax[n0:n0 + nb] = am
+                if want_argmax:
+                    block_max, block_arg = z.max(dim=1)
+                    better = block_max > best[n0:n0 + nb]  # strict: the first of equal scores wins, as argmax
+                    argmax[n0:n0 + nb] = torch.where(better, block_arg + v0, argmax[n0:n0 + nb])
+                    best[n0:n0 + nb] = torch.where(better, block_max, best[n0:n0 + nb])
+                # online log-sum-exp: combine the running value with this block's
+                lse[n0:n0 + nb] = torch.logaddexp(lse[n0:n0 + nb], torch.logsumexp(z, dim=1))
         ctx.save_for_backward(x, weight, bias, lse)
         ctx.block_elements = block_elements
         ctx.mark_non_differentiable(argmax)
@@ -95,8 +94,8 @@ class ChunkedLogSumExp(torch.autograd.Function):
             for v0 in range(0, v, vb):
                 wv = weight[v0:v0 + vb]
                 z = _block_logits(xs, wv, None if bias is None else bias[v0:v0 + vb], dtype)
-                # d lse / d z = softmax(z), scaled by the incoming gradient of each position
-                p = torch.exp(z - lse[n0:n0 + nb].unsqueeze(1)).mul_(grad_lse[n0:n0 + nb].unsqueeze(1))
+                # d lse / d z = softmax(z), scaled by the incoming gradient of each position (in place)
+                p = z.sub_(lse[n0:n0 + nb].unsqueeze(1)).exp_().mul_(grad_lse[n0:n0 + nb].unsqueeze(1))
                 if gx is not None:
                     gx[n0:n0 + nb].addmm_(p, wv.to(dtype))
                 if gw is not None:
@@ -104,14 +103,15 @@ class ChunkedLogSumExp(torch.autograd.Function):
                 if gb is not None:
                     gb[v0:v0 + vb] += p.sum(dim=0)
         return (None if gx is None else gx.to(x.dtype), None if gw is None else gw.to(weight.dtype),
-                None if gb is None else gb.to(bias.dtype), None)
+                None if gb is None else gb.to(bias.dtype), None, None)
 
 
 def chunked_logsumexp(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                      block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> Tuple[torch.Tensor, torch.Tensor]:
+                      block_elements: int = DEFAULT_BLOCK_ELEMENTS, want_argmax: bool = True
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(log-sum-exp, argmax) of the rows of ``x W^T + b`` (x: N x d, W: V x d, b: V or None), never holding more
-    than about ``block_elements`` logits."""
-    return ChunkedLogSumExp.apply(x, weight, bias, int(block_elements))
+    than about ``block_elements`` logits; the argmax is empty unless ``want_argmax``."""
+    return ChunkedLogSumExp.apply(x, weight, bias, int(block_elements), bool(want_argmax))
 
 
 # -- Cut Cross-Entropy ---------------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def linear_cross_entropy(features: torch.Tensor, weight: torch.Tensor, bias: Opt
                 argmax = chunked_logsumexp(x.detach(), weight.detach(), None if bias is None else bias.detach(),
                                            block_elements)[1]
     else:
-        lse, argmax = chunked_logsumexp(x, weight, bias, block_elements)
+        lse, argmax = chunked_logsumexp(x, weight, bias, block_elements, want_argmax=return_argmax)
         nll = lse - z_t
     loss = nll
     if epsilon != 0.0:
