@@ -217,3 +217,29 @@ def test_on_cuda_against_the_float64_reference(impl, bias):
     for got, want in zip(_grads(loss, dev), ref_grads):
         err = float((got.double().cpu() - want).abs().max())
         assert err <= (1e-5 if impl == "chunked" else 1e-2) * float(want.abs().max()), err
+
+
+# -- the benchmark scripts (plumbing only: nothing is timed here) -----------------------------------------------------
+def test_benchmark_script_writes_its_table(tmp_path):
+    from harness import load_script
+
+    bench = load_script("bench_fused_loss.py")
+    out = tmp_path / "fused.md"
+    bench.main(["--device", "cpu", "--vocab", "300", "--tokens", "64", "--dim", "16", "--layers", "softmax", "joint",
+                "--model-arch", "outlayers_transformer_tiny", "--warmup", "0", "--repeats", "1", "--output", str(out)])
+    text = out.read_text()
+    assert "Command: `python scripts/bench_fused_loss.py --device cpu --vocab 300" in text
+    for part in ("softmax", "joint", "model"):
+        assert f"| {part} | fp32 | plain |" in text and f"| {part} | fp32 | chunked |" in text
+    with pytest.raises(SystemExit):  # never overwrites a result without --force
+        bench.main(["--device", "cpu", "--vocab", "300", "--output", str(out)])
+
+
+def test_precision_script_refuses_what_fairseq_cannot_run_on_the_cpu(tmp_path, capsys):
+    from harness import load_script
+
+    bench = load_script("bench_precision.py")
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--synthetic", "--precisions", "fp32", "fp16", "--output",
+                    str(tmp_path / "p.md")])
+    assert "fairseq trains --fp16 and --amp on CUDA only" in capsys.readouterr().err
