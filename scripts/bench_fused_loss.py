@@ -37,6 +37,8 @@ sys.path.insert(0, REPO)
 import benchlib  # noqa: E402
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: the environment that changes the figures, written before the command in the report
+ENV = "".join(f"{k}={os.environ[k]} " for k in ("OMP_NUM_THREADS", "MALLOC_MMAP_THRESHOLD_") if k in os.environ)
 PAD = 1
 
 
@@ -236,7 +238,7 @@ def main(argv=None):
     if "cce" in args.impls and not (cuda and cce_available()):
         parser.error("--impls cce needs --device cuda and the cut-cross-entropy package")
     device = torch.device(args.device)
-    start = time.time()
+    start, load0 = time.time(), os.getloadavg()[0]
     sections = []
     for vocab in args.vocab:
         rows = layer_rows(args, vocab, device)
@@ -246,10 +248,11 @@ def main(argv=None):
     name = torch.cuda.get_device_name(device) if cuda else f"{platform.machine()}, {os.cpu_count()} CPU cores"
     text = "\n".join([
         "# Fused cross-entropy against the plain one: time and peak memory", "",
-        f"Command: `{benchlib.command_line('bench_fused_loss.py', argv)}`", "",
+        f"Command: `{ENV}{benchlib.command_line('bench_fused_loss.py', argv)}`", "",
         f"Device: {name}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"cut-cross-entropy {'installed' if cce_available() else 'not installed'}; total wall time "
-        f"{time.time() - start:.0f} s.", "",
+        f"{time.time() - start:.0f} s; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+        "(other processes on the machine make times noisy, not memory).", "",
         f"One step = forward + label-smoothed loss (eps {args.label_smoothing}) + backward, {args.tokens} target "
         f"tokens (5 % padding), no optimizer. layer: decoder stand-in with H = {args.dim} into the output layer "
         f"(softmax: untied with bias; joint: d_j = H). model: `{args.model_arch}` with a tied output layer. plain = "
