@@ -20,9 +20,9 @@ GPU run (H100, the issue's table):
     python scripts/bench_fused_loss.py --device cuda --output docs/benchmarks/fused_loss_gpu.md
 CPU run (docs/benchmarks/fused_loss_cpu.md; a fixed malloc mmap threshold returns freed blocks to the system, so
 that the resident-set peak of each step is its own):
-    OMP_NUM_THREADS=2 MALLOC_MMAP_THRESHOLD_=65536 python scripts/bench_fused_loss.py --device cpu --vocab 32000 50000 --tokens 1024 --dim 256 \\
-        --dtypes fp32 --impls plain chunked --layers softmax joint --model-arch outlayers_transformer_tiny \\
-        --repeats 2 --output docs/benchmarks/fused_loss_cpu.md
+    OMP_NUM_THREADS=2 MALLOC_MMAP_THRESHOLD_=65536 python scripts/bench_fused_loss.py --device cpu \\
+        --vocab 32000 50000 --tokens 1024 --dim 256 --dtypes fp32 --impls plain chunked --layers softmax joint \\
+        --model-arch outlayers_transformer_tiny --repeats 3 --output docs/benchmarks/fused_loss_cpu.md
 """
 import argparse
 import os

@@ -11,7 +11,8 @@ sweep resumes).
 GPU run (Multi30k, the issue's table; vectors / pairing / word-level data as scripts/demo.sh makes them):
     python scripts/bench_precision.py --device cuda --data work/multi30k/data-bin/de-en \\
         --word-data work/multi30k/data-bin/de-en-word --vectors work/multi30k/vectors.word.en.300d.vec \\
-        --pairing work/multi30k/pairing.tsv --max-update 300 --output docs/benchmarks/precision_gpu.md
+        --pairing work/multi30k/data-bin/de-en/pairs.de-en.txt --max-update 300 \\
+        --output docs/benchmarks/precision_gpu.md
 CPU run (docs/benchmarks/precision_cpu.md; fairseq runs fp16 and --amp on CUDA only):
     python scripts/bench_precision.py --device cpu --synthetic --precisions fp32 bf16 mebf16 --max-update 40 \\
         --methods softmax softmax-fused tied tied-all joint joint-fused fixed sampled \\
