@@ -243,3 +243,16 @@ def test_precision_script_refuses_what_fairseq_cannot_run_on_the_cpu(tmp_path, c
         bench.main(["--device", "cpu", "--synthetic", "--precisions", "fp32", "fp16", "--output",
                     str(tmp_path / "p.md")])
     assert "fairseq trains --fp16 and --amp on CUDA only" in capsys.readouterr().err
+
+
+def test_autocast_is_switched_off_inside():
+    """Under --amp (autocast) the matrix products of the loss would run in half precision; they do not."""
+    x, w, b, t = _problem()
+    ref, _ = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
+    x32, w32, b32 = (p.detach().float().requires_grad_() for p in (x, w, b))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = linear_cross_entropy(x32, w32, b32, t, 0.1, ignore_index=PAD, impl="chunked", block_elements=64)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=0)
+    gx, = torch.autograd.grad(loss, [x32])
+    torch.testing.assert_close(gx.double(), torch.autograd.grad(ref, [x])[0], rtol=1e-4, atol=1e-5)  # bf16: 1e-2

@@ -56,6 +56,11 @@ class ChunkedLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, block_elements, want_argmax):
+        with torch.autocast(x.device.type, enabled=False):  # the blocks stay in float32 under --amp
+            return ChunkedLogSumExp._forward(ctx, x, weight, bias, block_elements, want_argmax)
+
+    @staticmethod
+    def _forward(ctx, x, weight, bias, block_elements, want_argmax):
         dtype = _compute_dtype(x.dtype)
         n, v = x.size(0), weight.size(0)
         nb, vb = block_sizes(n, v, block_elements)
@@ -80,6 +85,11 @@ class ChunkedLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_lse, _grad_argmax):
+        with torch.autocast(grad_lse.device.type, enabled=False):
+            return ChunkedLogSumExp._backward(ctx, grad_lse)
+
+    @staticmethod
+    def _backward(ctx, grad_lse):
         x, weight, bias, lse = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         dtype = lse.dtype
@@ -173,7 +183,15 @@ def linear_cross_entropy(features: torch.Tensor, weight: torch.Tensor, bias: Opt
     ignore_index, reduce)`` without the logits: ``(loss, nll_loss)``, summed over the positions (``reduce``) or one
     value per position of ``target`` (0 where ``target == ignore_index``). ``features``: (..., d); ``target``:
     (...). With ``return_argmax`` a third output holds each kept position's best-scoring word (no gradient) and the
-    kept positions' targets, as ``(argmax, target)``: what an accuracy needs."""
+    kept positions' targets, as ``(argmax, target)``: what an accuracy needs. Autocast (``--amp``) is switched off
+    inside: the loss is computed from the tensors as they are, in float32 at least."""
+    with torch.autocast(features.device.type, enabled=False):
+        return _linear_cross_entropy(features, weight, bias, target, epsilon, ignore_index, reduce, impl,
+                                     block_elements, return_argmax)
+
+
+def _linear_cross_entropy(features, weight, bias, target, epsilon, ignore_index, reduce, impl, block_elements,
+                          return_argmax):
     d, v = weight.size(1), weight.size(0)
     x = features.reshape(-1, d)
     t = target.reshape(-1)
