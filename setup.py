@@ -39,6 +39,9 @@ setup(
         "vectors": ["gensim>=4.3"],  # training / reading word2vec and fastText target vectors
         "plot": ["matplotlib"],  # scatter plots of the analysis scripts
         "faiss": ["faiss-cpu"],  # --continuous-search faiss (K-best decoding of continuous outputs)
+        # Cut Cross-Entropy's CUDA kernel for --criterion fused_cross_entropy (Triton: Linux only; not a default
+        # dependency because it pulls Triton onto CPU machines, where the criterion's chunked path serves)
+        "cce": ['cut-cross-entropy>=25.1.1; platform_system == "Linux"'],
         "test": ["pytest>=7", "hypothesis>=6", "mpmath", SYSTRAN_ALIGN, "gensim>=4.3", "matplotlib", "faiss-cpu"],
     },
     entry_points={

@@ -40,6 +40,10 @@ METHODS = {
                                 "--sample-ratio", "0.5"]),
     "fixed": ("sep", ["--output-layer", "fixed", "--criterion", "cross_entropy"]),
     "fixed-sampled": ("sep", ["--output-layer", "fixed", "--criterion", "sampled_softmax", "--sample-ratio", "0.5"]),
+    "softmax-fused": ("sep", ["--output-layer", "softmax", "--output-bias", "--criterion", "fused_cross_entropy",
+                              "--label-smoothing", "0.1"]),
+    "joint-fused": ("sep", ["--output-layer", "joint", "--joint-dim", "16", "--criterion", "fused_cross_entropy",
+                            "--label-smoothing", "0.1"]),
     "shared-private": ("sep", ["--embeddings", "shared-private", "--output-layer", "tied", "--pairing", PAIRING,
                                "--criterion", "cross_entropy"]),
     "continuous-vmf_nll": ("sep", ["--output-layer", "continuous", "--target-vectors", VEC, "--criterion", "vmf_nll"]),
@@ -102,19 +106,23 @@ def test_every_method_trains_and_generates(name, arch, method_args, tmp_path):
 
 
 @needs_cuda
-# fairseq 0.12's command line runs --bf16 / --memory-efficient-bf16 on TPUs only (it sets --tpu); the package
-# refuses them with the fix (test_core.py::test_bf16_is_refused_before_fairseq_looks_for_a_tpu)
-@pytest.mark.parametrize("precision", ["--fp16", "--memory-efficient-fp16", "--amp"])
+# fairseq 0.12's command line runs --bf16 / --memory-efficient-bf16 on TPUs only (it sets --tpu); the package takes
+# the implied --tpu back (fairseq_outlayers/precision.py, tests/test_bf16.py)
+@pytest.mark.parametrize("precision", ["--fp16", "--memory-efficient-fp16", "--amp", "--bf16",
+                                       "--memory-efficient-bf16"])
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_mixed_precision_smoke(name, precision, method_args, tmp_path):
     """A few updates in each precision: the run finishes, the logged losses are finite, decoding works."""
     data, args = method_args(name)
     save = str(tmp_path / "ckpt")
     proc = train(data, save, TINY_TRANSFORMER, args + [precision], max_update=6, device=DEVICE)
+    if "bf16" in precision:
+        _ran_on_device(proc)  # not on a TPU
     losses = logged_losses(proc.stdout + proc.stderr)
     assert losses and all(math.isfinite(x) for x in losses), losses
     _, hyps = generate(data, os.path.join(save, "checkpoint_last.pt"),
-                       ["--max-len-a", "0", "--max-len-b", "10", precision.replace("memory-efficient-", "")],
+                       ["--max-len-a", "0", "--max-len-b", "10"]
+                       + ([] if "bf16" in precision else [precision.replace("memory-efficient-", "")]),
                        device=DEVICE)
     assert len(hyps) == N_TEST
 

@@ -33,11 +33,44 @@ def _replace_unk_asked():
     return _given("--replace-unk")
 
 
+def _bf16_asked(argv):
+    return any(a in ("--bf16", "--memory-efficient-bf16") for a in argv)
+
+
+def _train_bf16():
+    """fairseq_cli.train.cli_main with the ``--tpu`` that fairseq 0.12 implies for bf16 taken back before its
+    configuration is built (fairseq_outlayers.precision), so bf16 trains on one or several GPUs, or the CPU."""
+    from fairseq_cli.train import main  # first: it sets up fairseq's logging before fairseq is imported
+
+    from fairseq import distributed_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.precision import keep_bf16_off_the_tpu
+
+    args = options.parse_args_and_arch(options.get_training_parser())
+    keep_bf16_off_the_tpu(args)
+    if getattr(args, "use_plasma_view", False):
+        raise OutlayersConfigError("--use-plasma-view with bf16 is not supported by outlayers-train; drop it")
+    cfg = convert_namespace_to_omegaconf(args)
+    if args.profile:
+        import torch
+
+        with torch.cuda.profiler.profile(), torch.autograd.profiler.emit_nvtx():
+            distributed_utils.call_main(cfg, main)
+    else:
+        distributed_utils.call_main(cfg, main)
+
+
 @one_line_errors
 def train():
-    """fairseq-train; an unreadable checkpoint_last.pt resumes from the newest intact checkpoint (cli/resume.py)."""
+    """fairseq-train; an unreadable checkpoint_last.pt resumes from the newest intact checkpoint (cli/resume.py);
+    --bf16 trains on the GPU or CPU instead of asking for a TPU."""
     from fairseq_outlayers.cli.resume import restore_args
 
+    if _bf16_asked(sys.argv[1:]):
+        _set_argv(restore_args(sys.argv[1:]))
+        return _train_bf16()
     return _run("fairseq_cli.train", restore_args(sys.argv[1:]))
 
 

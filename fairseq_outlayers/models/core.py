@@ -237,10 +237,13 @@ def check_training_precision(args):
     import importlib.util
 
     if _root_option(args, "common", "tpu", False) and importlib.util.find_spec("torch_xla") is None:
+        # fairseq-train and outlayers-train unset the implied --tpu (fairseq_outlayers.precision); this is reached
+        # for an explicit --tpu, or where the run's configuration cannot be reached from the model's build
         given = "--bf16 / --memory-efficient-bf16" if _root_option(args, "common", "bf16", False) else "--tpu"
         raise OutlayersConfigError(
             f"{given} makes fairseq 0.12 train on a TPU (its command line sets --tpu for bf16), and torch_xla is not "
-            "installed; on a GPU use --fp16, --memory-efficient-fp16 or --amp instead, on a CPU no precision option")
+            "installed; for bf16 on a GPU run outlayers-train without --tpu, or use --fp16, --memory-efficient-fp16 "
+            "or --amp")
 
 
 def finish_build(model, args):
@@ -259,6 +262,9 @@ def finish_build(model, args):
 
 def check_core_args(args, task):
     """Validate the seam options against the task's dictionaries; returns (embedding spec, output-layer spec)."""
+    from fairseq_outlayers.precision import release_bf16_from_tpu
+
+    release_bf16_from_tpu(args, task)  # fairseq 0.12 reads --bf16 as TPU training
     try:
         out_spec = get_output_layer_spec(args.output_layer)
         emb_spec = get_embedding_spec(args.embeddings)

@@ -71,6 +71,13 @@ class FactorisedSoftmaxOutput(OutputLayer):
         # contiguous copy (measured on CPU, docs/benchmarks/shared-private.md)
         return F.linear(self.context(features).contiguous(), weight, bias)
 
+    def logit_factors(self, features: torch.Tensor):
+        """``(context, weight, bias)`` with ``logits == F.linear(context, weight, bias)``: the (V, d) matrix and
+        bias of the whole dictionary and the features mapped into its space, for a loss that never forms the
+        logits (``--criterion fused_cross_entropy``)."""
+        weight, bias = self.target_weights(None)
+        return self.context(features), weight, bias
+
     def sampled_logits(self, features: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Logits restricted to the words ``ids`` (1-D LongTensor): (..., len(ids)). Only those rows are computed."""
         weight, bias = self.target_weights(ids)

@@ -1,0 +1,267 @@
+#!/usr/bin/env python
+"""Time and peak memory of the fused cross-entropy (``--criterion fused_cross_entropy``) against the plain one.
+
+Two tables per vocabulary size V in ``--vocab``:
+
+* **layer**: a decoder stand-in (a leaf tensor of ``--tokens`` states of size ``--dim``, Zipf-distributed target
+  ids, 5 % padding) feeds the output layer (``--layers``: untied softmax with a bias, joint with d_j = d); one step
+  is forward + label-smoothed loss + backward. ``plain`` = the layer's logits, ``log_softmax`` in float32 and
+  fairseq's ``label_smoothed_nll_loss`` (what ``label_smoothed_cross_entropy`` does); ``chunked`` / ``cce`` = the
+  fused loss from the layer's ``logit_factors``;
+* **model**: the same step through a whole ``outlayers_transformer`` (``--model-arch``, tied output layer) and
+  the two fairseq criterions, on a synthetic batch with ``--tokens`` target tokens.
+
+Precisions (``--dtypes``): fp32, and on CUDA bf16 / fp16 (the model and the features converted, as fairseq's
+Trainer does for --bf16 / --fp16). Each configuration: ``--warmup`` untimed steps, then the fastest of
+``--repeats`` timed steps; peak memory = the CUDA allocator's peak above the level before the step (CPU: the
+resident-set high-water mark). An out-of-memory step is reported as ``OOM``.
+
+GPU run (H100, the issue's table):
+    python scripts/bench_fused_loss.py --device cuda --output docs/benchmarks/fused_loss_gpu.md
+CPU run (docs/benchmarks/fused_loss_cpu.md; a fixed malloc mmap threshold returns freed blocks to the system, so
+that the resident-set peak of each step is its own):
+    OMP_NUM_THREADS=2 MALLOC_MMAP_THRESHOLD_=65536 python scripts/bench_fused_loss.py --device cpu \\
+        --vocab 32000 50000 --tokens 1024 --dim 256 --dtypes fp32 --impls plain chunked --layers softmax joint \\
+        --model-arch outlayers_transformer_tiny --repeats 3 --output docs/benchmarks/fused_loss_cpu.md
+"""
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
+sys.path.insert(0, REPO)
+import benchlib  # noqa: E402
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: the environment that changes the figures, written before the command in the report
+ENV = "".join(f"{k}={os.environ[k]} " for k in ("OMP_NUM_THREADS", "MALLOC_MMAP_THRESHOLD_") if k in os.environ)
+PAD = 1
+
+
+def zipf_targets(n: int, vocab: int, generator):
+    """``n`` ids in [4, vocab) with frequency ~ 1/rank, 5 % of them padding."""
+    import torch
+
+    ranks = torch.arange(1, vocab - 3, dtype=torch.float64)
+    ids = torch.multinomial(1.0 / ranks, n, replacement=True, generator=generator) + 4
+    ids[torch.rand(n, generator=generator) < 0.05] = PAD
+    return ids
+
+
+def build_layer(name: str, vocab: int, dim: int):
+    import torch.nn as nn
+
+    from fairseq_outlayers.modules.joint_output import JointOutputLayer
+    from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput
+
+    embedding = nn.Embedding(vocab, dim, padding_idx=PAD)
+    nn.init.normal_(embedding.weight, 0.0, dim ** -0.5)
+    if name == "softmax":
+        return embedding, LearnedSoftmaxOutput(vocab, dim, bias=True)
+    if name == "joint":
+        return embedding, JointOutputLayer(embedding, dim, joint_dim=dim)
+    raise SystemExit(f"error: unknown --layers entry {name!r} (softmax, joint)")
+
+
+def layer_loss(impl: str, layer, features, target, eps: float):
+    import torch.nn.functional as F
+    from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+
+    from fairseq_outlayers.modules.linear_cross_entropy import linear_cross_entropy
+
+    if impl == "plain":
+        lprobs = F.log_softmax(layer(features).float(), dim=-1)
+        return label_smoothed_nll_loss(lprobs, target, eps, ignore_index=PAD)[0]
+    return linear_cross_entropy(*layer.logit_factors(features), target, eps, ignore_index=PAD, impl=impl)[0]
+
+
+def measure(step, device, warmup: int, repeats: int):
+    """(best seconds, peak bytes) of ``step()``, or (None, None) when it runs out of memory."""
+    import torch
+
+    try:
+        for _ in range(warmup):
+            step()
+        best, peak = float("inf"), 0
+        for _ in range(repeats):
+            with benchlib.peak_memory(device) as mem:
+                benchlib.sync(device)
+                t0 = time.perf_counter()
+                step()
+                benchlib.sync(device)
+                best = min(best, time.perf_counter() - t0)
+            peak = max(peak, mem["bytes"])
+        return best, peak
+    except torch.cuda.OutOfMemoryError:
+        return None, None
+    finally:
+        if str(device).startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+def layer_rows(args, vocab: int, device):
+    import torch
+
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    target = zipf_targets(args.tokens, vocab, gen).to(device)
+    for name in args.layers:
+        embedding, layer = build_layer(name, vocab, args.dim)
+        for dtype_name in args.dtypes:
+            dtype = getattr(torch, DTYPES[dtype_name])
+            embedding.to(device, dtype)
+            layer.to(device, dtype).train()
+            features = torch.randn(args.tokens, args.dim, generator=gen).to(device, dtype).requires_grad_()
+            for impl in args.impls:
+                def step():
+                    features.grad = None
+                    layer.zero_grad(set_to_none=True)
+                    embedding.zero_grad(set_to_none=True)
+                    layer_loss(impl, layer, features, target, args.label_smoothing).backward()
+
+                seconds, peak = measure(step, device, args.warmup, args.repeats)
+                rows.append((name, dtype_name, impl, seconds, peak))
+                print(f"layer V={vocab} {name} {dtype_name} {impl}: {seconds} s, {peak} B", flush=True)
+        del embedding, layer
+    return rows
+
+
+def build_model(arch: str, vocab: int, device, dtype, extra=()):
+    """An outlayers_transformer with a V-word joined dictionary (no data: dictionaries only)."""
+    from fairseq import options, tasks
+
+    work = tempfile.mkdtemp(prefix="bench_fused_")
+    for lang in ("de", "en"):
+        with open(os.path.join(work, f"dict.{lang}.txt"), "w") as f:
+            f.writelines(f"w{i} {vocab - i}\n" for i in range(vocab - 4))
+    parser = options.get_training_parser()
+    argv = [work, "--user-dir", os.path.join(REPO, "fairseq_outlayers"), "--task", "translation", "--source-lang",
+            "de", "--target-lang", "en", "--arch", arch, "--output-layer", "tied", "--dropout", "0.0",
+            "--criterion", "label_smoothed_cross_entropy"] + list(extra)
+    targs = options.parse_args_and_arch(parser, argv)
+    task = tasks.setup_task(targs)
+    model = task.build_model(targs).to(device, dtype).train()
+    return task, model
+
+
+def model_rows(args, vocab: int, device):
+    import torch
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
+
+    rows = []
+    gen = torch.Generator().manual_seed(1)
+    length = 32
+    batch = max(1, args.tokens // length)
+    for dtype_name in args.dtypes:
+        dtype = getattr(torch, DTYPES[dtype_name])
+        task, model = build_model(args.model_arch, vocab, device, dtype)
+        target = zipf_targets(batch * length, vocab, gen).view(batch, length).to(device)
+        prev = torch.cat([torch.full((batch, 1), 2, dtype=torch.long, device=device), target[:, :-1]], dim=1)
+        prev = prev.masked_fill(prev.eq(PAD), 5)
+        src = zipf_targets(batch * length, vocab, gen).view(batch, length).to(device)
+        src = src.masked_fill(src.eq(PAD), 5)  # no padding on the source side
+        sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((batch,), length, device=device),
+                                "prev_output_tokens": prev},
+                  "target": target, "ntokens": int(target.ne(PAD).sum()), "id": torch.arange(batch)}
+        for impl in args.impls:
+            if impl == "plain":
+                crit = LabelSmoothedCrossEntropyCriterion(task, False, args.label_smoothing)
+            else:
+                crit = FusedCrossEntropyCriterion(task, False, args.label_smoothing, fused_impl=impl)
+
+            def step():
+                model.zero_grad(set_to_none=True)
+                crit(model, sample)[0].backward()
+
+            seconds, peak = measure(step, device, args.warmup, args.repeats)
+            rows.append(("model", dtype_name, impl, seconds, peak))
+            print(f"model V={vocab} {dtype_name} {impl}: {seconds} s, {peak} B", flush=True)
+        del model
+    return rows
+
+
+def table(rows, tokens: int) -> str:
+    plain = {(r[0], r[1]): r for r in rows if r[2] == "plain"}
+    out = ["| part | precision | loss | ms / step | tokens/s | peak MiB | time vs plain | memory vs plain |",
+           "|---|---|---|---|---|---|---|---|"]
+    for part, dtype, impl, seconds, peak in rows:
+        if seconds is None:
+            out.append(f"| {part} | {dtype} | {impl} | OOM | OOM | OOM | | |")
+            continue
+        ref = plain.get((part, dtype))
+        t_ratio = m_ratio = ""
+        if ref is not None and ref[3] is not None and impl != "plain":
+            t_ratio = f"{benchlib.ratio(seconds, ref[3]):.2f}x"
+            m_ratio = f"{benchlib.ratio(peak, ref[4]):.2f}x"
+        out.append(f"| {part} | {dtype} | {impl} | {seconds * 1e3:,.1f} | {tokens / seconds:,.0f} | "
+                   f"{peak / 2 ** 20:,.0f} | {t_ratio} | {m_ratio} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    parser.add_argument("--vocab", type=int, nargs="+", default=[32000, 50000, 128000, 256000])
+    parser.add_argument("--tokens", type=int, default=8192, help="target tokens per step (default: 8192)")
+    parser.add_argument("--dim", type=int, default=512, help="decoder output size H of the layer table")
+    parser.add_argument("--layers", nargs="+", default=["softmax", "joint"])
+    parser.add_argument("--model-arch", default="outlayers_transformer",
+                        help="architecture of the whole-model table; 'none' skips it")
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=None,
+                        help="default: fp32 bf16 on CUDA, fp32 on the CPU")
+    parser.add_argument("--impls", nargs="+", choices=["plain", "chunked", "cce"], default=None,
+                        help="default: plain chunked cce on CUDA (cce when installed), plain chunked on the CPU")
+    parser.add_argument("--label-smoothing", type=float, default=0.1)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks", "fused_loss.md"))
+    args = parser.parse_args(argv)
+    import torch
+
+    from fairseq_outlayers.modules.linear_cross_entropy import cce_available
+
+    benchlib.check_device(parser, args.device)
+    benchlib.check_output(args.output, args.force)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cuda = args.device == "cuda"
+    args.dtypes = args.dtypes or (["fp32", "bf16"] if cuda else ["fp32"])
+    if args.impls is None:
+        args.impls = ["plain", "chunked"] + (["cce"] if cuda and cce_available() else [])
+    if "cce" in args.impls and not (cuda and cce_available()):
+        parser.error("--impls cce needs --device cuda and the cut-cross-entropy package")
+    device = torch.device(args.device)
+    start, load0 = time.time(), os.getloadavg()[0]
+    sections = []
+    for vocab in args.vocab:
+        rows = layer_rows(args, vocab, device)
+        if args.model_arch != "none":
+            rows += model_rows(args, vocab, device)
+        sections.append(f"## V = {vocab:,}\n\n{table(rows, args.tokens)}\n")
+    name = torch.cuda.get_device_name(device) if cuda else f"{platform.machine()}, {os.cpu_count()} CPU cores"
+    text = "\n".join([
+        "# Fused cross-entropy against the plain one: time and peak memory", "",
+        f"Command: `{ENV}{benchlib.command_line('bench_fused_loss.py', argv)}`", "",
+        f"Device: {name}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"cut-cross-entropy {'installed' if cce_available() else 'not installed'}; total wall time "
+        f"{time.time() - start:.0f} s; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+        "(other processes on the machine make times noisy, not memory).", "",
+        f"One step = forward + label-smoothed loss (eps {args.label_smoothing}) + backward, {args.tokens} target "
+        f"tokens (5 % padding), no optimizer. layer: decoder stand-in with H = {args.dim} into the output layer "
+        f"(softmax: untied with bias; joint: d_j = H). model: `{args.model_arch}` with a tied output layer. plain = "
+        "logits + float32 log-softmax + fairseq's label_smoothed_nll_loss; chunked / cce = "
+        "`--criterion fused_cross_entropy --fused-impl chunked / cce`. Fastest of "
+        f"{args.repeats} steps after {args.warmup} warm-up; peak memory above the level before the step.", "",
+    ] + sections)
+    benchlib.finish(args.output, text)
+
+
+if __name__ == "__main__":
+    main()

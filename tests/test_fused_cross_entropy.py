@@ -1,0 +1,258 @@
+"""``--criterion fused_cross_entropy``: fairseq's label-smoothed cross-entropy without the N x V logits."""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.modules.linear_cross_entropy import block_sizes, chunked_logsumexp, linear_cross_entropy
+from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, logged_losses, train
+
+SOFTMAX_LAYERS = ["softmax", "tied", "tied-all", "joint", "fixed"]
+PAD = 1
+
+
+def _problem(n=37, v=53, d=11, bias=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64).requires_grad_()
+    w = (torch.randn(v, d, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    b = torch.randn(v, generator=g, dtype=torch.float64).requires_grad_() if bias else None
+    t = torch.randint(0, v, (n,), generator=g)
+    t[::5] = PAD  # padding positions
+    return x, w, b, t
+
+
+def _grads(loss, tensors):
+    return torch.autograd.grad(loss, [p for p in tensors if p is not None])
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("block", [1 << 22, 64, 1])  # one block; blocks of tokens and words; one logit at a time
+def test_equals_fairseq_label_smoothed_nll_loss_in_float64(eps, bias, block):
+    x, w, b, t = _problem(bias=bias)
+    ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, eps, ignore_index=PAD)
+    loss, nll = linear_cross_entropy(x, w, b, t, eps, ignore_index=PAD, impl="chunked", block_elements=block)
+    assert loss.dtype == torch.float64
+    torch.testing.assert_close(loss, ref_loss.squeeze(), rtol=1e-5, atol=0)
+    torch.testing.assert_close(nll, ref_nll.squeeze(), rtol=1e-5, atol=0)
+    tensors = (x, w, b)
+    for got, want in zip(_grads(loss, tensors), _grads(ref_loss, tensors)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-12)
+
+
+def test_unreduced_values_and_padding_positions():
+    x, w, b, t = _problem()
+    ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD,
+                                                reduce=False)
+    loss, nll = linear_cross_entropy(x, w, b, t, 0.1, ignore_index=PAD, reduce=False, impl="chunked")
+    assert loss.shape == t.shape and bool((loss[t == PAD] == 0).all())
+    torch.testing.assert_close(loss, ref_loss.squeeze(-1), rtol=1e-5, atol=1e-12)
+    torch.testing.assert_close(nll, ref_nll.squeeze(-1), rtol=1e-5, atol=1e-12)
+
+
+def test_argmax_and_frozen_matrix():
+    """The argmax an accuracy needs; a frozen (buffer) matrix gets no gradient and costs none."""
+    x, w, b, t = _problem(v=700)
+    logits = F.linear(x, w, b)
+    lse, argmax = chunked_logsumexp(x, w.detach(), b, block_elements=300)
+    torch.testing.assert_close(lse, torch.logsumexp(logits, -1), rtol=1e-12, atol=0)
+    assert torch.equal(argmax, logits.argmax(-1))
+    gx, gb = torch.autograd.grad(lse.sum(), [x, b])
+    torch.testing.assert_close(gx, torch.softmax(logits, -1) @ w.detach(), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(gb, torch.softmax(logits, -1).sum(0), rtol=1e-10, atol=1e-12)
+
+
+def test_half_precision_inputs_are_computed_in_float32():
+    x, w, b, t = _problem()
+    loss, nll = linear_cross_entropy(x.detach().bfloat16(), w.detach().bfloat16(), b.detach().bfloat16(), t, 0.1,
+                                     ignore_index=PAD, impl="chunked")
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    ref, _ = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
+    assert abs(float(loss) - float(ref.detach())) < 0.05 * abs(float(ref.detach()))  # bf16 inputs: 8 bits of mantissa
+
+
+def test_block_sizes_stay_within_budget():
+    assert block_sizes(8192, 256000, 1 << 22) == (8192, 512)
+    assert block_sizes(10, 40, 1 << 22) == (10, 40)
+    nb, vb = block_sizes(100000, 256000, 1 << 20)
+    assert nb * vb <= 1 << 20 and vb == 256
+
+
+# -- the criterion on real models ------------------------------------------------------------------------------------
+def _setup(bin_dir, extra, arch=TINY_TRANSFORMER):
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [bin_dir, "--user-dir", USER_DIR, "--cpu", *arch, *extra])
+    task = tasks.setup_task(args)
+    torch.manual_seed(0)
+    model = task.build_model(args)
+    task.load_dataset("train")
+    itr = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=400).next_epoch_itr(shuffle=False)
+    return task, model, next(itr)
+
+
+LAYER_OPTIONS = {
+    "softmax": ["--output-layer", "softmax", "--output-bias"],
+    "tied": ["--output-layer", "tied"],
+    "tied-all": ["--output-layer", "tied-all", "--output-bias"],
+    "joint": ["--output-layer", "joint", "--joint-dim", "24", "--joint-dropout", "0.1"],
+    "fixed": ["--output-layer", "fixed", "--fixed-targets-dim", "16", "--fixed-targets-learned-scale",
+              "--fixed-targets-bias", "0.5"],
+}
+
+
+def _reference(model, sample, eps, pad):
+    """fairseq's label_smoothed_cross_entropy on the full logits, kept in float64 (the output layers'
+    get_normalized_probs would compute in float32)."""
+    logits = model(**sample["net_input"])[0]
+    target = model.get_targets(sample, None).reshape(-1)
+    lprobs = F.log_softmax(logits, dim=-1).reshape(-1, logits.size(-1))
+    loss, nll = label_smoothed_nll_loss(lprobs, target, eps, ignore_index=pad)
+    mask = target.ne(pad)
+    n_correct = int(lprobs.argmax(1).masked_select(mask).eq(target.masked_select(mask)).sum())
+    return loss, {"nll_loss": nll.detach(), "n_correct": n_correct, "total": int(mask.sum())}
+
+
+@pytest.mark.parametrize("arch", [TINY_TRANSFORMER, TINY_LSTM], ids=["transformer", "lstm"])
+@pytest.mark.parametrize("layer", SOFTMAX_LAYERS)
+def test_criterion_equals_label_smoothed_cross_entropy(tiny_bin, tiny_bin_joined, layer, arch):
+    """Every softmax-type layer (with its bias, projection, scale, dropout): loss, nll_loss, accuracy and every
+    parameter's gradient equal fairseq's label-smoothed cross-entropy, in float64, within 1e-5 relative."""
+    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
+
+    task, model, sample = _setup(tiny_bin_joined if layer == "tied-all" else tiny_bin, LAYER_OPTIONS[layer], arch)
+    model.double().train()
+    crit = FusedCrossEntropyCriterion(task, False, 0.1, report_accuracy=True, fused_impl="chunked",
+                                      fused_block_elements=97)
+    results = []
+    for run in (lambda: _reference(model, sample, 0.1, task.target_dictionary.pad()),
+                lambda: (lambda out: (out[0], out[2]))(crit(model, sample))):
+        model.zero_grad()
+        torch.manual_seed(5)  # the same dropout masks
+        loss, log = run()
+        loss.backward()
+        results.append((loss.detach(), log, {n: p.grad.clone() for n, p in model.named_parameters()
+                                             if p.grad is not None}))
+    (ref, ref_log, ref_grads), (got, log, grads) = results
+    assert got.dtype == torch.float64
+    assert log["total"] == ref_log["total"] and log["n_correct"] == ref_log["n_correct"]
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=0)
+    torch.testing.assert_close(log["nll_loss"], ref_log["nll_loss"], rtol=1e-5, atol=0)
+    assert grads.keys() == ref_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-5, atol=1e-9, msg=name)
+
+
+def test_layers_without_a_matrix_are_refused(tiny_bin, tmp_path):
+    import torch.nn as nn
+
+    from fairseq_outlayers.criterions.fused_cross_entropy import logit_factors
+
+    model = nn.Module()
+    model.decoder = nn.Module()
+    model.decoder.output_projection = nn.Identity()
+    with pytest.raises(OutlayersConfigError, match="needs an output layer that is one .V, d. matrix .* 'Identity'"):
+        logit_factors(model, torch.zeros(2, 3))
+    # a continuous output layer is refused when the options are read, before any data
+    proc = train(tiny_bin, str(tmp_path / "x"), extra=["--output-layer", "continuous", "--criterion",
+                                                       "fused_cross_entropy"], check=False, cli="outlayers-train")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--criterion fused_cross_entropy scores a softmax over the vocabulary" in proc.stderr
+
+
+def test_cce_asked_for_but_missing():
+    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
+    from fairseq_outlayers.modules.linear_cross_entropy import cce_available
+
+    if cce_available():
+        pytest.skip("cut-cross-entropy is installed")
+    with pytest.raises(OutlayersConfigError, match=r"--fused-impl cce needs the cut-cross-entropy package .*"
+                       r"pip install 'fairseq_outlayers\[cce\]'"):
+        FusedCrossEntropyCriterion(None, False, 0.0, fused_impl="cce")
+
+
+# -- through fairseq's CLIs ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layer", SOFTMAX_LAYERS)
+def test_fairseq_train_and_generate(tiny_bin, tiny_bin_joined, tmp_path, layer):
+    """fairseq-train --user-dir through the criterion for a few updates, with label smoothing and accuracy, then
+    fairseq-generate on the checkpoint."""
+    bin_dir = tiny_bin_joined if layer == "tied-all" else tiny_bin
+    save = str(tmp_path / "ckpt")
+    proc = train(bin_dir, save, extra=LAYER_OPTIONS[layer] + [
+        "--criterion", "fused_cross_entropy", "--label-smoothing", "0.1", "--report-accuracy"], max_update=3)
+    out = proc.stdout + proc.stderr
+    losses = logged_losses(out)
+    assert len(losses) == 3 and all(v == v for v in losses), losses
+    assert "fused_cross_entropy: chunked implementation" in out
+    valid = out.split("valid on 'valid' subset")[1].splitlines()[0]
+    assert " nll_loss " in valid and " ppl " in valid and " accuracy " in valid
+    _, hyps = generate(bin_dir, os.path.join(save, "checkpoint_last.pt"))
+    assert len(hyps) == 24
+
+
+# -- on a CUDA GPU ---------------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("impl", ["chunked", "cce"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_on_cuda_against_the_float64_reference(impl, bias):
+    """On the GPU: the chunked path in float64 to 1e-5; Cut Cross-Entropy (float32 in, TF32 tiles, gradient
+    filtering) to 1e-3 for the loss and 1e-2 of the largest gradient entry."""
+    from fairseq_outlayers.modules.linear_cross_entropy import cce_available
+
+    if impl == "cce" and not cce_available():
+        pytest.skip("cut-cross-entropy is not installed")
+    x, w, b, t = _problem(n=300, v=5000, d=64, bias=bias)
+    ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
+    tensors = (x, w, b)
+    ref_grads = _grads(ref_loss, tensors)
+    dtype, rtol = (torch.float64, 1e-5) if impl == "chunked" else (torch.float32, 1e-3)
+    dev = [None if p is None else p.detach().to("cuda", dtype).requires_grad_() for p in tensors]
+    loss, nll = linear_cross_entropy(dev[0], dev[1], dev[2], t.cuda(), 0.1, ignore_index=PAD, impl=impl)
+    assert abs(float(loss) - float(ref_loss.detach())) <= rtol * abs(float(ref_loss.detach()))
+    assert abs(float(nll) - float(ref_nll)) <= rtol * abs(float(ref_nll))
+    for got, want in zip(_grads(loss, dev), ref_grads):
+        err = float((got.double().cpu() - want).abs().max())
+        assert err <= (1e-5 if impl == "chunked" else 1e-2) * float(want.abs().max()), err
+
+
+# -- the benchmark scripts (plumbing only: nothing is timed here) -----------------------------------------------------
+def test_benchmark_script_writes_its_table(tmp_path):
+    from harness import load_script
+
+    bench = load_script("bench_fused_loss.py")
+    out = tmp_path / "fused.md"
+    bench.main(["--device", "cpu", "--vocab", "300", "--tokens", "64", "--dim", "16", "--layers", "softmax", "joint",
+                "--model-arch", "outlayers_transformer_tiny", "--warmup", "0", "--repeats", "1", "--output", str(out)])
+    text = out.read_text()
+    assert "Command: `python scripts/bench_fused_loss.py --device cpu --vocab 300" in text
+    for part in ("softmax", "joint", "model"):
+        assert f"| {part} | fp32 | plain |" in text and f"| {part} | fp32 | chunked |" in text
+    with pytest.raises(SystemExit):  # never overwrites a result without --force
+        bench.main(["--device", "cpu", "--vocab", "300", "--output", str(out)])
+
+
+def test_precision_script_refuses_what_fairseq_cannot_run_on_the_cpu(tmp_path, capsys):
+    from harness import load_script
+
+    bench = load_script("bench_precision.py")
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--synthetic", "--precisions", "fp32", "fp16", "--output",
+                    str(tmp_path / "p.md")])
+    assert "fairseq trains --fp16 and --amp on CUDA only" in capsys.readouterr().err
+
+
+def test_autocast_is_switched_off_inside():
+    """Under --amp (autocast) the matrix products of the loss would run in half precision; they do not."""
+    x, w, b, t = _problem()
+    ref, _ = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
+    x32, w32, b32 = (p.detach().float().requires_grad_() for p in (x, w, b))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = linear_cross_entropy(x32, w32, b32, t, 0.1, ignore_index=PAD, impl="chunked", block_elements=64)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=0)
+    gx, = torch.autograd.grad(loss, [x32])
+    torch.testing.assert_close(gx.double(), torch.autograd.grad(ref, [x])[0], rtol=1e-4, atol=1e-5)  # bf16: 1e-2
