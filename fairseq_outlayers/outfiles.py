@@ -6,6 +6,7 @@
   and ``--force`` was not given. An input that is a directory (a data directory, a ledger) stands for every
   file under it, so the dictionaries, binaries and records a command reads without naming them are never
   written over; ``rewritable(path)`` may allow an existing file the command itself wrote before (a render).
+* ``check_writable_dir(path, option)``: a directory a command writes into, created and probed before any work.
 * ``check_work_dir(path, force, inputs, option)``: a directory a command writes its intermediate files into
   (``--keep-work``): new or empty, or with ``--force`` one that holds none of the command's inputs.
 * ``removed_on_termination()``: a context manager under which SIGTERM (and SIGHUP) raise ``SystemExit``, so the
@@ -91,6 +92,19 @@ def check_output_path(path: str, force: bool = False, inputs: Iterable[Optional[
         raise OutlayersConfigError(f"{option} '{path}' exists; choose another path or pass --force to overwrite it")
 
 
+def check_writable_dir(path: str, option: str):
+    """A directory a command will write files into (created when missing): an error now, before any work, when it
+    cannot be created or written."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise OutlayersConfigError(f"{option} '{path}' exists and is not a directory; give a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise OutlayersConfigError(f"{option} '{path}': cannot create it ({e.strerror}); choose another "
+                                   "directory") from None
+    check_output_dir(os.path.join(path, "probe"), option)
+
+
 def check_work_dir(path: str, force: bool = False, inputs: Iterable[Optional[str]] = (), option: str = "--keep-work"):
     """A directory for a command's intermediate files: new or empty; with ``force`` an existing one too, unless
     it holds (or is) one of the command's inputs. Created here."""
@@ -104,12 +118,7 @@ def check_work_dir(path: str, force: bool = False, inputs: Iterable[Optional[str
             if given and os.path.exists(given) and (_inside(given, path) or _inside(path, given)):
                 raise OutlayersConfigError(f"{option} '{path}' holds an input of this command ('{given}'); give "
                                            "a new or empty directory (--force never writes among the inputs)")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise OutlayersConfigError(f"{option} '{path}': cannot create it ({e.strerror}); choose another "
-                                   "directory") from None
-    check_output_dir(os.path.join(path, "probe"), option)
+    check_writable_dir(path, option)
 
 
 def _terminate(signum, frame):

@@ -119,6 +119,16 @@ def files_differ(a: List[Dict], b: List[Dict]) -> List[str]:
             for path in sorted(set(da) & set(db)) if da[path] != db[path]]
 
 
+def read_json(path: str):
+    """The JSON value of a small bookkeeping file (a run directory's options.json, file_digests.json), or None
+    when it cannot be read as UTF-8 JSON."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+
+
 def record_path(ledger: str, row: str, seed: int) -> str:
     return os.path.join(ledger, f"{row}.seed{seed}.json")
 
@@ -160,6 +170,8 @@ def read_lines(ledger: str, name: str) -> List[str]:
         raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {data[e.start:e.start + 1]!r}); the "
                                    "ledger's texts are UTF-8: restore it from git or remove the record naming it "
                                    "to rerun that run") from None
+    if not text:
+        return []
     return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
 
 
