@@ -24,6 +24,7 @@ import tempfile
 from typing import List, Optional
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.evaluation.scoring import binarised_sizes  # noqa: F401  (also this module's name for it)
 
 #: fairseq's default ``--max-source-positions`` of the translation task, which fairseq-generate applies
 TASK_MAX_SOURCE_POSITIONS = 1024
@@ -53,24 +54,6 @@ def source_limit(checkpoint: str) -> int:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 2:
         limit = min(limit, int(value))
     return limit
-
-
-def binarised_sizes(idx_path: str) -> Optional[List[int]]:
-    """The length of every sentence (tokens, with the end-of-sentence token) of a fairseq-preprocess ``.idx`` file
-    of the default ``mmap`` format, read from its header and size table; None for any other format."""
-    import numpy as np
-
-    magic = b"MMIDIDX\x00\x00"
-    try:
-        with open(idx_path, "rb") as f:
-            head = f.read(26)  # magic, version (8 bytes), dtype code (1), number of sentences (8)
-            if len(head) < 26 or head[:9] != magic:
-                return None
-            count = int.from_bytes(head[18:26], "little")
-            sizes = np.frombuffer(f.read(4 * count), dtype="<i4")
-    except OSError:
-        return None
-    return sizes.tolist() if len(sizes) == count else None
 
 
 def _invalid_size(message: str):

@@ -196,6 +196,36 @@ def check_same_length(path: str, lines: Sequence[str], what: str, refs: Sequence
                                    "give the output of the same test set (every sentence, in order)")
 
 
+def binarised_sizes(idx_path: str) -> Optional[List[int]]:
+    """The length of every sentence (tokens, with the end-of-sentence token) of a fairseq-preprocess ``.idx`` file
+    of the default ``mmap`` format, read from its header and size table; None for any other format."""
+    import numpy as np
+
+    magic = b"MMIDIDX\x00\x00"
+    try:
+        with open(idx_path, "rb") as f:
+            head = f.read(26)  # magic, version (8 bytes), dtype code (1), number of sentences (8)
+            if len(head) < 26 or head[:9] != magic:
+                return None
+            count = int.from_bytes(head[18:26], "little")
+            sizes = np.frombuffer(f.read(4 * count), dtype="<i4")
+    except OSError:
+        return None
+    return sizes.tolist() if len(sizes) == count else None
+
+
+def subset_sentences(data_bin: str, subset: str = "test") -> Optional[int]:
+    """The number of sentences of ``subset`` in a fairseq-preprocess directory (from any of its ``.idx`` files,
+    which hold the same sentences on both sides); None when it has no such file of the default format."""
+    for name in sorted(os.listdir(data_bin)) if os.path.isdir(data_bin) else []:
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == subset and "-" in parts[1] and parts[3] == "idx":
+            sizes = binarised_sizes(os.path.join(data_bin, name))
+            if sizes is not None:
+                return len(sizes)
+    return None
+
+
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

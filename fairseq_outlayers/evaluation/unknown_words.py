@@ -70,6 +70,10 @@ def read_lexicon(path: str) -> Dict[str, str]:
                 raise OutlayersConfigError(f"{path}:{lineno}: the last line has {len(cols)} columns where the others "
                                            f"have {width} and no line end: the file was cut short; rebuild it")
             out[cols[0]] = cols[1]
+    if not out:
+        raise OutlayersConfigError(f"--replace-unk lexicon '{path}' has no entry ('source_unit target_word' per "
+                                   "line); rebuild it (python -m fairseq_outlayers.pairing lexicon), or give a bare "
+                                   "--replace-unk to copy the aligned source word")
     return out
 
 
