@@ -386,3 +386,18 @@ def test_run_checks_its_output_directories_before_training(tmp_path, monkeypatch
     assert f"--ledger '{ledger}" in (err := _one_line(capsys.readouterr().err)) and "Permission denied" in err
     monkeypatch.setattr(tempfile, "mkstemp", real)
     assert ledger_main(argv + ["1", "--work", str(tmp_path / "work")]) == 0 and started == [1]
+
+
+def test_an_empty_reference_is_one_line_naming_it(tmp_path, capsys):
+    ledger = _ledger(tmp_path)
+    ref = os.path.join(ledger, records.load_record(_record_file(ledger))["test"]["test2016"]["reference"])
+    open(ref, "w").close()
+    open(os.path.join(ledger, "tied.seed1.test2016.hyp"), "w").close()
+    assert ledger_main(["compare", "tied", "softmax", "--ledger", ledger]) == 2
+    assert _one_line(capsys.readouterr().err).startswith(f"ledger: error: {ref} is empty")
+
+
+@pytest.mark.parametrize("option, value", [("--lenpen", "nan"), ("--lenpen", "inf"), ("--batch-size", "0")])
+def test_run_options_are_refused_before_anything(tmp_path, option, value):
+    with pytest.raises(SystemExit, match=f"ledger: {option} must be"):
+        ledger_main(["run", "--rows", str(tmp_path / "*.args"), option, value])

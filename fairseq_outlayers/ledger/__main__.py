@@ -25,6 +25,7 @@ import argparse
 import concurrent.futures
 import dataclasses
 import glob
+import math
 import os
 import shlex
 import sys
@@ -266,9 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    for option in ("patience", "max_epoch", "beam", "jobs"):
+    for option in ("patience", "max_epoch", "beam", "jobs", "batch_size"):
         if getattr(args, option, 1) < 1:
             raise SystemExit(f"ledger: --{option.replace('_', '-')} must be a positive integer")
+    lenpen = getattr(args, "lenpen", 1.0)
+    if not (math.isfinite(lenpen) and -10.0 <= lenpen <= 10.0):
+        raise SystemExit(f"ledger: --lenpen must be a finite number in [-10, 10], got {lenpen}")
     try:
         return args.func(args)
     except OutlayersConfigError as e:

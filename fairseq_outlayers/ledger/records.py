@@ -266,8 +266,8 @@ VALIDATION = {"metric": ((lambda v: v in ("bleu", "loss")), "'bleu' or 'loss'", 
 TEST_SET = {"sacrebleu": (*_NUMBER, True), "tokenized_bleu": (*_NUMBER, True), "sacrebleu_signature": (*_TEXT, True),
             "hypotheses": (*_FILE, True), "reference": (*_FILE, True), "sentences": (*_COUNT, False),
             "tokenized_bleu_signature": (*_TEXT, False)}
-AFTER = {"step": ((lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)), "a list of strings",
-                  False),
+AFTER = {"step": ((lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v)),
+                  "a non-empty list of strings (the step and its options)", True),
          "trained_in": (*_TEXT, False), "as_trained": (*_OBJECT, False), "parent_record_matches": (*_BOOL, False)}
 AS_TRAINED = {"sacrebleu": (*_NUMBER_OR_NONE, False), "hypotheses": (*_FILE, False), "reference": (*_FILE, False)}
 

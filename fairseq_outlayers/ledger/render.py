@@ -71,6 +71,9 @@ def _entry_stats(ledger: str, entry: Dict, lowercase: bool, cache: Dict):
     key = (entry["hypotheses"], entry["reference"])
     if key not in cache:
         hyps, refs = rec.read_lines(ledger, entry["hypotheses"]), rec.read_lines(ledger, entry["reference"])
+        if not refs:
+            raise OutlayersConfigError(f"{os.path.join(ledger, entry['reference'])} is empty (the reference named by "
+                                       "a record); restore it from git or remove the records naming it")
         if len(hyps) != len(refs) or entry.get("sentences", len(refs)) != len(refs):
             raise OutlayersConfigError(
                 f"{os.path.join(ledger, entry['hypotheses'])} has {len(hyps)} lines but its reference "
