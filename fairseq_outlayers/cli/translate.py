@@ -196,7 +196,7 @@ def main(argv=None) -> int:
                 with tempfile.TemporaryDirectory(prefix="outlayers-translate-") as work:
                     out = translate_lines(lines, args.checkpoint, args.data, work, args.beam, args.lenpen,
                                           args.batch_size, long_lines=args.long_lines, report=report)
-        write_text(args.output, "".join(x + "\n" for x in out))
+            write_text(args.output, "".join(x + "\n" for x in out))
     except OutlayersConfigError as e:
         print(f"translate: error: {e}", file=sys.stderr)
         return 2
