@@ -3,7 +3,7 @@
     python -m fairseq_outlayers.ledger run --rows "configs/ledger/multi30k-fixed/*.args" --seeds 1 2 3 \\
         [--patience 5] [--max-epoch 50] [--test-ref "work/multi30k/raw/test_2016_flickr.{tgt}"] \\
         [--test-set flickr2017=SRC_FILE,REF_FILE ...] [--ledger docs/results/runs] [--work work/ledger]
-    python -m fairseq_outlayers.ledger render [--ledger docs/results/runs] [--out docs/results/ledger.md]
+    python -m fairseq_outlayers.ledger render [--ledger docs/results/runs] [--out docs/results/ledger.md] [--force]
     python -m fairseq_outlayers.ledger compare tiny-shared-private tiny-tied [--seeds 1 2 3 | --all-seeds] \\
         [--ledger docs/results/runs]
     python -m fairseq_outlayers.ledger status [--rows "configs/ledger/*/*.args"] [--seeds 1 2 3]
@@ -16,9 +16,13 @@ On CUDA each run sees one GPU (``gpus.py``: fairseq would otherwise train one ru
 with a larger batch than the row's records), the run slots taking the visible GPUs in turn.
 ``render`` writes the tables from the records alone, and beside them the plots (SVG: validation per epoch, test
 score against trained parameters) of each table; the tables count the protocol's seeds (``--seeds``, 1-3), and
-records of further seeds go into a table of their own under each table. ``compare`` sets any two rows of a table
+records of further seeds go into a table of their own under each table. ``--out`` replaces a file an earlier
+``render`` wrote (and its plots); any other existing file needs ``--force``, and no file of the ledger is ever
+written over. ``compare`` sets any two rows of a table
 against each other (the tables compare each row with its own baseline only), over the protocol's seeds unless
-given ``--seeds`` or ``--all-seeds``. ``status`` says for every row x seed whether it is
+given ``--seeds`` or ``--all-seeds``; two rows with the same translations read as identical (p = 1). Every
+record is checked against a schema when read (``records.check_record``): a damaged one is one line naming the file
+and the field. ``status`` says for every row x seed whether it is
 recorded, partly trained (its epoch and best validation so far: ``run`` resumes it) or not started.
 """
 import argparse
