@@ -215,15 +215,17 @@ def binarised_sizes(idx_path: str) -> Optional[List[int]]:
 
 
 def subset_sentences(data_bin: str, subset: str = "test") -> Optional[int]:
-    """The number of sentences of ``subset`` in a fairseq-preprocess directory (from any of its ``.idx`` files,
-    which hold the same sentences on both sides); None when it has no such file of the default format."""
+    """The number of sentences of ``subset`` in a fairseq-preprocess directory (from its ``.idx`` files, which hold
+    the same sentences on both sides); None when it has no such file of the default format, or when its files
+    disagree (several language pairs)."""
+    counts = set()
     for name in sorted(os.listdir(data_bin)) if os.path.isdir(data_bin) else []:
         parts = name.split(".")
         if len(parts) == 4 and parts[0] == subset and "-" in parts[1] and parts[3] == "idx":
             sizes = binarised_sizes(os.path.join(data_bin, name))
             if sizes is not None:
-                return len(sizes)
-    return None
+                counts.add(len(sizes))
+    return counts.pop() if len(counts) == 1 else None
 
 
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
