@@ -17,7 +17,10 @@ from fairseq_outlayers.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.ledger.render import compare_line, render
 from fairseq_outlayers.ledger.stats import paired_bootstrap_test, sentence_stats
 
+from fairseq_outlayers.ledger.rows import read_ledger_row
+
 from test_ledger import HYP_A, HYP_B, REFS, fake_record, one_row_table
+from test_readers_hypothesis import corrupted
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -401,3 +404,23 @@ def test_an_empty_reference_is_one_line_naming_it(tmp_path, capsys):
 def test_run_options_are_refused_before_anything(tmp_path, option, value):
     with pytest.raises(SystemExit, match=f"ledger: {option} must be"):
         ledger_main(["run", "--rows", str(tmp_path / "*.args"), option, value])
+
+
+ROW_TEXT = (b"# tied softmax on the tiny Transformer\n# baseline: softmax\n# beam: 5\n# validate: loss -- a reason\n"
+            b"--data-bin data --arch outlayers_transformer --eval-bleu-args '{\"beam\": 5}' --output-layer tied\n")
+
+
+@FUZZ
+@given(st.data())
+def test_fuzz_a_row_file_corrupted_at_random(tmp_path_factory, data):
+    """A row file truncated, with bytes replaced, lines dropped or repeated, Latin-1 bytes, tokens inserted (the
+    corruptions of test_readers_hypothesis) or any bytes: a LedgerRow or one line naming the file."""
+    _, content = data.draw(corrupted(ROW_TEXT) | st.tuples(st.just("any"), st.binary(max_size=200)))
+    path = tmp_path_factory.mktemp("rowfuzz") / "20-tied.args"
+    path.write_bytes(content)
+    try:
+        row = read_ledger_row(str(path), default_data="data")
+    except OutlayersConfigError as e:
+        assert str(path) in str(e) and "\n" not in str(e)
+        return
+    assert row.name == "tied" and isinstance(row.train_args, list) and row.data_bin
