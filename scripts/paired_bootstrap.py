@@ -19,7 +19,6 @@ with two or more seeds a side Welch's t-test over the per-seed scores (what ``le
 """
 import argparse
 import json
-import os
 import sys
 
 

@@ -23,7 +23,6 @@ a file; --json writes the numbers.
 """
 import argparse
 import glob
-import gzip
 import json
 import os
 import sys

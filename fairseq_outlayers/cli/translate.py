@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import tempfile
-from typing import List, Optional
+from typing import List
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.evaluation.scoring import binarised_sizes  # noqa: F401  (also this module's name for it)

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import re
 import sys
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from fairseq_outlayers.errors import OutlayersConfigError
 

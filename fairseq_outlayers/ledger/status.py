@@ -7,7 +7,6 @@ from its ``checkpoint_last.pt`` with the same ``ledger run`` command. A run not 
 row's recorded seeds took, to plan which runs fit in the time a machine has.
 """
 import glob
-import json
 import os
 from typing import Dict, List, Optional, Sequence
 
