@@ -100,6 +100,13 @@ if [ "$FORCE" = 0 ]; then
     if [ -e "$OUT/$f" ]; then die "$OUT/$f already exists; pass --force to overwrite the results in $OUT, or --out DIR"; fi
   done
 fi
+# before translating: the lexicon holds entries, --raw-ref/--tok-ref have one line per sentence of the subset, each
+# --test-set pair is line-aligned, and no output is a file this script reads (evaluation/preflight.py)
+PREFLIGHT=(--data "$DATA_BIN" --subset "$SUBSET" --out "$OUT" --checkpoint "$CKPT" --raw-ref "$RAW_REF"
+           --tok-ref "$TOK_REF" --lexicon "$UNK_LEXICON" --rare-f1 "$RARE")
+[ ${#TEST_SETS[@]} -eq 0 ] || PREFLIGHT+=(--test-set "${TEST_SETS[@]}")
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python -m fairseq_outlayers.evaluation.preflight "${PREFLIGHT[@]}" \
+  --outputs "${OUTPUTS[@]}" || exit 1
 mkdir -p "$OUT" || die "cannot create --out directory '$OUT'"
 [ -w "$OUT" ] || die "--out directory '$OUT' is not writable; choose another --out DIR"
 

@@ -14,19 +14,26 @@ those tools score them (``fairseq_outlayers.evaluation.scoring``), and scored wi
 references (``--lowercase`` when the data was lowercased). One line per system: BLEU per seed, mean, the
 difference to the baseline, its 95 % percentile interval and p-value (1,000 resamples, sacreBLEU's seed), and
 with two or more seeds a side Welch's t-test over the per-seed scores (what ``ledger compare`` prints).
-``--json FILE`` writes the same figures.
+``--json FILE`` writes the same figures. Two systems with the same translations are reported as identical
+(p = 1), not with the smallest p-value the resampling formula would give them.
 """
 import argparse
 import json
-import os
 import sys
 
 
+def fail(message):
+    sys.exit(f"paired_bootstrap.py: error: {message}")
+
+
 def read_lines(path, what):
-    if not os.path.isfile(path):
-        sys.exit(f"paired_bootstrap.py: error: {what} {path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.evaluation.scoring import read_lines as read
+
+    try:
+        return read(path, what)
+    except OutlayersConfigError as e:
+        fail(e)
 
 
 def parse_system(spec, what):
@@ -35,23 +42,38 @@ def parse_system(spec, what):
     rest = [part[len(name) + 1:] if part.startswith(name + "=") else part for part in spec[1:]]  # NAME=a{1,2}
     paths = [p for part in [files, *rest] for p in part.split(",") if p]
     if not sep or not name or not paths:
-        sys.exit(f"paired_bootstrap.py: error: {what} {' '.join(spec)!r}: expected NAME=FILE [FILE ...]")
+        fail(f"{what} {' '.join(spec)!r}: expected NAME=FILE [FILE ...]")
     return name, paths
 
 
 def system_stats(paths, refs, lang, lowercase):
     """Per seed: (sentence statistics, corpus BLEU)."""
-    from fairseq_outlayers.evaluation.scoring import detokenise
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.evaluation.scoring import check_same_length, detokenise
     from fairseq_outlayers.ledger.stats import bleu_from_stats, sentence_stats
 
     out = []
     for path in paths:
-        hyps = detokenise(read_lines(path, "hypotheses"), lang)
-        if len(hyps) != len(refs):
-            sys.exit(f"paired_bootstrap.py: error: {path} has {len(hyps)} lines but the references have {len(refs)}")
+        hyps = read_lines(path, "hypotheses")
+        try:
+            check_same_length(path, hyps, "hypotheses", refs, "the references have")
+        except OutlayersConfigError as e:
+            fail(e)
+        hyps = detokenise(hyps, lang)
         stats = sentence_stats(hyps, refs, lowercase)
         out.append((stats, bleu_from_stats(stats.astype("float64").sum(0))))
     return out
+
+
+def positive(text):
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (bootstrap resamples), got {value}")
+    return value
 
 
 def main(argv=None):
@@ -63,31 +85,33 @@ def main(argv=None):
     p.add_argument("--baseline", required=True, nargs="+", metavar="NAME=FILE", help="one file per seed")
     p.add_argument("--system", required=True, nargs="+", action="append", metavar="NAME=FILE",
                    help="one file per seed; repeat --system for more systems")
-    p.add_argument("--samples", type=int, default=1000, help="bootstrap resamples (default: 1000, as sacreBLEU)")
+    p.add_argument("--samples", type=positive, default=1000, help="bootstrap resamples (default: 1000, as "
+                   "sacreBLEU)")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--force", action="store_true", help="overwrite --json if it exists")
     args = p.parse_args(argv)
+    base_name, base_paths = parse_system(args.baseline, "--baseline")
+    systems = [parse_system(spec, "--system") for spec in args.system]
     if args.json:
         from fairseq_outlayers.errors import OutlayersConfigError
         from fairseq_outlayers.outfiles import check_output_path
 
-        try:
-            check_output_path(args.json, args.force, inputs=[args.ref], option="--json")
+        try:  # every file read: the reference and every hypothesis file
+            check_output_path(args.json, args.force, option="--json",
+                              inputs=[args.ref, *base_paths, *(f for _, paths in systems for f in paths)])
         except OutlayersConfigError as e:
-            sys.exit(f"paired_bootstrap.py: error: {e}")
+            fail(e)
 
     from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap_test, welch_t_test
 
     refs = read_lines(args.ref, "references")
     if args.lowercase:
         refs = [r.lower() for r in refs]
-    base_name, base_paths = parse_system(args.baseline, "--baseline")
     base = system_stats(base_paths, refs, args.lang, args.lowercase)
     rows = []
     mean, sd = mean_sd([b for _, b in base])
     rows.append({"name": base_name, "bleu": [b for _, b in base], "mean": mean, "sd": sd})
-    for spec in args.system:
-        name, paths = parse_system(spec, "--system")
+    for name, paths in systems:
         sys_ = system_stats(paths, refs, args.lang, args.lowercase)
         n = min(len(sys_), len(base))
         test = paired_bootstrap_test({i: sys_[i][0] for i in range(n)}, {i: base[i][0] for i in range(n)},
@@ -96,6 +120,7 @@ def main(argv=None):
         welch = welch_t_test([b for _, b in sys_], [b for _, b in base])
         rows.append({"name": name, "bleu": [b for _, b in sys_], "mean": mean, "sd": sd, "seeds_paired": n,
                      "difference": test["diff"], "interval": list(test["interval"]), "p": test["p"],
+                     "identical": test["identical"],
                      "p_seeds": None if welch is None else welch["p"]})
 
     def fmt(v):
@@ -109,8 +134,9 @@ def main(argv=None):
         if "difference" in r:
             low, high = r["interval"]
             p_seeds = "—" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
+            p_value = "1.000 (identical translations)" if r["identical"] else f"{r['p']:.3f}"
             print(f"| {r['name']} | {per_seed} | {fmt(r['mean'])} ± {fmt(r['sd'])} | {r['difference']:+.2f} "
-                  f"({r['seeds_paired']}) | [{low:+.2f}, {high:+.2f}] | {r['p']:.3f} | {p_seeds} |")
+                  f"({r['seeds_paired']}) | [{low:+.2f}, {high:+.2f}] | {p_value} | {p_seeds} |")
         else:
             print(f"| {r['name']} (baseline) | {per_seed} | {fmt(r['mean'])} ± {fmt(r['sd'])} | | | | |")
     if args.json:

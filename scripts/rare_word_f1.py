@@ -23,7 +23,6 @@ a file; --json writes the numbers.
 """
 import argparse
 import glob
-import gzip
 import json
 import os
 import sys
@@ -33,14 +32,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 from score_translations import word_f1_by_frequency  # noqa: E402
 
 from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402
+from fairseq_outlayers.evaluation.scoring import check_same_length  # noqa: E402
 from fairseq_outlayers.outfiles import check_output_path, write_text  # noqa: E402
 
 
 def read_lines(path, what, lowercase=False):
-    if not os.path.isfile(path):
-        sys.exit(f"rare_word_f1.py: error: {what} {path}: no such file")
-    with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")) as f:
-        lines = [line.rstrip("\n") for line in f]
+    from fairseq_outlayers.evaluation.scoring import read_lines as read
+
+    try:
+        lines = read(path, what)
+    except OutlayersConfigError as e:
+        sys.exit(f"rare_word_f1.py: error: {e}")
     return [line.lower() for line in lines] if lowercase else lines
 
 
@@ -137,9 +139,10 @@ def main(argv=None):
         runs = []
         for path in paths:
             hyps = read_lines(path, "--hyp")
-            if len(hyps) != len(refs):
-                sys.exit(f"rare_word_f1.py: error: --hyp {path} has {len(hyps)} lines but --ref {args.ref} has "
-                         f"{len(refs)}; give the output for the same test set (all sentences, in order)")
+            try:
+                check_same_length(path, hyps, "--hyp", refs, f"--ref {args.ref} has")
+            except OutlayersConfigError as e:
+                sys.exit(f"rare_word_f1.py: error: {e}")
             hyps = [tokenise(h) for h in hyps] if tokenise else hyps
             runs.append([h.lower() for h in hyps] if args.lowercase else hyps)
         systems.append((name, runs))

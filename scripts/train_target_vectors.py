@@ -67,13 +67,26 @@ def check_input(path):
 def dictionary_words(path):
     if not os.path.isfile(path):
         sys.exit(f"error: --dict {path}: no such file")
-    words = []
+    words, seen = [], set()
     with open(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
-            parts = _decode(raw, path, n, "--dict").rstrip("\r\n").split(" ")
-            if len(parts) < 2:
-                sys.exit(f"error: --dict {path} line {n}: expected 'word count' (a fairseq dict.*.txt)")
-            words.append(parts[0])
+            line = _decode(raw, path, n, "--dict").rstrip("\r\n")
+            # as fairseq's Dictionary.add_from_file reads it: 'word count', optionally '#fairseq:overwrite'
+            word, _, count = line.rpartition(" ")
+            overwrite = count == "#fairseq:overwrite"
+            if overwrite:
+                word, _, count = word.rpartition(" ")
+            if not word or not count.isdigit():
+                sys.exit(f"error: --dict {path} line {n}: expected 'word count' (a fairseq dict.*.txt, as "
+                         f"fairseq-preprocess writes it), got {line[:60]!r}; --dict takes the dictionary, not "
+                         "training text (that goes to --input)")
+            if word in seen and not overwrite:
+                sys.exit(f"error: --dict {path} line {n}: the word {word!r} is listed a second time; a fairseq "
+                         "dictionary lists each word once (is it training text? that goes to --input)")
+            seen.add(word)
+            words.append(word)
+    if not words:
+        sys.exit(f"error: --dict {path} is empty; give the fairseq dict.*.txt of the target side")
     return words
 
 

@@ -44,7 +44,7 @@ def test_lexicon_exact_entries_from_known_links(tmp_path):
     assert dict(lex) == {"das": "the", "Haus@@": "pet", "tier": "pet", "ist": "is", "klein": "small",
                          "Haus": "house", "gross": "big", "ein": "an"}
     assert lex.details["das"] == (3, 1.0) and lex.details["tier"] == (1, 1.0)
-    assert stats == {"sentences": 4, "links": 15, "kept_links": 12, "words": 28, "entries": 8}
+    assert stats == {"sentences": 4, "links": 15, "kept_links": 12, "words": 28, "entries": 8, "most_links": 3}
     # ties: more links first, then the more frequent target word, then alphabetical order
     pairs = Counter({("x", "b"): 2, ("x", "a"): 2, ("x", "c"): 1, ("y", "b"): 1, ("y", "a"): 1,
                      ("z", "q"): 1, ("z", "p"): 1})

@@ -81,7 +81,61 @@ def test_errors_name_the_file(script, tmp_path):
         script.main(["--ref", ref, "--baseline", f"b={short}", "--system", f"s={short}"])
     with pytest.raises(SystemExit, match=r"missing\.hyp: no such file"):
         script.main(["--ref", ref, "--baseline", f"b={tmp_path / 'missing.hyp'}", "--system", f"s={short}"])
+    other = write(tmp_path / "other.json", ["{}"])
     with pytest.raises(SystemExit, match="exists; choose another path or pass --force"):
-        script.main(["--ref", ref, "--json", short, "--baseline", f"b={short}", "--system", f"s={short}"])
+        script.main(["--ref", ref, "--json", other, "--baseline", f"b={short}", "--system", f"s={short}"])
     with pytest.raises(SystemExit, match="expected NAME=FILE"):
         script.main(["--ref", ref, "--baseline", short, "--system", f"s={short}"])
+
+
+def test_json_never_writes_over_a_file_it_reads_even_with_force(script, tmp_path):
+    """A hypothesis file given on either side (here the system's second seed) is an input: refused with --force."""
+    ref = write(tmp_path / "ref.en", REFS)
+    base, s1, s2 = (write(tmp_path / f"{n}.hyp", h) for n, h in (("b", BASE[0]), ("s1", SYS[0]), ("s2", SYS[1])))
+    for target in (s2, base, ref):
+        with pytest.raises(SystemExit, match=r"is also an input of this command .*--force never overwrites an input"):
+            script.main(["--ref", ref, "--json", target, "--force", "--baseline", f"b={base}",
+                         "--system", f"s={s1}", f"s={s2}"])
+    assert open(s2).read().splitlines() == SYS[1] and open(base).read().splitlines() == BASE[0]
+
+
+def test_the_same_file_on_both_sides_is_identical_with_p_1(script, tmp_path, capsys):
+    ref = write(tmp_path / "ref.en", REFS)
+    hyp = write(tmp_path / "a.hyp", SYS[0])
+    out = tmp_path / "out.json"
+    script.main(["--ref", ref, "--json", str(out), "--baseline", f"b={hyp}", "--system", f"s={hyp}"])
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| s |")][0]
+    assert "| +0.00 (1) | [+0.00, +0.00] | 1.000 (identical translations) |" in line
+    rows = json.loads(out.read_text())
+    assert rows[1]["p"] == 1.0 and rows[1]["identical"] is True and rows[1]["difference"] == 0.0
+
+
+@pytest.mark.parametrize("case", ["empty reference", "latin-1 hypothesis", "samples 0", "samples -3",
+                                  "long hypothesis", "cut gzip"])
+def test_bad_inputs_are_one_line_naming_the_file_and_line(script, tmp_path, capsys, case):
+    ref = write(tmp_path / "ref.en", REFS)
+    hyp = write(tmp_path / "a.hyp", SYS[0])
+    argv = ["--ref", ref, "--baseline", f"b={hyp}", "--system", f"s={hyp}"]
+    if case == "empty reference":
+        (tmp_path / "ref.en").write_text("")
+        expected = f"references '{ref}' is empty"
+    elif case == "latin-1 hypothesis":
+        (tmp_path / "a.hyp").write_bytes(("\n".join(SYS[0][:2]) + "\ncaf\xe9\n").encode("latin-1"))
+        expected = f"{hyp}:3: hypotheses is not valid UTF-8"
+    elif case == "long hypothesis":
+        write(tmp_path / "a.hyp", SYS[0] + ["one more"])
+        expected = "has 7 lines but the references have 6 (its line 7 is beyond the reference's last line)"
+    elif case == "cut gzip":
+        import gzip
+
+        gz = tmp_path / "a.hyp.gz"
+        gz.write_bytes(gzip.compress("\n".join(SYS[0]).encode())[:20])
+        argv = ["--ref", ref, "--baseline", f"b={gz}", "--system", f"s={hyp}"]
+        expected = "is not a complete gzip file"
+    else:
+        argv += ["--samples", case.split()[1]]
+        expected = "--samples: must be at least 1"
+    with pytest.raises(SystemExit) as e:
+        script.main(argv)
+    message = capsys.readouterr().err.strip().splitlines()[-1] if e.value.code == 2 else str(e.value.code)
+    assert expected in message and "Traceback" not in message

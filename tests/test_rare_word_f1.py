@@ -94,3 +94,21 @@ def test_seeds_averaged_detokenised_and_gzipped_hypotheses(tmp_path):
     assert lines[-1] == "| distinct words used | 5 | 4.5 | 5.0 | +0.5 |"
     proc = run("--train", train, "--ref", ref, "--hyp", f"A={tmp_path}/none*.hyp")
     assert proc.returncode != 0 and "none*.hyp: no file matches" in proc.stderr
+
+
+def test_a_latin1_or_damaged_hypothesis_is_one_line_naming_the_file_and_line(tmp_path):
+    train = write(tmp_path / "train.en", ["a b"])
+    ref = write(tmp_path / "ref.en", ["a", "b", "c"])
+    hyp = tmp_path / "sys.hyp"
+    hyp.write_bytes("a\nb\ncaf\xe9\n".encode("latin-1"))
+    proc = run("--train", train, "--ref", ref, "--hyp", str(hyp))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (f"rare_word_f1.py: error: {hyp}:3: --hyp is not valid UTF-8 (byte b'\\xe9'); "
+                                   "re-encode it as UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+    gz = tmp_path / "sys.hyp.gz"
+    gz.write_bytes(b"\x1f\x8b\x08garbage")
+    proc = run("--train", train, "--ref", ref, "--hyp", str(gz))
+    assert proc.returncode == 1 and "is not a complete gzip file" in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "ref.en").write_text("")
+    proc = run("--train", train, "--ref", ref, "--hyp", str(hyp))
+    assert proc.returncode == 1 and f"--ref '{ref}' is empty" in proc.stderr

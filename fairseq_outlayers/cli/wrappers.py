@@ -91,11 +91,9 @@ def generate():
 
 @one_line_errors
 def interactive():
-    if not _replace_unk_asked():
-        return _run("fairseq_cli.interactive")
     from fairseq import options
 
-    from fairseq_outlayers.evaluation.unknown_words import interactive_main
+    from fairseq_outlayers.evaluation.interactive import interactive_main  # names over-long lines; --replace-unk
 
     _set_argv()
     interactive_main(options.parse_args_and_arch(options.get_interactive_generation_parser()))

@@ -157,6 +157,77 @@ def score_subset(data_bin: str, checkpoint: str, hyp_path: str, ref_path: str, b
     return scores
 
 
+def read_lines(path: str, what: str, allow_empty: bool = False) -> List[str]:
+    """The lines of a text file of translations or references (gzipped when the name ends in .gz), without line
+    ends; a missing, damaged, non-UTF-8 or (unless ``allow_empty``) empty file is one line naming it and the line."""
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"{what} {path}: no such file; give a UTF-8 text file, one sentence per line")
+    with open(path, "rb") as f:
+        data = f.read()
+    if path.endswith(".gz"):
+        import gzip
+        import zlib
+
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise OutlayersConfigError(f"{what} '{path}' is not a complete gzip file ({e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise OutlayersConfigError(f"{path}:{line}: {what} is not valid UTF-8 (byte {data[e.start:e.start + 1]!r}); "
+                                   "re-encode it as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if not lines and not allow_empty:
+        raise OutlayersConfigError(f"{what} '{path}' is empty; give one sentence per line")
+    return lines
+
+
+def check_same_length(path: str, lines: Sequence[str], what: str, refs: Sequence[str], against: str):
+    """An error naming the file when a translation file is not line-aligned with its reference (``against``:
+    "the references have", "--ref FILE has"): where it ends, or its first line beyond the reference."""
+    if len(lines) != len(refs):
+        where = (f"it ends after line {len(lines)}" if len(lines) < len(refs)
+                 else f"its line {len(refs) + 1} is beyond the reference's last line")
+        raise OutlayersConfigError(f"{what} {path} has {len(lines)} lines but {against} {len(refs)} ({where}); "
+                                   "give the output of the same test set (every sentence, in order)")
+
+
+def binarised_sizes(idx_path: str) -> Optional[List[int]]:
+    """The length of every sentence (tokens, with the end-of-sentence token) of a fairseq-preprocess ``.idx`` file
+    of the default ``mmap`` format, read from its header and size table; None for any other format."""
+    import numpy as np
+
+    magic = b"MMIDIDX\x00\x00"
+    try:
+        with open(idx_path, "rb") as f:
+            head = f.read(26)  # magic, version (8 bytes), dtype code (1), number of sentences (8)
+            if len(head) < 26 or head[:9] != magic:
+                return None
+            count = int.from_bytes(head[18:26], "little")
+            sizes = np.frombuffer(f.read(4 * count), dtype="<i4")
+    except OSError:
+        return None
+    return sizes.tolist() if len(sizes) == count else None
+
+
+def subset_sentences(data_bin: str, subset: str = "test") -> Optional[int]:
+    """The number of sentences of ``subset`` in a fairseq-preprocess directory (from its ``.idx`` files, which hold
+    the same sentences on both sides); None when it has no such file of the default format, or when its files
+    disagree (several language pairs)."""
+    counts = set()
+    for name in sorted(os.listdir(data_bin)) if os.path.isdir(data_bin) else []:
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == subset and "-" in parts[1] and parts[3] == "idx":
+            sizes = binarised_sizes(os.path.join(data_bin, name))
+            if sizes is not None:
+                counts.add(len(sizes))
+    return counts.pop() if len(counts) == 1 else None
+
+
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

@@ -70,6 +70,10 @@ def read_lexicon(path: str) -> Dict[str, str]:
                 raise OutlayersConfigError(f"{path}:{lineno}: the last line has {len(cols)} columns where the others "
                                            f"have {width} and no line end: the file was cut short; rebuild it")
             out[cols[0]] = cols[1]
+    if not out:
+        raise OutlayersConfigError(f"--replace-unk lexicon '{path}' has no entry ('source_unit target_word' per "
+                                   "line); rebuild it (python -m fairseq_outlayers.pairing lexicon), or give a bare "
+                                   "--replace-unk to copy the aligned source word")
     return out
 
 
@@ -297,26 +301,7 @@ def generate_main(args):
 
 def interactive_main(args):
     """fairseq-interactive with ``--replace-unk [LEXICON]`` done by the rule; ``args`` from fairseq's interactive
-    parser."""
-    from fairseq import distributed_utils
-    from fairseq.data import encoders
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq_cli import interactive
+    parser (``evaluation/interactive.py``, which also names over-long input lines)."""
+    from fairseq_outlayers.evaluation.interactive import interactive_main as main
 
-    tool = "outlayers-interactive"
-    settings = _take_over_replacement(args, tool)
-    cfg = convert_namespace_to_omegaconf(args)
-    tokenizer, bpe = encoders.build_tokenizer(cfg.tokenizer), encoders.build_bpe(cfg.bpe)
-
-    def decode(x):  # fairseq-interactive's decode_fn
-        if bpe is not None:
-            x = bpe.decode(x)
-        if tokenizer is not None:
-            x = tokenizer.decode(x)
-        return x
-
-    stream = ReplaceUnkOutput(sys.stdout, decode=decode, **settings)
-    with contextlib.redirect_stdout(stream):
-        distributed_utils.call_main(cfg, interactive.main)
-    stream.close()
-    _report(tool, stream)
+    main(args)

@@ -16,6 +16,14 @@ WIDTH, HEIGHT = 720, 420
 LEFT, RIGHT, TOP, BOTTOM = 64, 190, 36, 52
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 DASHES = ("", "6 3", "2 3", "8 3 2 3")
+#: the first line of every plot drawn here
+SVG_HEADER = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+              f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">')
+
+
+def is_rendered_svg(text: str) -> bool:
+    """``text`` (the start of a file) is a plot drawn here: its first two lines are this module's."""
+    return text.startswith(SVG_HEADER + "\n" + f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>')
 
 
 def nice_ticks(low: float, high: float, count: int = 6) -> List[float]:
@@ -46,9 +54,7 @@ class Chart:
 
     def __init__(self, title: str, xlabel: str, ylabel: str, xs: Sequence[float], ys: Sequence[float]):
         self.xt, self.yt = nice_ticks(min(xs), max(xs)), nice_ticks(min(ys), max(ys))
-        self.parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-                      f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">',
-                      f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+        self.parts = [SVG_HEADER, f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
                       f'<text x="{LEFT}" y="20" font-size="14">{escape(title)}</text>']
         x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP
         for t in self.xt:

@@ -13,6 +13,7 @@ difference at the seed level) get a table of their own under each table (``furth
 seed counts, and ``compare_line(..., seeds=None)`` counts them all too.
 """
 import math
+import os
 import re
 import shlex
 from typing import Dict, List, Optional, Sequence
@@ -69,8 +70,18 @@ def _entry_stats(ledger: str, entry: Dict, lowercase: bool, cache: Dict):
     """The sentence statistics of one set's hypotheses against its reference (``entry`` names both files)."""
     key = (entry["hypotheses"], entry["reference"])
     if key not in cache:
-        cache[key] = sentence_stats(rec.read_lines(ledger, entry["hypotheses"]),
-                                    rec.read_lines(ledger, entry["reference"]), lowercase)
+        hyps, refs = rec.read_lines(ledger, entry["hypotheses"]), rec.read_lines(ledger, entry["reference"])
+        if not refs:
+            raise OutlayersConfigError(f"{os.path.join(ledger, entry['reference'])} is empty (the reference named by "
+                                       "a record); restore it from git or remove the records naming it")
+        if len(hyps) != len(refs) or entry.get("sentences", len(refs)) != len(refs):
+            raise OutlayersConfigError(
+                f"{os.path.join(ledger, entry['hypotheses'])} has {len(hyps)} lines but its reference "
+                f"{os.path.join(ledger, entry['reference'])} has {len(refs)}"
+                + (f" and the record says {entry['sentences']} sentences" if "sentences" in entry else "")
+                + ": the file was cut or changed; restore it from git or remove the record naming it to rerun "
+                "that run")
+        cache[key] = sentence_stats(hyps, refs, lowercase)
     return cache[key]
 
 
@@ -171,6 +182,9 @@ def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test:
     plural = "s" if len(retrained) > 1 else ""
     mixed = f" ({_seed_list(retrained)}: retrained, not {baseline}'s recorded model{plural})" if retrained else ""
     mixed += f" (trained with other {', '.join(c['files'])})" if c["files"] else ""
+    if c.get("identical"):  # the same translations: no difference to test (p = 1, not the formula's smallest p)
+        return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed} (identical translations)",
+                f"1.000 (identical){note}", _welch(c)]
     return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed}", f"{c['p']:.3f}{note}", _welch(c)]
 
 
@@ -440,7 +454,7 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
             options = " ".join(shlex.quote(o) for o in r["options"][:-2])  # without --seed N
             beam = (r.get("decoding") or {}).get("beam")
             after = r.get("after")
-            trained = re.sub(r"\.seed\d+$", "", after["trained_in"]) if after else ""
+            trained = re.sub(r"\.seed\d+$", "", after.get("trained_in") or row) if after else ""
             step = (f"; then `{shlex.join(after['step'])}` on each seed's best checkpoint of `{trained}`"
                     + _before_step(ledger, protocol.get(row, {}), protocol.get(trained, {}), table_seeds, test,
                                    trained, cache)
@@ -477,6 +491,13 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016",
     c = compare(ledger, rows, name, other, test)
     if "why" in c:
         return f"{table_name}, {test}: {side(name)} vs {side(other)}: not compared ({c['why']})"
+    files = (f"; the rows were trained with different files, so the difference mixes them with the methods: "
+             f"{'; '.join(c['files'])}" if c["files"] else "")
+    if c.get("identical"):
+        same = "the same row" if name == other else "identical translations"
+        return (f"{table_name}, {test}: {side(name)} vs {side(other)}: identical ({same}: every test sentence "
+                f"translated the same over seeds {', '.join(map(str, c['seeds']))}): Δ 0.00, p = 1 (no difference "
+                "to test)" + files)
     low, high = c["interval"]
     welch = ("" if c["welch"] is None else
              f"; over seeds p = {c['welch']['p']:.3f} (Welch t = {c['welch']['t']:+.2f}, df {c['welch']['df']:.1f})"
@@ -484,8 +505,7 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016",
     return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
             f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], p = {c['p']:.3f} "
             f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED}){welch}"
-            + (f"; the rows were trained with different files, so the difference mixes them with the methods: "
-               f"{'; '.join(c['files'])}" if c["files"] else ""))
+            + files)
 
 
 def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:

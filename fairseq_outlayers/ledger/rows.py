@@ -101,16 +101,44 @@ def _directives(path: str):
 def _parent(path: str, parent: str, lineno: int) -> str:
     """The row file named ``parent`` in the folder of ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
-    matches = [p for p in sorted(glob.glob(os.path.join(folder, "*.args"))) if read_row(p)[0] == parent]
+    matches = [p for p in sorted(glob.glob(os.path.join(folder, "*.args")))
+               if re.sub(r"^\d+-", "", os.path.splitext(os.path.basename(p))[0]) == parent]
     if not matches:
         raise OutlayersConfigError(f"{path}:{lineno}: '# from: {parent}': no row file of that name in {folder}")
     return matches[0]
 
 
+def _check_text(path: str):
+    """A row file is UTF-8 text: an error naming the line otherwise."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise OutlayersConfigError(f"row file '{path}' cannot be read ({e.strerror})") from None
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {raw[e.start:e.start + 1]!r}); a row file "
+                                   "is UTF-8 text (re-encode it, e.g. iconv -t utf-8)") from None
+    if b"\0" in raw:
+        line = raw[: raw.index(b"\0")].count(b"\n") + 1
+        raise OutlayersConfigError(f"{path}:{line}: a NUL byte; a row file is text (comment lines, then the "
+                                   "fairseq-train options)")
+
+
 def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"row file '{path}' does not exist")
-    name, args = read_row(path)
+    _check_text(path)
+    try:
+        name, args = read_row(path)
+    except ValueError as e:  # shlex: an unclosed quotation
+        raise OutlayersConfigError(f"{path}: its options cannot be split as the shell would ({e}); close the "
+                                   "quotation") from None
+    if not name or any(c.isspace() for c in name) or ".seed" in name:
+        raise OutlayersConfigError(f"{path}: the row name '{name}' (the file name after its NN- prefix) must be "
+                                   "non-empty, without spaces or '.seed'; rename the file")
     found, description = _directives(path)
     trained_as = None
     if "from" in found:

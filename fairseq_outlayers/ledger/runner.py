@@ -140,7 +140,10 @@ def train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: s
 def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: str,
            finished_updates: Optional[int]) -> Dict:
     claim = os.path.join(run_dir, "options.json")  # fairseq resumes from run_dir: only a run of these options
-    if os.path.exists(claim) and json.load(open(claim, encoding="utf-8")) != options:
+    if os.path.exists(claim) and records.read_json(claim) is None:
+        raise OutlayersConfigError(f"{claim} is damaged (not the JSON list of options this runner writes); remove "
+                                   f"{run_dir} (or give another --work) to start this run afresh")
+    if os.path.exists(claim) and records.read_json(claim) != options:
         raise OutlayersConfigError(f"{run_dir} holds a partial run made with other options ({claim}); remove that "
                                    "directory (or give another --work) to start this one afresh")
     write_text(claim, json.dumps(options) + "\n")
@@ -152,8 +155,10 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
     write_text(digest_file, digest + "\n")
     files, files_file = records.file_digests(options), os.path.join(run_dir, "file_digests.json")
     if os.path.exists(files_file):
-        with open(files_file, encoding="utf-8") as f:
-            before = json.load(f)
+        before = records.read_json(files_file)
+        if not isinstance(before, dict):
+            raise OutlayersConfigError(f"{files_file} is damaged (not the JSON object of file digests this runner "
+                                       f"writes); remove {run_dir} (or give another --work) to start afresh")
         changed = sorted(p for p in files if before.get(p) not in (None, files[p]))
         if changed:
             raise OutlayersConfigError(f"{run_dir} was trained with another '{changed[0]}' than the one there now "

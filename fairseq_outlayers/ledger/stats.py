@@ -67,15 +67,26 @@ def paired_bootstrap(system: Dict[int, np.ndarray], baseline: Dict[int, np.ndarr
 
 def paired_bootstrap_test(system: Dict[int, np.ndarray], baseline: Dict[int, np.ndarray],
                           n_samples: int = N_SAMPLES, seed: int = SEED, level: float = 0.95) -> Dict:
-    """``paired_bootstrap`` with the resampled differences kept: {"diff", "p", "seeds", "interval"}, the interval
-    being the percentile bootstrap interval of the difference (``level``, 95 % by default) from the same
-    resamples as the p-value."""
+    """``paired_bootstrap`` with the resampled differences kept: {"diff", "p", "seeds", "interval", "identical"},
+    the interval being the percentile bootstrap interval of the difference (``level``, 95 % by default) from the
+    same resamples as the p-value. Two systems whose sentence statistics are equal for every seed (the same
+    translations) are ``identical``: difference 0, interval [0, 0] and p = 1, not the smallest p-value the
+    resampling formula would give them."""
     seeds = sorted(set(system) & set(baseline))
     if not seeds:
         raise ValueError("the system and its baseline have no seed in common")
+    if n_samples < 1:
+        raise ValueError(f"the number of bootstrap resamples must be at least 1, not {n_samples}")
     n = len(system[seeds[0]])
     if any(len(system[s]) != n or len(baseline[s]) != n for s in seeds):
         raise ValueError("every run must have translated the same test sentences")
+    if n == 0:
+        raise ValueError("no test sentence to resample")
+    if all(np.array_equal(system[s], baseline[s]) for s in seeds):
+        # the same statistics sentence by sentence: every resample gives a difference of exactly 0, where the
+        # formula below (sacreBLEU's, which counts resampled differences strictly above the observed one) would
+        # read its smallest p-value, 1 / (resamples + 1). Two identical systems are reported as identical.
+        return {"diff": 0.0, "p": 1.0, "seeds": seeds, "interval": (0.0, 0.0), "identical": True}
 
     def difference(idx):
         # the observed scores from exact (float64) sums, as sacreBLEU scores a corpus; the resamples from float32
@@ -93,7 +104,7 @@ def paired_bootstrap_test(system: Dict[int, np.ndarray], baseline: Dict[int, np.
     p = (np.sum(centred > abs(observed)).item() + 1) / (n_samples + 1)
     tail = 100.0 * (1.0 - level) / 2.0
     interval = (float(np.percentile(signed, tail)), float(np.percentile(signed, 100.0 - tail)))
-    return {"diff": observed, "p": p, "seeds": seeds, "interval": interval}
+    return {"diff": observed, "p": p, "seeds": seeds, "interval": interval, "identical": False}
 
 
 def welch_t_test(system: Sequence[float], baseline: Sequence[float]) -> Optional[Dict]:

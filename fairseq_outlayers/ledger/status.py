@@ -6,24 +6,29 @@ run's epoch, best validation and pace (minutes an epoch, from the log's time sta
 from its ``checkpoint_last.pt`` with the same ``ledger run`` command. A run not started is shown with what the
 row's recorded seeds took, to plan which runs fit in the time a machine has.
 """
-import json
+import glob
 import os
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_outlayers import fairseq_runs
+from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.ledger import records
 from fairseq_outlayers.ledger.rows import LedgerRow, row_options
 
 
 def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, max_epoch: int,
               beam: int, test: str = "test2016", digests: Optional[Dict[str, str]] = None) -> Dict:
-    """{"state": "recorded" | "other options" | "other data" | "trained" | "partial" | "not started", "text": one
+    """{"state": "recorded" | "other options" | "other data" | "trained" | "partial" | "not started" | "unreadable"
+    (a damaged record: the text says which file and field), "text": one
     line of detail}. ``digests`` caches the digest of each data directory and named file over calls."""
     digests = {} if digests is None else digests
     options = row_options(row, seed, patience, max_epoch, beam)
     path = records.record_path(ledger, row.name, seed)
     if os.path.exists(path):
-        record = records.load_record(path)
+        try:
+            record = records.load_record(path)
+        except OutlayersConfigError as e:  # shown, not a stop: the other rows' states are still worth seeing
+            return {"state": "unreadable", "text": f"unreadable record: {e}"}
         if record["options"] != options or ((record.get("after") or {}).get("step") or []) != row.after:
             return {"state": "other options",
                     "text": f"recorded with other options than {row.path} now gives ({path}): rename the row or "
@@ -54,10 +59,13 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
                     "text": f"not started: {row.trained_as} is trained first in {run_dir} (its checkpoints are not "
                             f"there), then {row.after[0]}" + _recorded_cost(row, ledger, row.trained_as)}
         return {"state": "not started", "text": "not started" + _recorded_cost(row, ledger)}
-    with open(claim, encoding="utf-8") as f:
-        if json.load(f) != options:
-            return {"state": "other options",
-                    "text": f"{run_dir} holds a partial run with other options: remove it to start this one"}
+    claimed = records.read_json(claim)
+    if claimed is None:
+        return {"state": "unreadable", "text": f"unreadable: {claim} is not the JSON list of options `ledger run` "
+                                               f"writes; remove {run_dir} to start that run afresh"}
+    if claimed != options:
+        return {"state": "other options",
+                "text": f"{run_dir} holds a partial run with other options: remove it to start this one"}
     validations = fairseq_runs.validations(log) if os.path.exists(log) else []
     metric = "bleu" if row.validate == "bleu" else "loss"
     scored = [v for v in validations if metric in v]
@@ -88,7 +96,13 @@ def _recorded_cost(row: LedgerRow, ledger: str, name: Optional[str] = None) -> s
     guide, not a result."""
     if not os.path.isdir(ledger):
         return ""
-    done = [r for r in records.read_records(ledger) if r["row"] == (name or row.name)]
+    done = []
+    for path in sorted(glob.glob(os.path.join(ledger, f"{glob.escape(name or row.name)}.seed*.json"))):
+        try:
+            done.append(records.load_record(path))
+        except OutlayersConfigError:
+            continue  # status shows it as unreadable where its row and seed are asked for
+    done = [r for r in done if r["row"] == (name or row.name)]
     if not done:
         return ""
     epochs = sorted(r["epochs"] for r in done)
@@ -111,6 +125,6 @@ def status_lines(rows: List[LedgerRow], seeds: Sequence[int], ledger: str, work:
             state = run_state(row, seed, ledger, work, patience, max_epoch, beam, digests=digests)
             counts[state["state"]] = counts.get(state["state"], 0) + 1
             lines.append(f"  {row.name} seed {seed}: {state['text']}")
-    order = ("recorded", "trained", "partial", "not started", "other options", "other data")
+    order = ("recorded", "trained", "partial", "not started", "other options", "other data", "unreadable")
     lines.append(", ".join(f"{counts[s]} {s}" for s in order if s in counts))
     return lines

@@ -45,7 +45,7 @@ def make_pairing(src_text, tgt_text, src_dict_path, tgt_dict_path, aligner="syst
         if not alignment:
             raise OutlayersConfigError("--aligner pharaoh needs --alignment FILE (Pharaoh 'i-j' links, one line "
                                        "per sentence pair)")
-        linked = read_pharaoh(alignment, corpus())
+        linked = read_pharaoh(alignment, corpus(), log=log)
         info = {"aligner": "pharaoh-file"}
     else:
         raise OutlayersConfigError(f"--aligner must be 'systran' or 'pharaoh', not '{aligner}'")

@@ -38,6 +38,13 @@ def build_parser():
 
 
 def main(argv=None):
+    from fairseq_outlayers.outfiles import removed_on_termination
+
+    with removed_on_termination():  # SIGTERM: the aligner's temporary directory is removed too
+        return _main(argv)
+
+
+def _main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["lexicon"]:
         from .lexicon import main as lexicon_main

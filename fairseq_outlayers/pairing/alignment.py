@@ -84,12 +84,18 @@ def add_aligner_options(parser, direction: str = "forward"):
     parser.add_argument("--iterations", type=int, default=5, help="fast_align EM iterations (default: 5)")
 
 
-def read_pharaoh(path: str, corpus: Iterable[Tuple[List[str], List[str]]]
+def read_pharaoh(path: str, corpus: Iterable[Tuple[List[str], List[str]]], log=None
                  ) -> Iterator[Tuple[List[str], List[str], Links]]:
-    """Zip a Pharaoh ``i-j`` file with the corpus it aligns, checking every link against the sentence lengths."""
+    """Zip a Pharaoh ``i-j`` file with the corpus it aligns, checking every link against the sentence lengths.
+
+    A file without a single link (blank lines only) is an error once read: it would pair no word by meaning and
+    build an empty lexicon. Blank lines for sentence pairs with both sides non-empty are counted, and ``log``
+    (a warning function; default: this module's logger) hears how many, with the first line numbers."""
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"alignment file '{path}' does not exist; pass a Pharaoh 'i-j' file with one "
                                    "line per sentence pair (e.g. the output of fast_align)")
+    blank: List[int] = []
+    total = 0
     with open(path, "rb") as f:
         lineno = 0
         for src, tgt in corpus:
@@ -114,10 +120,21 @@ def read_pharaoh(path: str, corpus: Iterable[Tuple[List[str], List[str]]]
                         "computed on the same tokenised/BPE text, with source on the left?)"
                     )
                 links.append((i, j))
+            total += len(links)
+            if not links and src and tgt:
+                blank.append(lineno)
             yield src, tgt, links
         if f.readline():
             raise OutlayersConfigError(f"alignment file '{path}' has more lines than the corpus ({lineno}); "
                                        "align the same training text that is given with --src-text/--tgt-text")
+    if lineno and not total:
+        raise OutlayersConfigError(f"alignment file '{path}' holds no link in its {lineno} lines (all blank): no "
+                                   "word can be paired by meaning; give the aligner's output ('i-j' links), or "
+                                   "--aligner systran to align here")
+    if blank:
+        shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")
+        (log or logger.warning)(f"warning: {path}: {len(blank)} of {lineno} sentence pairs have no link (blank "
+                                f"lines {shown}); their words are paired by meaning from the other lines only")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -112,6 +112,7 @@ def build_lexicon(linked, min_count: int = 1) -> Tuple[Lexicon, Dict[str, int]]:
     pairs, target_freq, stats = count_links(linked)
     lex = lexicon_from_counts(pairs, target_freq, min_count)
     stats["entries"] = len(lex)
+    stats["most_links"] = max(pairs.values(), default=0)
     return lex, stats
 
 
@@ -130,7 +131,7 @@ def make_lexicon(src_text: str, tgt_text: str, aligner: str = "systran", alignme
         if not alignment:
             raise OutlayersConfigError("--aligner pharaoh needs --alignment FILE (Pharaoh 'i-j' links, one line "
                                        "per sentence pair)")
-        linked = read_pharaoh(alignment, corpus())
+        linked = read_pharaoh(alignment, corpus(), log=log)
     else:
         raise OutlayersConfigError(f"--aligner must be 'systran' or 'pharaoh', not '{aligner}'")
     lex, stats = build_lexicon(linked, min_count)
@@ -216,9 +217,19 @@ def main(argv=None):
         if args.src_dict:
             frac = check_source_units(args.src_text, args.src_dict)
             log(f"{100 * frac:.1f}% of the source tokens are in {args.src_dict}")
+        if args.min_count < 1:
+            raise OutlayersConfigError(f"--min-count must be at least 1, got {args.min_count}")
         lex, stats = make_lexicon(args.src_text, args.tgt_text, aligner=args.aligner, alignment=args.alignment,
                                   direction=args.direction, iterations=args.iterations, min_count=args.min_count,
                                   log=log)
+        if not lex:  # an empty lexicon replaces nothing: refused, not written
+            raise OutlayersConfigError(
+                f"no source unit is linked to a real target word --min-count {args.min_count} times or more (the "
+                f"most linked pair has {stats['most_links']} of {stats['kept_links']} kept links, over "
+                f"{stats['sentences']} sentence pairs); lower --min-count (at most {stats['most_links']} keeps an "
+                "entry) or give a larger corpus; nothing written" if stats["most_links"] else
+                f"no link of the alignment ends on a real target word ({stats['links']} links over "
+                f"{stats['sentences']} sentence pairs); check the corpus and alignment; nothing written")
         write_lexicon(args.out, lex, overwrite=args.force)
     except OutlayersConfigError as e:
         print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
