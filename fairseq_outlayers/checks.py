@@ -37,8 +37,9 @@ def fmt(value) -> str:
 
 @dataclass(frozen=True)
 class Range:
-    """Allowed values of one option: ``low``/``high`` bounds (None: unbounded), open or closed, whole numbers or
-    finite reals (``integer``: integers). ``why``: the reason for the bounds (shown in brackets); ``fix``: what to do instead."""
+    """Allowed values of one option: ``low``/``high`` bounds (None: unbounded), open or closed, integers
+    (``integer``) or finite reals. ``why``: the reason for the bounds (shown in brackets); ``fix``: what to do
+    instead."""
     low: Optional[float] = None
     high: Optional[float] = None
     low_open: bool = False
@@ -157,3 +158,34 @@ def check_fits(option: str, value, per_unit: float, what: str, fix: str, fixed: 
     raise OutlayersConfigError(
         f"{option} {fmt(value)} needs about {human_bytes(needed)} of memory for {what}, more than the "
         f"{human_bytes(memory)} this machine has (the largest value that fits is {largest:,d}); {fix}")
+
+
+#: fairseq's decoding sizes, checked by outlayers-generate/-interactive before fairseq parses them (fairseq itself
+#: accepts --beam 0 and fails later with a traceback)
+DECODING_RANGES = {"--beam": Range(1, integer=True, fix="use e.g. --beam 5 (or 1 for greedy decoding)"),
+                   "--nbest": Range(1, integer=True, fix="use --nbest 1 (the best hypothesis) up to --beam")}
+
+
+def check_decoding_argv(argv):
+    """Refuse a --beam or --nbest below 1, or --nbest above --beam, in a fairseq decoding command line (one line);
+    values that are not integers are left to fairseq's own parser."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    for flag in DECODING_RANGES:
+        parser.add_argument(flag)
+    try:
+        known, _ = parser.parse_known_args(list(argv))
+    except (argparse.ArgumentError, SystemExit):
+        return
+    values = {}
+    for flag, allowed in DECODING_RANGES.items():
+        text = getattr(known, flag[2:])
+        try:
+            values[flag] = int(text) if text is not None else None
+        except ValueError:
+            continue
+        if values[flag] is not None:
+            allowed.check(flag, values[flag])
+    beam, nbest = values.get("--beam") or 5, values.get("--nbest")  # fairseq's default beam is 5
+    if nbest is not None and nbest > beam:
+        raise OutlayersConfigError(f"--nbest {nbest} is more than the --beam {beam} hypotheses kept; use --nbest "
+                                   f"{beam} or less, or a larger --beam")

@@ -5,6 +5,7 @@ with one line (``fairseq_outlayers.errors.one_line_errors``). ``outlayers-genera
 import sys
 
 from fairseq_outlayers import USER_DIR
+from fairseq_outlayers.checks import check_decoding_argv
 from fairseq_outlayers.errors import one_line_errors
 
 
@@ -39,6 +40,7 @@ def train():
 
 @one_line_errors
 def generate():
+    check_decoding_argv(sys.argv[1:])
     if not _replace_unk_asked():
         return _run("fairseq_cli.generate")
     from fairseq import options
@@ -54,6 +56,7 @@ def generate():
 
 @one_line_errors
 def interactive():
+    check_decoding_argv(sys.argv[1:])
     if not _replace_unk_asked():
         return _run("fairseq_cli.interactive")
     from fairseq import options

@@ -74,6 +74,11 @@ RANGES = {
 }
 
 
+#: options a resumed checkpoint must share: parameters' shapes, and the transform of the frozen target table
+SHAPE_OPTIONS = {"continuous_layernorm": lambda a: bool(a.continuous_layernorm)}
+TABLE_OPTIONS = {"target_vectors_center": lambda a: bool(a.target_vectors_center)}
+
+
 def continuous_defaults(args):
     """--tie-input-to-target-vectors selects the target-vector input embeddings (the one derived option)."""
     if args.tie_input_to_target_vectors:
@@ -125,7 +130,8 @@ def decoding_options(args, task):
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
                        add_args=add_continuous_args, defaults=DEFAULTS, set_defaults=continuous_defaults,
-                       ranges=RANGES, criterion_family="continuous")
+                       ranges=RANGES, shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
+                       criterion_family="continuous")
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
     if args.continuous_score_scale is not None:  # also set when decoding (--model-overrides): checked here too
         RANGES["continuous_score_scale"].check("--continuous-score-scale", args.continuous_score_scale,

@@ -280,6 +280,23 @@ def check_training_precision(args):
             "installed; on a GPU use --fp16, --memory-efficient-fp16 or --amp instead, on a CPU no precision option")
 
 
+#: the core's own options that fix a parameter's shape
+CORE_SHAPE_OPTIONS = (("output_layer", "--output-layer"), ("embeddings", "--embeddings"),
+                      ("output_bias", "--output-bias"))
+
+
+def resume_options(args):
+    """([(dest, flag, effective)] that fix a parameter's shape, [...] that build a frozen table) of the selected
+    seams, for ``fingerprints.check_resume_options``; ``effective(args)`` gives the value that matters (or None:
+    the option's value)."""
+    shape, table = [(dest, flag, None) for dest, flag in CORE_SHAPE_OPTIONS], []
+    for spec in _selected_specs(args):
+        flags = {dest: flag for dest, (flag, _default) in _spec_options(spec).items()}
+        shape += [(dest, flags[dest], f) for dest, f in spec.shape_options.items()]
+        table += [(dest, flags[dest], f) for dest, f in spec.table_options.items()]
+    return shape, table
+
+
 def finish_build(model, args):
     """The end of every model's ``build_model``: a new training run that resumes (or fine-tunes) from a
     checkpoint is checked against the fingerprints that checkpoint recorded, before any data is read."""
@@ -289,6 +306,8 @@ def finish_build(model, args):
         path = _restore_path(args)
         checkpoint_args = _checkpoint_model_args(path) if path else None
         if checkpoint_args is not None:
+            shape, table = resume_options(args)
+            fingerprints.check_resume_options(args, path, checkpoint_args, shape, table)
             fingerprints.check_resume(args, path, checkpoint_args)
         model_args.record(args, **{STATE: "done"})
     model.log_parameter_report()

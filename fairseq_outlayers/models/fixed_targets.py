@@ -58,6 +58,23 @@ def add_fixed_args(parser):
                         "they are not bounded by the decoder state's norm; not in the paper (default: off)")
 
 
+#: options a resumed checkpoint must share: the projection's shape, and the draw of the frozen classifier (the range
+#: matters only to unnormalised rows)
+SHAPE_OPTIONS = {"fixed_targets_dim": lambda a: _classifier_dim(a),
+                 "fixed_targets_learned_scale": lambda a: bool(a.fixed_targets_learned_scale)}
+TABLE_OPTIONS = {"fixed_targets_init": None,
+                 "fixed_targets_no_normalize": lambda a: bool(a.fixed_targets_no_normalize),
+                 "fixed_targets_range": lambda a: float(a.fixed_targets_range) if a.fixed_targets_no_normalize
+                 else None,
+                 "fixed_targets_bias": lambda a: float(a.fixed_targets_bias), "fixed_targets_seed": None}
+
+
+def _classifier_dim(args) -> int:
+    from .core import decoder_output_dim
+
+    return int(args.fixed_targets_dim or decoder_output_dim(args))
+
+
 def check_fixed_args(args, num_words=None):
     """--fixed-targets-dim against memory: the learned projection (weights, gradients, Adam's moments) and, once
     the vocabulary size is known, the frozen |V| x D classifier. The core checks ``RANGES`` when the options are
@@ -78,6 +95,7 @@ def check_fixed_args(args, num_words=None):
 @register_output_layer("fixed", help="frozen random classifier, uniform [-10, 10] rows normalised to unit length, "
                        "fixed bias (Shalev et al. 2021); options --fixed-targets-*",
                        add_args=add_fixed_args, defaults=DEFAULTS, ranges=RANGES, check_args=check_fixed_args,
+                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
                        refuses_tying="keeps a frozen random classifier")
 def build_fixed(args, task, decoder_embed_tokens, input_dim):
     num_words = len(task.target_dictionary)

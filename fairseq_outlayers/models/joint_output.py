@@ -17,6 +17,11 @@ RANGES = {"joint_dim": Range(1, integer=True, why="the paper uses 512, 2048 or 4
           "joint_dropout": Range(0, 1, high_open=True)}
 
 
+#: options a resumed checkpoint must share (their parameters' shapes); --joint-dim matters for the full structure only
+SHAPE_OPTIONS = {"joint_structure": None, "joint_no_word_bias": lambda a: bool(a.joint_no_word_bias),
+                 "joint_dim": lambda a: a.joint_dim if a.joint_structure == "full" else None}
+
+
 def check_joint_args(args, num_words=None):
     """--joint-dim against memory: the two trained projections U, V (weights, gradients, Adam's moments) and,
     once the vocabulary size is known, the |V| x d_j matrix sigma(E U + b_u) of every step (with its gradient)."""
@@ -53,7 +58,7 @@ def add_joint_args(parser):
                        "(Pappas et al. 2018; --joint-dim, --joint-activation, --joint-structure, --joint-dropout, "
                        "--joint-no-word-bias)",
                        add_args=add_joint_args, defaults=DEFAULTS, ranges=RANGES, check_args=check_joint_args,
-                       ties_decoder_embedding=True)
+                       shape_options=SHAPE_OPTIONS, ties_decoder_embedding=True)
 def build_joint(args, task, decoder_embed_tokens, input_dim):
     return JointOutputLayer(decoder_embed_tokens, input_dim, joint_dim=args.joint_dim,
                             activation=args.joint_activation, structure=args.joint_structure,

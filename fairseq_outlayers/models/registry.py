@@ -26,6 +26,11 @@ class OutputLayerSpec:
     ranges: Dict[str, Any] = field(default_factory=dict)  # {dest: checks.Range}: checked when options are parsed
     check_args: Optional[Callable] = None  # check_args(args, num_words): checks across options (sizes that must
     # fit in memory); num_words is None when the options are parsed, the target vocabulary size at build time
+    # options a resumed checkpoint must share, {dest: effective(args) or None (the value itself)}: those that fix a
+    # parameter's shape (else fairseq cannot load it), and those that build a frozen table (else the checkpoint's
+    # table silently replaces the one they ask for)
+    shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
+    table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
 
 
 @dataclass
@@ -39,6 +44,8 @@ class EmbeddingSpec:
     defaults: Dict[str, Any] = field(default_factory=dict)
     ranges: Dict[str, Any] = field(default_factory=dict)
     check_args: Optional[Callable] = None
+    shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
+    table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
 
 
 OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
@@ -61,14 +68,15 @@ def register_output_layer(name: str, help: str, add_args=None, set_defaults=None
 
 
 def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None, defaults=None,
-                        ranges=None, check_args=None):
+                        ranges=None, check_args=None, shape_options=None, table_options=None):
     """Decorator registering ``build(args, task, encoder_dim, decoder_dim, share_all)`` as ``--embeddings NAME``."""
 
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:
             raise ValueError(f"embeddings '{name}' are registered twice")
         EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add_args, set_defaults, options_from,
-                                                 dict(defaults or {}), dict(ranges or {}), check_args)
+                                                 dict(defaults or {}), dict(ranges or {}), check_args,
+                                                 dict(shape_options or {}), dict(table_options or {}))
         return build
 
     return wrapper

@@ -51,7 +51,8 @@ def check_shared_private_args(args, num_words=None):
 @register_embeddings("shared-private", help="shared-private bilingual embeddings (Liu et al. 2019): paired source "
                      "and target words share their first lambda*d features (needs --pairing)",
                      add_args=add_args, defaults={"pairing": None, "shared_private_lambdas": DEFAULT_LAMBDAS},
-                     check_args=check_shared_private_args)
+                     check_args=check_shared_private_args,
+                     shape_options={"shared_private_lambdas": lambda a: lambdas_from_string(a.shared_private_lambdas)})
 def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     out_spec = get_output_layer_spec(args.output_layer)
