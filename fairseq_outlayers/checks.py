@@ -189,3 +189,11 @@ def check_decoding_argv(argv):
     if nbest is not None and nbest > beam:
         raise OutlayersConfigError(f"--nbest {nbest} is more than the --beam {beam} hypotheses kept; use --nbest "
                                    f"{beam} or less, or a larger --beam")
+
+
+#: argparse types shared by the package's tools
+POSITIVE_INT = Range(1, integer=True)
+NON_NEGATIVE_INT = Range(0, integer=True)
+FINITE = Range()
+BEAM = Range(1, integer=True, fix="use e.g. 5 (or 1 for greedy decoding)")
+LEARNING_RATE = Range(0, 10, low_open=True, why="Adam moves each value by about the rate per update")

@@ -515,3 +515,36 @@ def test_outlayers_train_resume_with_another_joint_dim(tiny_bin, tmp_path):
         f"fairseq_outlayers: error: --joint-dim 24 differs from the 16 of {save}/checkpoint_last.pt: the model's "
         "parameters would have another shape and cannot be loaded; resume with --joint-dim 16, or train afresh with "
         "a new --save-dir")
+
+
+# ---- the package's tools: every size and number option typed, so argparse refuses a bad value in one line ---------
+def _tool_mains():
+    from fairseq_outlayers.cli import compare, score_raw, synthetic
+
+    return {"compare": compare.main, "score_raw": score_raw.main, "synthetic": synthetic.main,
+            "tune_continuous_decoding": load_script("tune_continuous_decoding.py").main,
+            "vmf_sweep": load_script("vmf_sweep.py").main, "probe_output_bias": load_script("probe_output_bias.py").main}
+
+
+@pytest.mark.parametrize("tool_name, option, value, said", [
+    ("compare", "--beam", "0", "must be a positive integer, got 0"),
+    ("compare", "--lenpen", "nan", "must be a finite number, got nan"),
+    ("compare", "--batch-size", "-5", "must be a positive integer, got -5"),
+    ("compare", "--max-update", "0", "must be a positive integer, got 0"),
+    ("score_raw", "--beam", "0", "must be a positive integer, got 0; use e.g. 5"),
+    ("score_raw", "--lenpen", "inf", "must be a finite number, got inf"),
+    ("score_raw", "--batch-size", "0", "must be a positive integer, got 0"),
+    ("synthetic", "--vocab", "0", "must be a positive integer, got 0"),
+    ("tune_continuous_decoding", "--lenpens", "nan", "must be a finite number, got nan"),
+    ("tune_continuous_decoding", "--beam", "-1", "must be a positive integer, got -1"),
+    ("vmf_sweep", "--beams", "0", "must be a positive integer, got 0"),
+    ("vmf_sweep", "--jobs", "0", "must be a positive integer, got 0"),
+    ("probe_output_bias", "--lr", "inf", "must be in (0, 10], got inf (Adam moves each value"),
+    ("probe_output_bias", "--epochs", "0", "must be a positive integer, got 0"),
+])
+def test_tool_options_are_refused_by_argparse_in_one_line(capsys, tool_name, option, value, said):
+    with pytest.raises(SystemExit) as e:
+        _tool_mains()[tool_name]([f"{option}={value}"])
+    assert e.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"error: argument {option}: {said}" in last, last
