@@ -138,14 +138,17 @@ def check_resume_options(args, checkpoint_path: str, checkpoint_args, shape, tab
             ours, theirs = ((effective(a) if effective else getattr(a, dest, None)) for a in (args, checkpoint_args))
             if ours == theirs:
                 continue
-            given = f"{flag} {_shown(ours)} differs from the {_shown(theirs)} of {checkpoint_path}"
+            if isinstance(theirs, bool):  # a flag
+                given = f"{flag} is {_shown(ours)} but {checkpoint_path} was trained with it {_shown(theirs)}"
+                resume = f"{'add' if theirs else 'drop'} {flag} to resume"
+            else:
+                given = f"{flag} {_shown(ours)} differs from the {_shown(theirs)} of {checkpoint_path}"
+                resume = f"resume with {flag} {_shown(theirs)}"
             if kind == "shape":
-                raise OutlayersConfigError(
-                    f"{given}: the model's parameters would have another shape and cannot be loaded; resume with "
-                    f"{flag} {_shown(theirs)}, or train afresh with a new --save-dir")
-            message = (f"{given}: the checkpoint would keep the frozen table it was built with ({flag} "
-                       f"{_shown(theirs)}); resume with {flag} {_shown(theirs)}, use a new --save-dir, or add "
-                       f"{ALLOW_TRAIN} to resume with the checkpoint's table")
+                raise OutlayersConfigError(f"{given}: the model's parameters would have another shape and cannot be "
+                                           f"loaded; {resume}, or train afresh with a new --save-dir")
+            message = (f"{given}: the checkpoint would keep the frozen table it was built with; {resume}, use a new "
+                       f"--save-dir, or add {ALLOW_TRAIN} to resume with the checkpoint's table")
             if not getattr(args, ALLOW, False):
                 raise OutlayersConfigError(message)
             logger.warning(f"{message} (allowed by {ALLOW_TRAIN})")

@@ -424,9 +424,10 @@ def pairing(tiny_raw, tiny_bin, tmp_path_factory):
     (["--output-layer", "joint"], ["--output-layer", "tied"],
      "--output-layer tied differs from the joint of {ckpt}"),
     (["--output-layer", "joint"], ["--output-layer", "joint", "--joint-no-word-bias"],
-     "--joint-no-word-bias on differs from the off of {ckpt}"),
+     "--joint-no-word-bias is on but {ckpt} was trained with it off: the model's parameters would have another shape "
+     "and cannot be loaded; drop --joint-no-word-bias to resume, or train afresh with a new --save-dir"),
     (["--output-layer", "tied"], ["--output-layer", "tied", "--output-bias"],
-     "--output-bias on differs from the off of {ckpt}"),
+     "--output-bias is on but {ckpt} was trained with it off"),
     (["--output-layer", "fixed"], ["--output-layer", "fixed", "--fixed-targets-dim", "16"],
      "--fixed-targets-dim 16 differs from the 32 of {ckpt}"),
     (["--embeddings", "shared-private", "--output-layer", "tied", "--pairing", "{pairing}"],
@@ -436,8 +437,8 @@ def pairing(tiny_raw, tiny_bin, tmp_path_factory):
      "have another shape"),
     (["--output-layer", "fixed"], ["--output-layer", "fixed", "--fixed-targets-seed", "2"],
      "--fixed-targets-seed 2 differs from the 1 of {ckpt}: the checkpoint would keep the frozen table it was built "
-     "with (--fixed-targets-seed 1); resume with --fixed-targets-seed 1, use a new --save-dir, or add "
-     "--outlayers-allow-mismatch to resume with the checkpoint's table"),
+     "with; resume with --fixed-targets-seed 1, use a new --save-dir, or add --outlayers-allow-mismatch to resume "
+     "with the checkpoint's table"),
     (["--output-layer", "fixed", "--fixed-targets-no-normalize"],
      ["--output-layer", "fixed", "--fixed-targets-no-normalize", "--fixed-targets-range", "5"],
      "--fixed-targets-range 5 differs from the 10 of {ckpt}: the checkpoint would keep the frozen table"),
@@ -477,9 +478,9 @@ def test_resume_with_target_vectors_center_added(tiny_bin, tmp_path):
     with pytest.raises(OutlayersConfigError) as e:
         build_model(tiny_bin, TINY_TRANSFORMER, base + ["--target-vectors-center", "--save-dir", save])
     assert str(e.value) == (
-        f"--target-vectors-center on differs from the off of {ckpt}: the checkpoint would keep the frozen table it "
-        "was built with (--target-vectors-center off); resume with --target-vectors-center off, use a new "
-        "--save-dir, or add --outlayers-allow-mismatch to resume with the checkpoint's table")
+        f"--target-vectors-center is on but {ckpt} was trained with it off: the checkpoint would keep the frozen "
+        "table it was built with; drop --target-vectors-center to resume, use a new --save-dir, or add "
+        "--outlayers-allow-mismatch to resume with the checkpoint's table")
     _, model = build_model(tiny_bin, TINY_TRANSFORMER, base + ["--target-vectors-center", "--outlayers-allow-mismatch",
                                                                "--save-dir", save])
     assert model.outlayers_args.target_vectors_center is False  # the saved options describe the kept table
