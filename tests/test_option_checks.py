@@ -6,8 +6,6 @@ import argparse
 import math
 import os
 import re
-import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from fairseq_outlayers import checks
 from fairseq_outlayers.checks import Range, check_decoding_argv, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
-from harness import REPO, TINY_TRANSFORMER, USER_DIR, build_model, load_script, run, tool, train
+from harness import TINY_TRANSFORMER, USER_DIR, build_model, load_script, run, tool, train
 
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -524,7 +522,8 @@ def _tool_mains():
 
     return {"compare": compare.main, "score_raw": score_raw.main, "synthetic": synthetic.main,
             "tune_continuous_decoding": load_script("tune_continuous_decoding.py").main,
-            "vmf_sweep": load_script("vmf_sweep.py").main, "probe_output_bias": load_script("probe_output_bias.py").main}
+            "vmf_sweep": load_script("vmf_sweep.py").main,
+            "probe_output_bias": load_script("probe_output_bias.py").main}
 
 
 @pytest.mark.parametrize("tool_name, option, value, said", [
