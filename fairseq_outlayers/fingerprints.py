@@ -8,7 +8,9 @@ They are recorded in the model's arguments, so every checkpoint carries them, an
   checkpoint, so those files may be gone);
 * when training resumes (``checkpoint_last.pt``, ``--restore-file``, ``--finetune-from-model``): every fingerprint
   of the checkpoint against the files and dictionaries given now, since the checkpoint's tables would silently
-  replace the new ones.
+  replace the new ones; likewise the options that transform a frozen table (``--target-vectors-center``, the
+  ``--fixed-targets-*`` draw) and, always an error, those that fix a parameter's shape (``--output-layer``,
+  ``--joint-dim``, ``--shared-private-lambdas``, ...: ``check_resume_options``).
 
 A difference is an error naming both sides; ``--outlayers-allow-mismatch`` (training) or
 ``--model-overrides "{'outlayers_allow_mismatch': True}"`` (decoding) turns it into a warning. Checkpoints written
@@ -111,6 +113,46 @@ def check_dictionaries(args, task):
                      f"({describe(fps[key])}): its words would get other words' rows; give the data-bin directory "
                      f"of training, or add {ALLOW_DECODE} to decode anyway")
         record(args, key, given)
+
+
+def _shown(value) -> str:
+    from fairseq_outlayers.checks import fmt
+
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (tuple, list)):
+        return ",".join(fmt(v) for v in value)
+    return fmt(value)
+
+
+def check_resume_options(args, checkpoint_path: str, checkpoint_args, shape, table):
+    """Training: the options that fix a parameter's shape or build a frozen table, against the checkpoint's.
+    ``shape``/``table``: [(dest, flag, effective or None)], ``effective(args)`` being the value that matters. A
+    changed shape is an error (fairseq could not load the parameters); a changed table too, unless mismatches are
+    allowed: then the checkpoint's value is recorded, since its table is what the model holds from now on.
+    Options the checkpoint does not record (older versions) are not compared."""
+    for kind, options in (("shape", shape), ("table", table)):
+        for dest, flag, effective in options:
+            if not hasattr(checkpoint_args, dest):
+                continue
+            ours, theirs = ((effective(a) if effective else getattr(a, dest, None)) for a in (args, checkpoint_args))
+            if ours == theirs:
+                continue
+            if isinstance(theirs, bool):  # a flag
+                given = f"{flag} is {_shown(ours)} but {checkpoint_path} was trained with it {_shown(theirs)}"
+                resume = f"{'add' if theirs else 'drop'} {flag} to resume"
+            else:
+                given = f"{flag} {_shown(ours)} differs from the {_shown(theirs)} of {checkpoint_path}"
+                resume = f"resume with {flag} {_shown(theirs)}"
+            if kind == "shape":
+                raise OutlayersConfigError(f"{given}: the model's parameters would have another shape and cannot be "
+                                           f"loaded; {resume}, or train afresh with a new --save-dir")
+            message = (f"{given}: the checkpoint would keep the frozen table it was built with; {resume}, use a new "
+                       f"--save-dir, or add {ALLOW_TRAIN} to resume with the checkpoint's table")
+            if not getattr(args, ALLOW, False):
+                raise OutlayersConfigError(message)
+            logger.warning(f"{message} (allowed by {ALLOW_TRAIN})")
+            model_args.record(args, **{dest: getattr(checkpoint_args, dest)})
 
 
 def check_resume(args, checkpoint_path: str, checkpoint_args):

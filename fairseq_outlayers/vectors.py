@@ -43,6 +43,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
+from fairseq_outlayers.checks import FROZEN_BYTES, Range, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
 
 logger = logging.getLogger(__name__)
@@ -239,13 +240,15 @@ def load_target_table(dictionary, path: str, min_coverage: float = 0.5, expected
     else:
         _read_text(path, collector)
     dim = collector.dim
-    if dim is None:
+    if dim is None or not collector.file_words:  # a header alone ("0 2000000000") sets no table size
         raise OutlayersConfigError(f"--target-vectors {path}: the file holds no vectors")
     if expected_dim is not None and expected_dim != dim:
         raise OutlayersConfigError(f"--target-vectors {path} holds {dim}-dimensional vectors but --continuous-dim "
                                    f"is {expected_dim}; drop --continuous-dim (it is read from the file) or use "
                                    "vectors of that size")
     V = len(symbols)
+    check_fits(f"--target-vectors {path}: vector size", dim, 2 * FROZEN_BYTES * V, f"the {V:,d}-word target table",
+               "use vectors of a few hundred dimensions (the paper: 300)")
     table = torch.zeros(V, dim)
     decodable = torch.ones(V, dtype=torch.bool)
     report = VectorReport(path, dim, collector.file_words, V, 0, 0, zero_vectors=collector.zero,
@@ -328,7 +331,7 @@ def main(argv=None):
     rep = sub.add_parser("report", help="align a vector file to a fairseq dictionary and print the coverage")
     rep.add_argument("dictionary", help="the target dictionary, e.g. data-bin/dict.en.txt")
     rep.add_argument("vectors", help="word2vec/fastText .vec text file, or a .bin model (needs gensim)")
-    rep.add_argument("--min-coverage", type=float, default=0.5,
+    rep.add_argument("--min-coverage", type=Range(0, 1), default=0.5,
                      help="fail below this fraction of dictionary words with a vector (default: 0.5)")
     rep.add_argument("--center", action="store_true", help="centre the vectors as --target-vectors-center does")
     from fairseq_outlayers.cli.export_vectors import add_export_parser, export_target_vectors

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from fairseq_outlayers.checks import Range  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors  # noqa: E402
 from fairseq_outlayers.outfiles import check_output_path, write_text  # noqa: E402
 
@@ -75,6 +76,11 @@ def neighbour_table(model, dictionary, words: List[str], k: int) -> List[dict]:
     # specials and the never-seen filler words fairseq pads dictionaries with (madeupwordNNNN) are not neighbours
     exclude = list(range(dictionary.nspecial)) + [i for i, w in enumerate(dictionary.symbols)
                                                   if w.startswith("madeupword")]
+    candidates = len(dictionary) - len(set(exclude)) - 1  # a query is never its own neighbour
+    if k > candidates:
+        raise OutlayersConfigError(
+            f"--k {k} is more than the {candidates:,d} neighbours a query has in this {len(dictionary):,d}-type target "
+            f"dictionary (less its special and filler symbols and the query itself); use --k {candidates} or less")
     inp, out = representations(model)
     rows = []
     for name, matrix in (("input", inp), ("output", out)):
@@ -122,7 +128,8 @@ def main(argv=None):
     parser.add_argument("--path", required=True, help="fairseq checkpoint of an outlayers_* model")
     parser.add_argument("--data", help="data-bin directory with the dictionaries (default: the checkpoint's)")
     parser.add_argument("--words", nargs="+", required=True, help="query words of the target vocabulary")
-    parser.add_argument("--k", type=int, default=5, help="neighbours per query (default: 5, as in the paper)")
+    parser.add_argument("--k", type=Range(1, integer=True), default=5,
+                        help="neighbours per query (default: 5, as in the paper)")
     parser.add_argument("--format", choices=("markdown", "tsv"), default="markdown", help="(default: markdown)")
     parser.add_argument("--label", default="", help="model name for the column headers, e.g. NMT-joint")
     parser.add_argument("--output", help="write the table here instead of standard output")
@@ -130,8 +137,6 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.output:
         check_output_path(args.output, args.force, inputs=(args.path,), option="--output")
-    if args.k <= 0:
-        raise OutlayersConfigError(f"--k must be positive, got {args.k}")
     model, dictionary = load(args.path, args.data)
     rows = neighbour_table(model, dictionary, args.words, args.k)
     text = format_markdown(rows, args.k, args.label) if args.format == "markdown" else format_tsv(rows, args.k)

@@ -18,6 +18,7 @@ the file is the same on every run and, since the OpenBLAS kernel gensim's arithm
 ``pip install gensim``.
 """
 import argparse
+import collections
 import logging
 import os
 import re
@@ -51,17 +52,42 @@ def _decode(raw, path, n, option):
                  "convert the file to UTF-8 first (e.g. iconv -f latin1 -t utf-8)")
 
 
-def check_input(path):
-    """Read an --input file once before training: every line UTF-8, at least one word; returns its line count."""
+def check_input(path, counts=None):
+    """Read an --input file once before training: every line UTF-8, at least one word; returns its line count.
+    ``counts`` (a Counter), when given, is updated with the file's word counts."""
     if not os.path.isfile(path):
         sys.exit(f"error: --input {path}: no such file")
     words = lines = 0
     with open(path, "rb") as f:
         for lines, raw in enumerate(f, start=1):
-            words += len(_decode(raw, path, lines, "--input").split())
+            tokens = _decode(raw, path, lines, "--input").split()
+            words += len(tokens)
+            if counts is not None:
+                counts.update(tokens)
     if words == 0:
         sys.exit(f"error: --input {path} is empty (no words); give tokenised text, one sentence per line")
     return lines
+
+
+#: gensim's FastText default: character n-grams are hashed into this many vectors
+FASTTEXT_BUCKETS = 2_000_000
+
+
+def check_memory(args, counts):
+    """Refuse a --dim whose vectors would not fit in memory (before gensim allocates them): float32 vectors of the
+    words kept (input and output weights; fastText also its n-gram buckets)."""
+    from fairseq_outlayers.checks import check_fits
+    from fairseq_outlayers.errors import OutlayersConfigError
+
+    kept = sum(1 for c in counts.values() if c >= args.min_count) + (0 if args.no_eos else 1)
+    if args.algorithm == "fasttext":
+        per_unit, what = 4 * (3 * kept + FASTTEXT_BUCKETS), f"{kept:,d} words and {FASTTEXT_BUCKETS:,d} n-gram buckets"
+    else:
+        per_unit, what = 4 * 2 * kept, f"{kept:,d} words (input and output vectors)"
+    try:
+        check_fits("--dim", args.dim, per_unit, what, "use --dim 300 (the paper's) or a few hundred")
+    except OutlayersConfigError as e:
+        sys.exit(f"error: {e}")
 
 
 def dictionary_words(path):
@@ -177,8 +203,10 @@ def main(argv=None):
         check_output_path(args.output, args.force, inputs=args.input + [args.dict], option="--output")
     except OutlayersConfigError as e:
         sys.exit(f"error: {e}")
+    counts = collections.Counter()
     for path in args.input:
-        check_input(path)
+        check_input(path, counts)
+    check_memory(args, counts)
     dict_words = dictionary_words(args.dict) if args.dict else []
     try:
         from gensim.models import FastText, Word2Vec

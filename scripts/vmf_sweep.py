@@ -27,7 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from fairseq_outlayers import fairseq_runs  # noqa: E402
+from fairseq_outlayers import checks, fairseq_runs  # noqa: E402
 from fairseq_outlayers.cli import compare  # noqa: E402
 from fairseq_outlayers import gpus  # noqa: E402
 from fairseq_outlayers.evaluation.scoring import score_subset  # noqa: E402
@@ -208,18 +208,18 @@ def main(argv=None):
     parser.add_argument("--test-prefix", default="test_2016_flickr")
     parser.add_argument("--no-lowercase", dest="lowercase", action="store_false",
                         help="the data was not lowercased (default: lowercase the references, as the recipes do)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--max-update", type=int, default=800)
-    parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
+    parser.add_argument("--seeds", type=checks.NON_NEGATIVE_INT, nargs="+", default=[1, 2])
+    parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=800)
+    parser.add_argument("--beams", type=checks.BEAM, nargs="+", default=[1, 5])
     parser.add_argument("--scaled-decodes", type=_parse_scaled, nargs="+", default=[], metavar="BEAM:SCALE",
                         help="also decode continuous rows at BEAM with --continuous-score-scale SCALE (chosen on "
                              "validation with scripts/tune_continuous_decoding.py), added to finished runs too")
-    parser.add_argument("--lenpen", type=float, default=1.0)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--lenpen", type=checks.FINITE, default=1.0)
+    parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
     parser.add_argument("--base-args", default=None, help="fairseq-train options of every row (default: the "
                         "options in configs/demo-base.args)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs trained at the same time")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores/jobs)")
+    parser.add_argument("--jobs", type=checks.POSITIVE_INT, default=1, help="runs trained at the same time")
+    parser.add_argument("--threads", type=checks.POSITIVE_INT, default=None, help="torch threads per run (default: cores/jobs)")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint_best.pt as well")
     parser.add_argument("--out", default="work/vmf-sweep", help="checkpoints, logs, translations")
     parser.add_argument("--records", default=os.path.join(ROOT, "docs", "continuous-sweep"),

@@ -360,7 +360,7 @@ def _criterion_checks(model, task):
             assert grads and all(torch.isfinite(g.float()).all() for g in grads)
     with pytest.raises(OutlayersConfigError, match=r"--vmf-lambda2 must be in \(0, 1\], got 0"):
         VMFNLLCriterion(task, False, vmf_lambda2=0.0)
-    with pytest.raises(OutlayersConfigError, match="--margin must be > 0"):
+    with pytest.raises(OutlayersConfigError, match=r"--margin must be in \(0, 2\], got 0"):
         MaxMarginCriterion(task, False, margin=0.0)
     from fairseq_outlayers.criterions.continuous_losses import continuous_output_layer
 

@@ -54,7 +54,9 @@ def test_the_bias_written_is_the_one_fitted_and_fairseq_builds_it(sampled_joint,
 @pytest.mark.parametrize("extra, message", [
     (["--epochs", "0"], "--epochs must be >= 1, not 0"),
     (["--train-sentences", "-1"], "--train-sentences must be >= 0, not -1"),
-    (["--lr", "0"], "--lr must be positive, not 0.0"),
+    (["--lr", "0"], "--lr must be in (0, 10], got 0 (Adam moves each bias"),
+    (["--lr", "inf"], "--lr must be in (0, 10], got inf"),
+    (["--lr", "nan"], "--lr must be in (0, 10], got nan"),
     (["--data", "nowhere"], "--data 'nowhere' is not a directory"),
     (["--device", "gpu"], "--device must be cpu, cuda or cuda:N, not 'gpu'"),
 ])

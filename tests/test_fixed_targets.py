@@ -206,8 +206,8 @@ def test_table3_arithmetic_multi30k_de_en(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--output-layer", "fixed", "--fixed-targets-range", "0"], "--fixed-targets-range must be a positive"),
-    (["--output-layer", "fixed", "--fixed-targets-range", "-2"], "--fixed-targets-range must be a positive"),
+    (["--output-layer", "fixed", "--fixed-targets-range", "0"], "--fixed-targets-range must be in (0, 1000], got 0"),
+    (["--output-layer", "fixed", "--fixed-targets-range", "-2"], "--fixed-targets-range must be in (0, 1000]"),
     (["--output-layer", "fixed", "--fixed-targets-init", "orthogonal"],
      "--fixed-targets-init 'orthogonal' is unknown; choose one of: uniform, gaussian, hadamard"),
     (["--output-layer", "fixed", "--fixed-targets-dim", "0"], "--fixed-targets-dim must be a positive"),

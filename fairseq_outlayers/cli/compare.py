@@ -24,7 +24,7 @@ import subprocess
 import time
 import warnings
 
-from fairseq_outlayers import gpus
+from fairseq_outlayers import checks, gpus
 from fairseq_outlayers.evaluation.scoring import score_subset
 from fairseq_outlayers.fairseq_runs import executable, log, parameter_counts, run_training, training_speed, user_dir
 from fairseq_outlayers.outfiles import write_text
@@ -235,13 +235,13 @@ def main(argv=None):
     parser.add_argument("--lowercase", action="store_true", help="the data was lowercased: lowercase references")
     parser.add_argument("--rows", nargs="+", required=True, help="row files (*.args), one configuration each")
     parser.add_argument("--out", required=True, help="output directory (checkpoints, logs, results.md)")
-    parser.add_argument("--max-update", type=int, default=1200)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=1200)
+    parser.add_argument("--seeds", type=checks.NON_NEGATIVE_INT, nargs="+", default=[1])
     parser.add_argument("--base-args", default=None, help="fairseq-train options shared by every row "
                         f"(default: the options in {DEMO_BASE_FILE})")
-    parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--lenpen", type=float, default=1.0)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--beam", type=checks.BEAM, default=5)
+    parser.add_argument("--lenpen", type=checks.FINITE, default=1.0)
+    parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
     parser.add_argument("--title", default="Output-layer comparison")
     parser.add_argument("--ledger", default=None, help="results ledger (e.g. docs/results/runs): add a column with "
                         "its converged figure for each row's method (python -m fairseq_outlayers.ledger)")

@@ -16,6 +16,11 @@ import json
 import os
 import sys
 
+from fairseq_outlayers.checks import Range
+
+#: Adam moves each bias by about --lr per update, and a fitted bias is a few nats: larger steps only oscillate
+LR = Range(0, 10, low_open=True, why="Adam moves each bias by about --lr per update")
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="outlayers-fit-bias", description=__doc__.strip().splitlines()[0])
@@ -52,8 +57,8 @@ def main(argv=None):
         if value < (0 if name == "train_sentences" else 1):
             parser.error(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'train_sentences' else '>= 1'}, "
                          f"not {value}")
-    if not args.lr > 0:
-        parser.error(f"--lr must be positive, not {args.lr}")
+    if not LR.contains(args.lr):  # inf or nan would write an all-NaN bias
+        parser.error(LR.message("--lr", args.lr, "give e.g. the default 0.05"))
     if args.device is not None and not (args.device == "cpu" or args.device.split(":")[0] == "cuda"):
         parser.error(f"--device must be cpu, cuda or cuda:N, not '{args.device}'")
 

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+from fairseq_outlayers import checks
 from fairseq_outlayers.errors import OutlayersConfigError
 
 
@@ -21,9 +22,9 @@ def main(argv=None) -> int:
     parser.add_argument("--data", required=True, help="the data directory the checkpoint was trained on")
     parser.add_argument("--test-set", nargs="+", required=True, metavar="NAME=SRC_FILE,REF_FILE")
     parser.add_argument("--out", required=True, help="a folder per set is written here")
-    parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--lenpen", type=float, default=1.0)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--beam", type=checks.BEAM, default=5)
+    parser.add_argument("--lenpen", type=checks.FINITE, default=1.0)
+    parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
     args = parser.parse_args(argv)
     from fairseq_outlayers.evaluation.scoring import evaluate, parse_raw_sets
     from fairseq_outlayers.outfiles import write_text

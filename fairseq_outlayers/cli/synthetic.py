@@ -10,6 +10,8 @@ import argparse
 import os
 import random
 
+from fairseq_outlayers import checks
+
 
 def write_corpus(out_dir, splits, src="de", tgt="en", vocab=40, shared_words=4, seed=0, min_len=3, max_len=9):
     """``splits``: sequence of (name, number of sentences). Writes NAME.SRC / NAME.TGT under ``out_dir``."""
@@ -35,8 +37,8 @@ def main(argv=None):
     parser.add_argument("--tgt", default="en")
     parser.add_argument("--splits", nargs="+", default=["train:29000", "val:1014", "test:1000"],
                         help="NAME:SENTENCES pairs")
-    parser.add_argument("--vocab", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vocab", type=checks.POSITIVE_INT, default=2000)
+    parser.add_argument("--seed", type=checks.NON_NEGATIVE_INT, default=0)
     args = parser.parse_args(argv)
     splits = []
     for item in args.splits:

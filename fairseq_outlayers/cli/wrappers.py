@@ -5,6 +5,7 @@ with one line (``fairseq_outlayers.errors.one_line_errors``). ``outlayers-genera
 import sys
 
 from fairseq_outlayers import USER_DIR
+from fairseq_outlayers.checks import check_decoding_argv
 from fairseq_outlayers.errors import one_line_errors
 
 
@@ -76,6 +77,7 @@ def train():
 
 @one_line_errors
 def generate():
+    check_decoding_argv(sys.argv[1:])
     if not _replace_unk_asked():
         return _run("fairseq_cli.generate")
     from fairseq import options
@@ -91,6 +93,7 @@ def generate():
 
 @one_line_errors
 def interactive():
+    check_decoding_argv(sys.argv[1:])
     from fairseq import options
 
     from fairseq_outlayers.evaluation.interactive import interactive_main  # names over-long lines; --replace-unk

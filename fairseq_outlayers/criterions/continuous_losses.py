@@ -17,6 +17,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
+from fairseq_outlayers.checks import Range, check_values, config_defaults, fmt
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput
 from fairseq_outlayers.modules.vmf_losses import (cosine_loss, cosine_similarity, kappa_alarm_bounds, l2_loss,
@@ -34,16 +35,33 @@ _ALARMS = {}
 _WARNED = set()
 
 
+#: the allowed values of the continuous criterions' options (checked when the options are parsed and when built)
+VMF_RANGES = {
+    "vmf_lambda1": Range(0, 1, high_open=True, why="at 1 or more the κ-derivative A_m(κ) - cos + λ1 of reg1 is "
+                         "positive for every cosine, so |ê| collapses to 0"),
+    "vmf_lambda2": Range(0, 1, low_open=True),
+    "vmf_released_lambda": Range(0, 1),
+}
+MARGIN_RANGES = {"margin": Range(0, 2, low_open=True, why="the gap between two cosines is at most 2, so a larger "
+                                 "margin is never met and only shifts the loss")}
+#: the --vmf-variant values that read each λ
+VMF_USED_BY = {"vmf_lambda1": ("reg1", "reg1+reg2"), "vmf_lambda2": ("reg2", "reg1+reg2"),
+               "vmf_released_lambda": ("released",)}
+
+
 def check_vmf_options(variant, lambda1, lambda2, released_lambda):
-    """One-line errors for vmf_nll options that cannot train; called when the criterion is built and, earlier,
-    by the model core when the command line is checked (before any data is read)."""
+    """One-line errors for vmf_nll options that cannot train or would be ignored; called when the criterion is
+    built and, earlier, by the model core when the command line is checked (before any data is read)."""
     variant = str(variant)
-    if not lambda1 >= 0:
-        raise OutlayersConfigError(f"--vmf-lambda1 must be >= 0, got {lambda1}")
-    if not 0 < lambda2 <= 1:
-        raise OutlayersConfigError(f"--vmf-lambda2 must be in (0, 1], got {lambda2}")
-    if not 0 <= released_lambda <= 1:
-        raise OutlayersConfigError(f"--vmf-released-lambda must be in [0, 1], got {released_lambda}")
+    values = {"vmf_lambda1": lambda1, "vmf_lambda2": lambda2, "vmf_released_lambda": released_lambda}
+    defaults = VMFNLLCriterion.option_defaults()
+    check_values(VMF_RANGES, values, defaults)
+    for name, value in values.items():  # a λ of another variant set to other than its default would be ignored
+        if variant not in VMF_USED_BY[name] and value != defaults[name]:
+            flag, users = "--" + name.replace("_", "-"), ", ".join(VMF_USED_BY[name])
+            raise OutlayersConfigError(
+                f"{flag} {fmt(value)} is read only by --vmf-variant {users}; --vmf-variant {variant} would ignore "
+                f"it: drop {flag}, or select --vmf-variant {VMF_USED_BY[name][0]}")
     if variant == "reg1+reg2" and lambda1 >= lambda2:
         raise OutlayersConfigError(
             f"--vmf-variant reg1+reg2 with --vmf-lambda1 {lambda1} >= --vmf-lambda2 {lambda2} cannot train: its "
@@ -64,8 +82,8 @@ class VMFNLLConfig(ContinuousLossConfig):
                   "κ ≈ (m·cos)^1/2; reg1: -log C_m(κ) - ê.e + λ1 κ; reg2: -log C_m(κ) - λ2 ê.e (eq. 3); "
                   "reg1+reg2: -log C_m(κ) - λ2 ê.e + λ1 κ (needs λ1 < λ2); plain: NLLvMF. The exact forms need "
                   "κ ≈ m·cos (docs/continuous-outputs.md)"})
-    vmf_lambda1: float = field(default=0.2, metadata={"help": "λ1 of reg1 (paper: 0.2), >= 0"})
-    vmf_lambda2: float = field(default=0.1, metadata={"help": "λ2 of reg2 (paper: 0.1), in (0, 1]"})
+    vmf_lambda1: float = field(default=0.2, metadata={"help": "λ1 of reg1 and reg1+reg2 (paper: 0.2), in [0, 1)"})
+    vmf_lambda2: float = field(default=0.1, metadata={"help": "λ2 of reg2 and reg1+reg2 (paper: 0.1), in (0, 1]"})
     vmf_released_lambda: float = field(default=0.2, metadata={"help": "λ of the released variant (0.2), in [0, 1]"})
     vmf_log_cm: ChoiceEnum(["exact", "approx"]) = field(
         default="exact", metadata={"help": "log C_m(κ): exact (Bessel, float64) or the paper's appendix "
@@ -74,7 +92,7 @@ class VMFNLLConfig(ContinuousLossConfig):
 
 @dataclass
 class MaxMarginConfig(ContinuousLossConfig):
-    margin: float = field(default=0.5, metadata={"help": "margin γ of the max-margin loss (paper: 0.5), > 0"})
+    margin: float = field(default=0.5, metadata={"help": "margin γ of the max-margin loss (paper: 0.5), in (0, 2]"})
 
 
 def continuous_output_layer(model) -> ContinuousOutput:
@@ -88,9 +106,15 @@ def continuous_output_layer(model) -> ContinuousOutput:
 class ContinuousLossCriterion(FairseqCriterion):
     """Shared forward pass and metrics; subclasses define ``token_losses``."""
 
+    option_ranges = {}  # {option: checks.Range}, also checked by the model core when the options are parsed
+
     def __init__(self, task, sentence_avg):
         super().__init__(task)
         self.sentence_avg = sentence_avg
+
+    @classmethod
+    def option_defaults(cls):
+        return {}
 
     def token_losses(self, e_hat, target_ids, target_vectors, layer):  # (N, m), (N,), (N, m) -> (N,)
         raise NotImplementedError
@@ -166,6 +190,12 @@ class VMFNLLCriterion(ContinuousLossCriterion):
     """von Mises-Fisher negative log-likelihood (Kumar & Tsvetkov 2019, section 3, eq. 3 and reg1), or the
     variant of the authors' released code. log C_m(κ) is exact (float64 Bessel) unless --vmf-log-cm approx."""
 
+    option_ranges = VMF_RANGES
+
+    @classmethod
+    def option_defaults(cls):
+        return config_defaults(VMFNLLConfig)
+
     def __init__(self, task, sentence_avg, vmf_variant="released", vmf_lambda1=0.2, vmf_lambda2=0.1,
                  vmf_released_lambda=0.2, vmf_log_cm="exact"):
         super().__init__(task, sentence_avg)
@@ -228,10 +258,15 @@ class MaxMarginCriterion(ContinuousLossCriterion):
     """max(0, γ + cos(ê, e_neg) - cos(ê, e(w))) with the most informative negative (Kumar & Tsvetkov 2019,
     section 4.2, after Lazaridou et al. 2015). Its negative search costs O(V) per token."""
 
+    option_ranges = MARGIN_RANGES
+
+    @classmethod
+    def option_defaults(cls):
+        return config_defaults(MaxMarginConfig)
+
     def __init__(self, task, sentence_avg, margin=0.5):
         super().__init__(task, sentence_avg)
-        if not margin > 0:
-            raise OutlayersConfigError(f"--margin must be > 0, got {margin}")
+        check_values(self.option_ranges, {"margin": margin}, self.option_defaults())
         self.margin = margin
 
     def token_losses(self, e_hat, target_ids, target_vectors, layer):

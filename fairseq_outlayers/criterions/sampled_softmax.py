@@ -40,6 +40,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
+from fairseq_outlayers.checks import Range, check_values, config_defaults
 from fairseq_outlayers.errors import OutlayersConfigError
 
 
@@ -148,15 +149,20 @@ class SampledSoftmaxCriterionConfig(FairseqDataclass):
 class SampledSoftmaxCriterion(FairseqCriterion):
     """Negative-sampling cross-entropy for softmax-type output layers (Pappas et al. 2018, section 3.2)."""
 
+    #: checked here and, for outlayers_* models, by the model core when the options are parsed
+    option_ranges = {
+        "sample_ratio": Range(0, 1, low_open=True, why="a fraction of the vocabulary, e.g. 0.25 for 25 %"),
+        "label_smoothing": Range(0, 1, high_open=True),
+    }
+
+    @classmethod
+    def option_defaults(cls):
+        return config_defaults(SampledSoftmaxCriterionConfig)
+
     def __init__(self, task, sentence_avg, sample_ratio=0.25, label_smoothing=0.0, sample_correction="none"):
         super().__init__(task)
-        if not 0.0 < sample_ratio <= 1.0:
-            raise OutlayersConfigError(
-                f"--sample-ratio must be in (0, 1] (a fraction of the vocabulary, e.g. 0.25 for 25 %), "
-                f"got {sample_ratio}"
-            )
-        if not 0.0 <= label_smoothing < 1.0:
-            raise OutlayersConfigError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
+        check_values(self.option_ranges, {"sample_ratio": sample_ratio, "label_smoothing": label_smoothing},
+                     self.option_defaults())
         self.sentence_avg = sentence_avg
         self.sample_ratio = sample_ratio
         self.eps = label_smoothing

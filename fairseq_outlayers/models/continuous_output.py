@@ -13,6 +13,7 @@ import torch
 from fairseq.models.transformer import Embedding as TransformerEmbedding
 
 from fairseq_outlayers import fingerprints, model_args
+from fairseq_outlayers.checks import Range
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
@@ -64,6 +65,18 @@ def add_continuous_args(parser):
 DEFAULTS = {"target_vectors": None, "continuous_dim": None, "continuous_layernorm": False,
             "tie_input_to_target_vectors": False, "target_vectors_center": False, "target_vectors_min_coverage": 0.5,
             "continuous_score_scale": None, "continuous_search": "exact", "continuous_topk": None}
+RANGES = {
+    "continuous_dim": Range(1, integer=True),
+    "target_vectors_min_coverage": Range(0, 1, why="a fraction of the target dictionary"),
+    "continuous_score_scale": Range(0, 10000, low_open=True, why="an inverse temperature on cosines: past 10^4 "
+                                    "the scores are one-hot"),
+    "continuous_topk": Range(1, integer=True),
+}
+
+
+#: options a resumed checkpoint must share: parameters' shapes, and the transform of the frozen target table
+SHAPE_OPTIONS = {"continuous_layernorm": lambda a: bool(a.continuous_layernorm)}
+TABLE_OPTIONS = {"target_vectors_center": lambda a: bool(a.target_vectors_center)}
 
 
 def continuous_defaults(args):
@@ -117,10 +130,13 @@ def decoding_options(args, task):
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
                        add_args=add_continuous_args, defaults=DEFAULTS, set_defaults=continuous_defaults,
+                       ranges=RANGES, shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
                        criterion_family="continuous")
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
-    if args.continuous_score_scale is not None and not args.continuous_score_scale > 0:
-        raise OutlayersConfigError(f"--continuous-score-scale must be > 0, got {args.continuous_score_scale}")
+    if args.continuous_score_scale is not None:  # also set when decoding (--model-overrides): checked here too
+        RANGES["continuous_score_scale"].check("--continuous-score-scale", args.continuous_score_scale,
+                                               "give a value in that range (e.g. 10 or 40), or leave it out for "
+                                               "the vMF scores")
     decoding = decoding_options(args, task)
     if isinstance(decoder_embed_tokens, TargetVectorEmbedding):  # one frozen table for input and output
         return ContinuousOutput(None, decoder_embed_tokens.decodable_mask, input_dim,

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 
-from fairseq_outlayers import fingerprints, model_args
+from fairseq_outlayers import checks, fingerprints, model_args
 from fairseq_outlayers.data_checks import check_binarised_data
 from fairseq_outlayers.errors import OutlayersConfigError
 
@@ -81,6 +81,7 @@ def core_defaults(args):
         apply_defaults(spec, args)
     if fresh:  # a new training run: options and criterion are checked once, before any data is read
         check_unused_options(args, given, *selected)
+        check_option_values(args)
         check_criterion(args)
         model_args.record(args, **{STATE: "pending"})
 
@@ -146,6 +147,35 @@ def check_unused_options(args, given, output_layer, embeddings):
                                    f"or select {kind} {owner}")
 
 
+def _selected_specs(args):
+    out_spec, emb_spec = get_output_layer_spec(args.output_layer), get_embedding_spec(args.embeddings)
+    specs = [out_spec, emb_spec]
+    if emb_spec.options_from and emb_spec.options_from != out_spec.name:
+        specs.append(get_output_layer_spec(emb_spec.options_from))
+    return specs
+
+
+def check_option_values(args):
+    """Every option of the selected seams within its declared range (``ranges``: finite, in bounds) and the
+    seams' checks across options (``check_args``: sizes that must fit in memory); one line naming the option, the
+    value, the allowed range and the fix."""
+    for spec in _selected_specs(args):
+        flags = {dest: flag for dest, (flag, _default) in _spec_options(spec).items()}
+        checks.check_values(spec.ranges, {dest: getattr(args, dest, None) for dest in spec.ranges}, spec.defaults,
+                            flags)
+        if spec.check_args is not None:
+            spec.check_args(args, None)
+
+
+def decoder_output_dim(args) -> int:
+    """The size of the decoder features the output layer reads (Transformer or LSTM), from the options."""
+    for name in ("decoder_output_dim", "decoder_out_embed_dim", "decoder_embed_dim"):
+        value = getattr(args, name, None)
+        if value:
+            return int(value)
+    return 512
+
+
 def _root_option(args, section, name, default=None):
     """A training option outside the model's arguments: from the legacy Namespace (which holds every option), or
     from the root of a hydra configuration (``section.name``)."""
@@ -188,6 +218,13 @@ def check_criterion(args, criterion=None):
             f"--criterion {criterion} needs --output-layer {needing} (a predicted word vector), but --output-layer "
             f"{spec.name} gives a softmax; use --criterion cross_entropy, label_smoothed_cross_entropy or "
             f"sampled_softmax, or --output-layer {needing}")
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    cls = CRITERION_REGISTRY.get(criterion)
+    ranges = getattr(cls, "option_ranges", None)
+    if ranges:  # the package's criterions: their options within range, before any data is read
+        checks.check_values(ranges, {name: _root_option(args, "criterion", name) for name in ranges},
+                            cls.option_defaults())
     if criterion == "vmf_nll":  # a loss that cannot train is refused before any data is read
         from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig, check_vmf_options
 
@@ -246,6 +283,23 @@ def check_training_precision(args):
             "or --amp")
 
 
+#: the core's own options that fix a parameter's shape
+CORE_SHAPE_OPTIONS = (("output_layer", "--output-layer"), ("embeddings", "--embeddings"),
+                      ("output_bias", "--output-bias"))
+
+
+def resume_options(args):
+    """([(dest, flag, effective)] that fix a parameter's shape, [...] that build a frozen table) of the selected
+    seams, for ``fingerprints.check_resume_options``; ``effective(args)`` gives the value that matters (or None:
+    the option's value)."""
+    shape, table = [(dest, flag, None) for dest, flag in CORE_SHAPE_OPTIONS], []
+    for spec in _selected_specs(args):
+        flags = {dest: flag for dest, (flag, _default) in _spec_options(spec).items()}
+        shape += [(dest, flags[dest], f) for dest, f in spec.shape_options.items()]
+        table += [(dest, flags[dest], f) for dest, f in spec.table_options.items()]
+    return shape, table
+
+
 def finish_build(model, args):
     """The end of every model's ``build_model``: a new training run that resumes (or fine-tunes) from a
     checkpoint is checked against the fingerprints that checkpoint recorded, before any data is read."""
@@ -255,6 +309,8 @@ def finish_build(model, args):
         path = _restore_path(args)
         checkpoint_args = _checkpoint_model_args(path) if path else None
         if checkpoint_args is not None:
+            shape, table = resume_options(args)
+            fingerprints.check_resume_options(args, path, checkpoint_args, shape, table)
             fingerprints.check_resume(args, path, checkpoint_args)
         model_args.record(args, **{STATE: "done"})
     model.log_parameter_report()
@@ -298,12 +354,16 @@ def build_core_embeddings(args, task, encoder_dim, decoder_dim, share_all, make_
     """(encoder_embed, decoder_embed) from ``--embeddings``; ``make_embedding(dictionary, dim)`` is the
     architecture's own initialiser, used by the standard builder."""
     spec = get_embedding_spec(args.embeddings)
+    if spec.check_args is not None:
+        spec.check_args(args, len(task.target_dictionary))
     with _as_config_error(f"--embeddings {spec.name}"):
         return spec.build(args, task, encoder_dim, decoder_dim, share_all, make_embedding)
 
 
 def build_core_output_layer(args, task, decoder_embed_tokens, input_dim):
     spec = get_output_layer_spec(args.output_layer)
+    if spec.check_args is not None:  # sizes against memory now that the vocabulary size is known
+        spec.check_args(args, len(task.target_dictionary) if task is not None else None)
     with _as_config_error(f"--output-layer {spec.name}"):
         return spec.build(args, task, decoder_embed_tokens, input_dim)
 

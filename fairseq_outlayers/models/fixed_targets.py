@@ -4,8 +4,8 @@ The maths lives in ``fairseq_outlayers.modules.fixed_random``; this file wires t
 checks them (one-line errors that name the option and the fix). Its ``--arch`` presets are in ``presets.py``.
 """
 import logging
-import math
 
+from fairseq_outlayers.checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.fixed_random import INITS, FixedRandomOutput, is_power_of_two
 
@@ -21,6 +21,14 @@ DEFAULTS = {
     "fixed_targets_dim": None,  # None: the decoder's output size, no projection
     "fixed_targets_seed": 1,
     "fixed_targets_learned_scale": False,  # not in the paper: Hoffer et al. (2018)'s learned scalar
+}
+RANGES = {
+    "fixed_targets_range": Range(0, 1000, low_open=True, why="entries are drawn from [-R, R]; with "
+                                 "--fixed-targets-no-normalize larger ones overflow the logits"),
+    "fixed_targets_bias": Range(-100, 100, why="a constant shifts every logit equally, so it never changes the "
+                                "probabilities, and a large one leaves the float logits too coarse to learn"),
+    "fixed_targets_dim": Range(1, integer=True),
+    "fixed_targets_seed": Range(0, 2 ** 63 - 1, integer=True),
 }
 
 
@@ -50,22 +58,46 @@ def add_fixed_args(parser):
                         "they are not bounded by the decoder state's norm; not in the paper (default: off)")
 
 
-def check_fixed_args(args):
-    """The options the layer's constructor does not see (the dimension it is given, the bias);
-    --fixed-targets-init and --fixed-targets-range are checked by ``FixedRandomOutput`` itself, fairseq's tying
-    flags and --output-bias by the core (``refuses_tying``, ``output_bias``)."""
-    if args.fixed_targets_dim is not None and int(args.fixed_targets_dim) <= 0:
-        raise OutlayersConfigError(f"--fixed-targets-dim must be a positive integer; got {args.fixed_targets_dim} "
-                                   "(leave it out to use the decoder output size)")
-    if not math.isfinite(float(args.fixed_targets_bias)):
-        raise OutlayersConfigError(f"--fixed-targets-bias must be a finite number; got {args.fixed_targets_bias}")
+#: options a resumed checkpoint must share: the projection's shape, and the draw of the frozen classifier (the range
+#: matters only to unnormalised rows)
+SHAPE_OPTIONS = {"fixed_targets_dim": lambda a: _classifier_dim(a),
+                 "fixed_targets_learned_scale": lambda a: bool(a.fixed_targets_learned_scale)}
+TABLE_OPTIONS = {"fixed_targets_init": None,
+                 "fixed_targets_no_normalize": lambda a: bool(a.fixed_targets_no_normalize),
+                 "fixed_targets_range": lambda a: float(a.fixed_targets_range) if a.fixed_targets_no_normalize
+                 else None,
+                 "fixed_targets_bias": lambda a: float(a.fixed_targets_bias), "fixed_targets_seed": None}
+
+
+def _classifier_dim(args) -> int:
+    from .core import decoder_output_dim
+
+    return int(args.fixed_targets_dim or decoder_output_dim(args))
+
+
+def check_fixed_args(args, num_words=None):
+    """--fixed-targets-dim against memory: the learned projection (weights, gradients, Adam's moments) and, once
+    the vocabulary size is known, the frozen |V| x D classifier. The core checks ``RANGES`` when the options are
+    parsed; --fixed-targets-init and --fixed-targets-range are checked again by ``FixedRandomOutput``, fairseq's
+    tying flags and --output-bias by the core (``refuses_tying``, ``output_bias``)."""
+    if getattr(args, "fixed_targets_dim", None) is None:
+        return
+    from .core import decoder_output_dim
+
+    per_unit, what = TRAINED_BYTES * decoder_output_dim(args), "the learned projection to it"
+    if num_words:
+        per_unit += FROZEN_BYTES * num_words
+        what += f" and the frozen {num_words:,d} x D classifier"
+    check_fits("--fixed-targets-dim", args.fixed_targets_dim, per_unit, what, "use a smaller --fixed-targets-dim, "
+               "or leave it out for the decoder output size")
 
 
 @register_output_layer("fixed", help="frozen random classifier, uniform [-10, 10] rows normalised to unit length, "
                        "fixed bias (Shalev et al. 2021); options --fixed-targets-*",
-                       add_args=add_fixed_args, defaults=DEFAULTS, refuses_tying="keeps a frozen random classifier")
+                       add_args=add_fixed_args, defaults=DEFAULTS, ranges=RANGES, check_args=check_fixed_args,
+                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
+                       refuses_tying="keeps a frozen random classifier")
 def build_fixed(args, task, decoder_embed_tokens, input_dim):
-    check_fixed_args(args)
     num_words = len(task.target_dictionary)
     dim = input_dim if args.fixed_targets_dim is None else int(args.fixed_targets_dim)
     if args.fixed_targets_init == "hadamard" and not (is_power_of_two(dim) and num_words <= dim):

@@ -1,16 +1,41 @@
 """Registration of ``--output-layer joint`` (Pappas et al. 2018); its ``--arch`` presets are in ``presets.py``.
 
 The layer itself is ``fairseq_outlayers.modules.joint_output.JointOutputLayer``; this file only wires the
-command-line options to it. The values are checked once, by the layer's constructor (the model core turns its
-ValueError into a one-line error naming ``--output-layer joint``).
+command-line options to it. The core checks the values against ``RANGES`` and ``check_joint_args`` when the options
+are parsed; the layer's constructor checks its arguments again (the core turns its ValueError into a one-line error
+naming ``--output-layer joint``).
 """
 
+from fairseq_outlayers.checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
 
 from .registry import register_output_layer
 
 DEFAULTS = {"joint_dim": 512, "joint_activation": "tanh", "joint_structure": "full", "joint_dropout": 0.0,
             "joint_no_word_bias": False}
+RANGES = {"joint_dim": Range(1, integer=True, why="the paper uses 512, 2048 or 4096"),
+          "joint_dropout": Range(0, 1, high_open=True)}
+
+
+#: options a resumed checkpoint must share (their parameters' shapes); --joint-dim matters for the full structure only
+SHAPE_OPTIONS = {"joint_structure": None, "joint_no_word_bias": lambda a: bool(a.joint_no_word_bias),
+                 "joint_dim": lambda a: a.joint_dim if a.joint_structure == "full" else None}
+
+
+def check_joint_args(args, num_words=None):
+    """--joint-dim against memory: the two trained projections U, V (weights, gradients, Adam's moments) and,
+    once the vocabulary size is known, the |V| x d_j matrix sigma(E U + b_u) of every step (with its gradient)."""
+    if getattr(args, "joint_structure", "full") != "full" or getattr(args, "joint_dim", None) is None:
+        return
+    from .core import decoder_output_dim
+
+    per_unit = TRAINED_BYTES * (int(getattr(args, "decoder_embed_dim", None) or 0) + decoder_output_dim(args) + 2)
+    what = "its projections U and V"
+    if num_words:
+        per_unit += 3 * FROZEN_BYTES * num_words
+        what += f" and the {num_words:,d} x d_j output matrix of every step"
+    check_fits("--joint-dim", args.joint_dim, per_unit, what, "use a smaller --joint-dim (the paper: 512, 2048 or "
+               "4096)")
 
 
 def add_joint_args(parser):
@@ -32,7 +57,8 @@ def add_joint_args(parser):
 @register_output_layer("joint", help="joint input-output embedding, sigma(E U + b_u) sigma(V h + b_v) + b "
                        "(Pappas et al. 2018; --joint-dim, --joint-activation, --joint-structure, --joint-dropout, "
                        "--joint-no-word-bias)",
-                       add_args=add_joint_args, defaults=DEFAULTS, ties_decoder_embedding=True)
+                       add_args=add_joint_args, defaults=DEFAULTS, ranges=RANGES, check_args=check_joint_args,
+                       shape_options=SHAPE_OPTIONS, ties_decoder_embedding=True)
 def build_joint(args, task, decoder_embed_tokens, input_dim):
     return JointOutputLayer(decoder_embed_tokens, input_dim, joint_dim=args.joint_dim,
                             activation=args.joint_activation, structure=args.joint_structure,

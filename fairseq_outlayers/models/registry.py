@@ -23,6 +23,14 @@ class OutputLayerSpec:
     output_bias: bool = False  # honours --output-bias (a learned per-word bias)
     refuses_tying: Optional[str] = None  # why fairseq's tying flags contradict the layer (checked by the core)
     criterion_family: str = "softmax"  # "continuous": trained with the continuous-output criterions only
+    ranges: Dict[str, Any] = field(default_factory=dict)  # {dest: checks.Range}: checked when options are parsed
+    check_args: Optional[Callable] = None  # check_args(args, num_words): checks across options (sizes that must
+    # fit in memory); num_words is None when the options are parsed, the target vocabulary size at build time
+    # options a resumed checkpoint must share, {dest: effective(args) or None (the value itself)}: those that fix a
+    # parameter's shape (else fairseq cannot load it), and those that build a frozen table (else the checkpoint's
+    # table silently replaces the one they ask for)
+    shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
+    table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
 
 
 @dataclass
@@ -34,6 +42,10 @@ class EmbeddingSpec:
     set_defaults: Optional[Callable] = None
     options_from: Optional[str] = None  # also reads the options of this output layer (e.g. its vector file)
     defaults: Dict[str, Any] = field(default_factory=dict)
+    ranges: Dict[str, Any] = field(default_factory=dict)
+    check_args: Optional[Callable] = None
+    shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
+    table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
 
 
 OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
@@ -43,7 +55,8 @@ EMBEDDING_REGISTRY: Dict[str, EmbeddingSpec] = {}
 def register_output_layer(name: str, help: str, add_args=None, set_defaults=None, **flags):
     """Decorator registering ``build(args, task, decoder_embed_tokens, input_dim)`` as ``--output-layer NAME``.
     ``defaults={dest: value}`` fills the options the user left unset; ``set_defaults(args)`` only derives options
-    from others. Values are checked once, where the layer is built (its module's constructor)."""
+    from others. ``ranges={dest: checks.Range}`` and ``check_args(args, num_words)`` are checked by the core when
+    the options are parsed, before any data is read; the layer's module checks its arguments again when built."""
 
     def wrapper(build):
         if name in OUTPUT_LAYER_REGISTRY:
@@ -54,14 +67,16 @@ def register_output_layer(name: str, help: str, add_args=None, set_defaults=None
     return wrapper
 
 
-def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None, defaults=None):
+def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None, defaults=None,
+                        ranges=None, check_args=None, shape_options=None, table_options=None):
     """Decorator registering ``build(args, task, encoder_dim, decoder_dim, share_all)`` as ``--embeddings NAME``."""
 
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:
             raise ValueError(f"embeddings '{name}' are registered twice")
         EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add_args, set_defaults, options_from,
-                                                 dict(defaults or {}))
+                                                 dict(defaults or {}), dict(ranges or {}), check_args,
+                                                 dict(shape_options or {}), dict(table_options or {}))
         return build
 
     return wrapper

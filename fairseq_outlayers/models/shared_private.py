@@ -43,9 +43,16 @@ def _placeholder_pairs(dictionary, sizes):
     return out
 
 
+def check_shared_private_args(args, num_words=None):
+    """--shared-private-lambdas: three numbers in [0, 1], checked when the options are parsed."""
+    lambdas_from_string(args.shared_private_lambdas if args.shared_private_lambdas is not None else DEFAULT_LAMBDAS)
+
+
 @register_embeddings("shared-private", help="shared-private bilingual embeddings (Liu et al. 2019): paired source "
                      "and target words share their first lambda*d features (needs --pairing)",
-                     add_args=add_args, defaults={"pairing": None, "shared_private_lambdas": DEFAULT_LAMBDAS})
+                     add_args=add_args, defaults={"pairing": None, "shared_private_lambdas": DEFAULT_LAMBDAS},
+                     check_args=check_shared_private_args,
+                     shape_options={"shared_private_lambdas": lambda a: lambdas_from_string(a.shared_private_lambdas)})
 def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     out_spec = get_output_layer_spec(args.output_layer)
