@@ -477,7 +477,8 @@ def test_a_step_row_takes_its_parents_options_and_checks_its_step(tmp_path):
         "# from: joint\n# after: nudge\n": ":2: '# after: nudge': unknown step 'nudge'; the steps are: fit-output-bias",
         "# from: joint\n# after:   \n": ":2: '# after: ': name a step",
         "# from: joint\n# after: fit-output-bias --epochs 0\n": "--epochs must be a positive integer, not 0",
-        "# from: joint\n# after: fit-output-bias --lr -1\n": "--lr must be positive, not -1.0",
+        "# from: joint\n# after: fit-output-bias --lr -1\n": "--lr must be in (0, 10], got -1",
+        "# from: joint\n# after: fit-output-bias --lr inf\n": "--lr must be in (0, 10], got inf",
         "# from: joint\n# after: fit-output-bias --lr fast\n": "argument --lr: invalid float value: 'fast'",
         "# from: joint\n# after: fit-output-bias --seed 3\n": "unrecognized arguments: --seed 3",
     }

@@ -112,11 +112,13 @@ def _criterion_number_options():
 
     from fairseq_outlayers.checks import config_defaults
     from fairseq_outlayers.criterions.continuous_losses import MaxMarginConfig, VMFNLLConfig
+    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyConfig
     from fairseq_outlayers.criterions.sampled_softmax import SampledSoftmaxCriterionConfig
 
     out = []
     for name, config in (("vmf_nll", VMFNLLConfig), ("max_margin", MaxMarginConfig),
-                         ("sampled_softmax", SampledSoftmaxCriterionConfig)):
+                         ("sampled_softmax", SampledSoftmaxCriterionConfig),
+                         ("fused_cross_entropy", FusedCrossEntropyConfig)):
         for dest, default in config_defaults(config).items():
             if isinstance(default, float):
                 out.append((name, CRITERION_REGISTRY[name], dest))
@@ -132,7 +134,7 @@ def test_every_number_option_declares_its_range():
         assert dest in spec.ranges, f"{flag} ({spec.name}) has no declared range"
         assert spec.ranges[dest].integer == (kind is int), flag
     criterions = _criterion_number_options()
-    assert len(criterions) == 6
+    assert len(criterions) == 7
     for name, cls, dest in criterions:
         assert dest in cls.option_ranges, f"--{dest} of {name} has no declared range"
 
@@ -147,7 +149,8 @@ def _selection(spec_name, dest):
 
 
 VMF_VARIANT_OF = {"vmf_lambda1": "reg1", "vmf_lambda2": "reg2", "vmf_released_lambda": "released"}
-CRITERION_LAYER = {"vmf_nll": "continuous", "max_margin": "continuous", "sampled_softmax": "tied"}
+CRITERION_LAYER = {"vmf_nll": "continuous", "max_margin": "continuous", "sampled_softmax": "tied",
+                   "fused_cross_entropy": "tied"}
 
 
 def _outcome(extra):

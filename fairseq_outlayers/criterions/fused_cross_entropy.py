@@ -19,6 +19,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.dataclass import ChoiceEnum
 
+from fairseq_outlayers.checks import Range, check_values, config_defaults
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.linear_cross_entropy import (
     CCE_MISSING,
@@ -63,18 +64,25 @@ def logit_factors(model, features):
 class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     """Label-smoothed cross-entropy from the output layer's matrix, without the logits."""
 
+    #: checked here and, for outlayers_* models, by the model core when the options are parsed
+    option_ranges = {
+        "label_smoothing": Range(0, 1, high_open=True),
+        "fused_block_elements": Range(1, None, integer=True),
+    }
+
+    @classmethod
+    def option_defaults(cls):
+        return config_defaults(FusedCrossEntropyConfig)
+
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
                  fused_impl="auto", fused_block_elements=DEFAULT_BLOCK_ELEMENTS):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
-        if not 0.0 <= label_smoothing < 1.0:
-            raise OutlayersConfigError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
+        check_values(self.option_ranges, {"label_smoothing": label_smoothing,
+                                          "fused_block_elements": fused_block_elements}, self.option_defaults())
         if fused_impl not in IMPLS:
             raise OutlayersConfigError(f"--fused-impl must be one of {', '.join(IMPLS)}, got {fused_impl!r}")
         if fused_impl == "cce" and not cce_available():
             raise OutlayersConfigError(f"--fused-impl cce {CCE_MISSING}; or use --fused-impl chunked")
-        if fused_block_elements < 1:
-            raise OutlayersConfigError(f"--fused-block-elements must be a positive integer, got "
-                                       f"{fused_block_elements}")
         self.impl = fused_impl
         self.block_elements = fused_block_elements
         self._told = False

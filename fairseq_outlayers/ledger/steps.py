@@ -36,8 +36,9 @@ def _check_fit_output_bias(args: argparse.Namespace):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, not {value}")
-    if not args.lr > 0:
-        raise ValueError(f"--lr must be positive, not {args.lr}")
+    from fairseq_outlayers.checks import LEARNING_RATE
+
+    LEARNING_RATE.check("--lr", args.lr, "give e.g. the default 0.05")  # inf or nan would fit an all-NaN bias
 
 
 def _fit_output_bias(args: argparse.Namespace, checkpoint: str, out_checkpoint: str, data_bin: str,

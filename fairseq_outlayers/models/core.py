@@ -216,8 +216,8 @@ def check_criterion(args, criterion=None):
         needing = ", ".join(s.name for s in OUTPUT_LAYER_REGISTRY.values() if s.criterion_family == "continuous")
         raise OutlayersConfigError(
             f"--criterion {criterion} needs --output-layer {needing} (a predicted word vector), but --output-layer "
-            f"{spec.name} gives a softmax; use --criterion cross_entropy, label_smoothed_cross_entropy or "
-            f"sampled_softmax, or --output-layer {needing}")
+            f"{spec.name} gives a softmax; use --criterion cross_entropy, label_smoothed_cross_entropy, "
+            f"fused_cross_entropy or sampled_softmax, or --output-layer {needing}")
     from fairseq.criterions import CRITERION_REGISTRY
 
     cls = CRITERION_REGISTRY.get(criterion)
