@@ -65,18 +65,9 @@ def system_stats(paths, refs, lang, lowercase):
     return out
 
 
-def positive(text):
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (bootstrap resamples), got {value}")
-    return value
-
-
 def main(argv=None):
+    from fairseq_outlayers import checks
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ref", required=True, help="raw reference text, one sentence per line")
@@ -85,7 +76,7 @@ def main(argv=None):
     p.add_argument("--baseline", required=True, nargs="+", metavar="NAME=FILE", help="one file per seed")
     p.add_argument("--system", required=True, nargs="+", action="append", metavar="NAME=FILE",
                    help="one file per seed; repeat --system for more systems")
-    p.add_argument("--samples", type=positive, default=1000, help="bootstrap resamples (default: 1000, as "
+    p.add_argument("--samples", type=checks.POSITIVE_INT, default=1000, help="bootstrap resamples (default: 1000, as "
                    "sacreBLEU)")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--force", action="store_true", help="overwrite --json if it exists")

@@ -401,9 +401,10 @@ def test_an_empty_reference_is_one_line_naming_it(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("option, value", [("--lenpen", "nan"), ("--lenpen", "inf"), ("--batch-size", "0")])
-def test_run_options_are_refused_before_anything(tmp_path, option, value):
-    with pytest.raises(SystemExit, match=f"ledger: {option} must be"):
+def test_run_options_are_refused_before_anything(tmp_path, capsys, option, value):
+    with pytest.raises(SystemExit) as e:
         ledger_main(["run", "--rows", str(tmp_path / "*.args"), option, value])
+    assert e.value.code == 2 and f"argument {option}: must be" in capsys.readouterr().err
 
 
 ROW_TEXT = (b"# tied softmax on the tiny Transformer\n# baseline: softmax\n# beam: 5\n# validate: loss -- a reason\n"

@@ -134,7 +134,7 @@ def test_bad_inputs_are_one_line_naming_the_file_and_line(script, tmp_path, caps
         expected = "is not a complete gzip file"
     else:
         argv += ["--samples", case.split()[1]]
-        expected = "--samples: must be at least 1"
+        expected = "--samples: must be a positive integer, got"
     with pytest.raises(SystemExit) as e:
         script.main(argv)
     message = capsys.readouterr().err.strip().splitlines()[-1] if e.value.code == 2 else str(e.value.code)

@@ -23,6 +23,7 @@ import sys
 import tempfile
 from typing import List
 
+from fairseq_outlayers import checks
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.evaluation.scoring import binarised_sizes  # noqa: F401  (also this module's name for it)
 
@@ -126,27 +127,6 @@ def translate_lines(lines, checkpoint, data, work_dir, beam=5, lenpen=1.0, batch
     return out
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (1 or more), got {value}")
-    return value
-
-
-def _length_penalty(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or not -10.0 <= value <= 10.0:
-        raise argparse.ArgumentTypeError(f"must be a finite number in [-10, 10] (1.0: fairseq's default, no "
-                                         f"preference), got {text}")
-    return value
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fairseq_outlayers translate",
                                      description=__doc__.strip().splitlines()[0])
@@ -157,9 +137,9 @@ def main(argv=None) -> int:
     parser.add_argument("--output", required=True, help="where to write the translations")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --output (never a file the "
                         "command reads), or reuse a non-empty --keep-work DIR")
-    parser.add_argument("--beam", type=_positive_int, default=5)
-    parser.add_argument("--lenpen", type=_length_penalty, default=1.0, help="length penalty, in [-10, 10]")
-    parser.add_argument("--batch-size", type=_positive_int, default=64)
+    parser.add_argument("--beam", type=checks.BEAM, default=5)
+    parser.add_argument("--lenpen", type=checks.LENGTH_PENALTY, default=1.0, help="length penalty, in [-10, 10]")
+    parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=64)
     parser.add_argument("--long-lines", choices=LONG_LINES, default="error",
                         help="a line longer than the model reads (its max_source_positions, at most 1024 tokens "
                         "after tokenisation and BPE): error (default: stop before translating, naming the line), "

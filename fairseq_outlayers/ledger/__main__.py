@@ -29,11 +29,11 @@ import argparse
 import concurrent.futures
 import dataclasses
 import glob
-import math
 import os
 import shlex
 import sys
 
+from fairseq_outlayers import checks
 from fairseq_outlayers.errors import OutlayersConfigError
 
 LEDGER = "docs/results/runs"
@@ -224,9 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=int, default=5, help="fairseq --patience: validations without improvement "
                    "(a row's '# patience: N' overrides it)")
     p.add_argument("--max-epoch", type=int, default=50, help="the ceiling on training epochs")
-    p.add_argument("--beam", type=int, default=5, help="beam of validation BLEU and of the test translations")
-    p.add_argument("--lenpen", type=float, default=1.0)
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--beam", type=checks.BEAM, default=5, help="beam of validation BLEU and of the test translations")
+    p.add_argument("--lenpen", type=checks.LENGTH_PENALTY, default=1.0, help="length penalty, in [-10, 10]")
+    p.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
     p.add_argument("--ledger", default=LEDGER, help="where records and hypotheses are written (committed)")
     p.add_argument("--work", default="work/ledger", help="checkpoints and logs (not committed)")
     p.add_argument("--jobs", type=int, default=1, help="train N runs at once (one fairseq-train process each; "
@@ -274,9 +274,6 @@ def main(argv=None) -> int:
     for option in ("patience", "max_epoch", "beam", "jobs", "batch_size"):
         if getattr(args, option, 1) < 1:
             raise SystemExit(f"ledger: --{option.replace('_', '-')} must be a positive integer")
-    lenpen = getattr(args, "lenpen", 1.0)
-    if not (math.isfinite(lenpen) and -10.0 <= lenpen <= 10.0):
-        raise SystemExit(f"ledger: --lenpen must be a finite number in [-10, 10], got {lenpen}")
     try:
         return args.func(args)
     except OutlayersConfigError as e:
