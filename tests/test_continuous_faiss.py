@@ -146,7 +146,7 @@ def test_option_errors(tiny_bin, monkeypatch):
 
     base = TINY_TRANSFORMER + ["--output-layer", "continuous", "--criterion", "vmf_nll", "--target-vectors",
                                _vectors(tiny_bin)]
-    with pytest.raises(OutlayersConfigError, match="--continuous-topk must be at least 1, got 0"):
+    with pytest.raises(OutlayersConfigError, match="--continuous-topk must be a positive integer, got 0"):
         build_model(tiny_bin, base + ["--continuous-topk", "0"])
     monkeypatch.setitem(sys.modules, "faiss", None)  # faiss not installed
     with pytest.raises(OutlayersConfigError, match="needs the faiss package: pip install faiss-cpu"):

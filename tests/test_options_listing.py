@@ -62,6 +62,8 @@ def test_every_package_criterion_option_is_listed_with_its_default():
             lines = _lines_of(text, flag)
             assert lines, f"{flag} of --criterion {name} is not listed"
             default = f.default.value if hasattr(f.default, "value") else f.default
+            if isinstance(default, bool):
+                default = "on" if default else "off"
             assert any(line.endswith(f"[default: {default}]") for line in lines), (flag, lines)
 
 
