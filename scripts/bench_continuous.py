@@ -640,7 +640,7 @@ def layer_tables(rows, vocabs, dims, tokens, m=300):
                              f"{benchlib.gflops(step_flops(method, tokens, vocab, dim, m) / r['total'])} |")
     lines += ["", "Ratios (time: softmax / continuous, above 1 = continuous faster; memory: continuous / softmax, "
               "below 1 = continuous smaller). Where the softmax ran in token chunks, \"full\" compares with the "
-              "full-batch softmax peak from the peak model (3 x tokens x V x 4 bytes):", "",
+              "full-batch softmax peak from the peak model (3 x tokens x V x 4 bytes).", "",
               "| V | H | vmf_nll speed-up | cosine speed-up | vmf_nll peak step memory | vmf_nll peak total memory "
               "| cosine peak step memory | vmf_nll time / cosine time |",
               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -797,9 +797,9 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
             "",
             f"Memory cap: a softmax whose process would exceed {args.max_memory_gb:g} GiB (or the machine's "
             "available memory less 2 GiB) runs in token chunks with gradient accumulation (same FLOPs, loss and "
-            "gradients; `token chunks` column); its full-batch peak is then given by the peak model "
-            "(`peak step MiB, model`: 3 x tokens x V x 4 bytes, + V x H x 4 when chunked), whose agreement with "
-            "the measured peaks can be read off the unchunked rows.",
+            "gradients; `token chunks` column). Its full-batch peak then comes from the peak model "
+            "(`peak step MiB, model`: 3 x tokens x V x 4 bytes, + V x H x 4 when chunked). The unchunked rows "
+            "show how well that model agrees with the measured peaks.",
             "",
         ]
         lines += [benchlib.flops_note(args.device, benchlib.matmul_flops(args.device)) + " Counts: 6 N H V for "
@@ -826,7 +826,7 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
             f"Decoding: `task.build_generator` + `task.inference_step` (fairseq-generate's `SequenceGenerator`), "
             f"batches of {args.decode_sentences} source sentences of {args.decode_len} tokens; the models are "
             f"untrained, so `min_len = max_len_b = {args.decode_len}` forces every hypothesis to "
-            f"{args.decode_len} tokens + </s> (checked): both models run the same number of decoder steps, and "
+            f"{args.decode_len} tokens + </s> (checked). Both models run the same number of decoder steps, so "
             "the comparison is of the per-step cost (decoder + output layer + log-softmax over V + beam "
             f"search). Median of {args.decode_reps} batches per model after a warm-up, alternating. Unlike "
             "training, decoding scores every word at every step in both models: V x d multiply-adds per "
