@@ -31,6 +31,8 @@ never outputs them (it outputs ``<unk>`` instead). Coverage = words with their o
 Command line::
 
     python -m fairseq_outlayers.vectors report DATA-BIN/dict.en.txt vectors.en.vec [--min-coverage 0.5]
+    python -m fairseq_outlayers.vectors random DATA-BIN/dict.en.txt random.en.300d.vec --dim 300 --seed 1
+    python -m fairseq_outlayers.vectors export CHECKPOINT vectors.out.vec
 """
 import argparse
 import logging
@@ -213,7 +215,9 @@ def _unit_rows(x: np.ndarray) -> np.ndarray:
     return x / np.where(norms > 0, norms, 1.0)
 
 
-def _fixed_unit_vectors(n: int, dim: int, seed: int) -> torch.Tensor:
+def random_unit_vectors(n: int, dim: int, seed: int) -> torch.Tensor:
+    """(n, dim) float32 rows drawn uniformly on the unit sphere (normalised Gaussian draws in float64) from a
+    generator of its own: the same rows for the same seed on every machine."""
     gen = torch.Generator().manual_seed(seed)
     vecs = torch.randn(n, dim, generator=gen, dtype=torch.float64)
     return torch.nn.functional.normalize(vecs, dim=-1).float()
@@ -306,7 +310,7 @@ def load_target_table(dictionary, path: str, min_coverage: float = 0.5, expected
     fillers = [i for i, w in enumerate(symbols) if FILLER.match(w) and i not in specials]
     fixed_rows = sorted(set(fixed_rows + fillers))
     if fixed_rows:
-        table[fixed_rows] = _fixed_unit_vectors(len(fixed_rows), dim, SPECIAL_SEED)
+        table[fixed_rows] = random_unit_vectors(len(fixed_rows), dim, SPECIAL_SEED)
     if missing_rows:
         table[missing_rows] = table[unk].clone()
     if fillers:
@@ -335,9 +339,19 @@ def main(argv=None):
                      help="fail below this fraction of dictionary words with a vector (default: 0.5)")
     rep.add_argument("--center", action="store_true", help="centre the vectors as --target-vectors-center does")
     from fairseq_outlayers.cli.export_vectors import add_export_parser, export_target_vectors
+    from fairseq_outlayers.cli.random_vectors import add_random_parser, write_random_vectors
 
     add_export_parser(sub)
+    add_random_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "random":
+        try:
+            n = write_random_vectors(args.dictionary, args.output, args.dim, args.seed, args.force)
+        except OutlayersConfigError as e:
+            print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote {n:,} random unit vectors of size {args.dim} to {args.output}")
+        return 0
     if args.command == "export":
         try:
             n = export_target_vectors(args.checkpoint, args.output, args.matrix, args.data, args.force)

@@ -64,6 +64,7 @@ def _run_one(row, seed, args, base_args, ref_path, lock, env):
                 if not os.path.exists(record):  # a run finished before records were kept
                     _write_json(record, meta)
                 if not args.render_only:
+                    _valid_decodes(meta, row, run_dir, args, (meta_path, record), lock, env)
                     _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock, env)
                 return meta
             raise SystemExit(f"vmf_sweep: {done} was run with other options ('{meta.get('args')}'); rename the "
@@ -89,6 +90,7 @@ def _run_one(row, seed, args, base_args, ref_path, lock, env):
     meta["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.jobs} job(s) x {args.threads} thread(s)"
     for path in (meta_path, record):
         _write_json(path, meta)
+    _valid_decodes(meta, row, run_dir, args, (meta_path, record), lock, env)
     _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock, env)
     if not args.keep_checkpoints:
         for name in os.listdir(run_dir):
@@ -110,6 +112,30 @@ def _write_json(path, meta):
 def scaled_key(beam, scale):
     """The ``bleu`` key of a decode at ``beam`` with ``--continuous-score-scale scale``: ``"5@40"``."""
     return f"{beam}@{scale:g}"
+
+
+def _valid_decodes(meta, row, run_dir, args, paths, lock, env=None):
+    """Add the validation BLEU at ``--valid-beams`` that a run lacks (its checkpoint must still be there): the
+    figure rows are chosen by, since the test set never chooses anything."""
+    ckpt = os.path.join(run_dir, "checkpoint_last.pt")
+    valid = meta.setdefault("valid_bleu", {})
+    missing = [b for b in args.valid_beams if str(b) not in valid]
+    if not missing:
+        return
+    if not os.path.exists(ckpt):
+        with lock:
+            fairseq_runs.log(f"{row['name']} seed {meta['seed']}: no checkpoint in {run_dir}; validation decodes "
+                             "skipped")
+        return
+    for beam in missing:
+        scores = score_subset(row["data_bin"], ckpt, os.path.join(run_dir, f"valid.beam{beam}.hyp"),
+                              args.valid_ref, beam, args.lenpen, args.batch_size, subset="valid",
+                              lowercase=args.lowercase, env=env)
+        valid[str(beam)] = scores["sacrebleu"]
+        with lock:
+            fairseq_runs.log(f"{row['name']} seed {meta['seed']}: validation beam {beam}: BLEU {valid[str(beam)]:.2f}")
+    for path in paths:
+        _write_json(path, meta)
 
 
 def _scaled_decodes(meta, row, run_dir, args, ref_path, paths, lock, env=None):
@@ -156,17 +182,21 @@ def _fmt(v, digits=2):
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def table(rows, metas, seeds, beams, scaled=()):
-    """Markdown table: per row the mean over the seeds that finished (and each seed's BLEU)."""
+def table(rows, metas, seeds, beams, scaled=(), valid_beams=()):
+    """Markdown table: per row the mean over the seeds that finished (and each seed's BLEU); the validation BLEU
+    (``valid_beams``) first, as rows are chosen by it."""
     keys = [str(b) for b in beams] + [scaled_key(b, s) for b, s in scaled]
     names = [f"beam {b}" for b in beams] + [f"beam {b}, scale {s:g}" for b, s in scaled]
-    head = (["row"] + [f"BLEU {n} (mean)" for n in names] + [f"{n} per seed" for n in names]
+    head = (["row"] + [f"valid BLEU beam {b} (mean)" for b in valid_beams] + [f"BLEU {n} (mean)" for n in names]
+            + [f"{n} per seed" for n in names]
             + ["κ (mean ‖ê‖)", "cos", "nn_acc %", "κ low %", "κ high %", "train tok/s"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         runs = [metas.get((row["name"], s)) for s in seeds]
         done = [r for r in runs if r]
         cells = [row["name"]]
+        for b in valid_beams:
+            cells.append(_fmt(_mean([r.get("valid_bleu", {}).get(str(b)) for r in done])))
         for k in keys:
             cells.append(_fmt(_mean([r["bleu"].get(k) for r in done])))
         for k in keys:
@@ -185,9 +215,9 @@ def write_report(path, rows, metas, args, base_args, ref_path):
           f"Date {time.strftime('%Y-%m-%d')}, commit {commit}, {platform.machine()}, {os.cpu_count()} CPU cores, "
           f"{args.jobs} run(s) at a time with {args.threads} torch thread(s) each.", "",
           f"Base options: `{' '.join(base_args)}`; BLEU: sacreBLEU on detokenised output against `{ref_path}`"
-          f"{' (lowercased)' if args.lowercase else ''}. Validation figures (κ, cos, nn_acc, κ alarms) are the "
-          "last validation of each run, averaged over seeds.", "",
-          table(rows, metas, args.seeds, args.beams, args.scaled_decodes), "", "Rows:", ""]
+          f"{' (lowercased)' if args.lowercase else ''}; validation BLEU against `{args.valid_ref}`. Validation "
+          "figures (κ, cos, nn_acc, κ alarms) are the last validation of each run, averaged over seeds.", "",
+          table(rows, metas, args.seeds, args.beams, args.scaled_decodes, args.valid_beams), "", "Rows:", ""]
     md += [f"- **{r['name']}**: `{r['args']}`" for r in rows]
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -211,6 +241,9 @@ def main(argv=None):
     parser.add_argument("--seeds", type=checks.NON_NEGATIVE_INT, nargs="+", default=[1, 2])
     parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=800)
     parser.add_argument("--beams", type=checks.BEAM, nargs="+", default=[1, 5])
+    parser.add_argument("--valid-beams", type=checks.BEAM, nargs="*", default=[1],
+                        help="beams of the validation decodes that rows are chosen by (default: 1; none: skip)")
+    parser.add_argument("--valid-prefix", default="val", help="raw validation file name without the language")
     parser.add_argument("--scaled-decodes", type=_parse_scaled, nargs="+", default=[], metavar="BEAM:SCALE",
                         help="also decode continuous rows at BEAM with --continuous-score-scale SCALE (chosen on "
                              "validation with scripts/tune_continuous_decoding.py), added to finished runs too")
@@ -228,8 +261,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     ref_path = os.path.join(args.raw_dir, f"{args.test_prefix}.en")
-    if not os.path.isfile(ref_path):
-        parser.error(f"reference file '{ref_path}' does not exist; run scripts/prepare-multi30k.sh first")
+    args.valid_ref = os.path.join(args.raw_dir, f"{args.valid_prefix}.en")
+    for path in (ref_path, args.valid_ref) if args.valid_beams else (ref_path,):
+        if not os.path.isfile(path):
+            parser.error(f"reference file '{path}' does not exist; run scripts/prepare-multi30k.sh first")
     files = sorted(set(f for p in args.rows for f in (glob.glob(p) or [p])))
     rows = []
     for f in files:
@@ -272,7 +307,7 @@ def main(argv=None):
                     fairseq_runs.log(f"{key[0]} seed {key[1]} FAILED: {exc}")
             with lock:
                 write_report(report, rows, metas, args, base_args, ref_path)
-    print(table(rows, metas, args.seeds, args.beams, args.scaled_decodes))
+    print(table(rows, metas, args.seeds, args.beams, args.scaled_decodes, args.valid_beams))
     fairseq_runs.log(f"wrote {report}")
     if failed:
         raise SystemExit(f"vmf_sweep: {len(failed)} run(s) failed: {failed}")

@@ -22,8 +22,15 @@ def test_table_means_missing_seeds_and_scaled_columns(sweep):
     metas = {("a", 1): _meta({"1": 20.0, "5": 21.0, "5@40": 22.0}, 10.0, 100.0),
              ("a", 2): _meta({"1": 22.0, "5": 23.0, "5@40": 25.0}, 14.0, 300.0),
              ("b", 1): _meta({"1": 30.0, "5": 31.0}, 20.0, 50.0)}
+    metas[("a", 1)]["valid_bleu"] = {"1": 30.0}
+    metas[("a", 2)]["valid_bleu"] = {"1": 31.0}
     lines = sweep.table(rows, metas, [1, 2], [1, 5], [(5, 40.0)]).splitlines()
     assert lines[0].split(" | ")[1:4] == ["BLEU beam 1 (mean)", "BLEU beam 5 (mean)", "BLEU beam 5, scale 40 (mean)"]
+    # the validation BLEU that rows are chosen by comes first; a run recorded without it is a dash
+    with_valid = sweep.table(rows, metas, [1, 2], [1, 5], [(5, 40.0)], valid_beams=[1]).splitlines()
+    assert with_valid[0].split(" | ")[1:3] == ["valid BLEU beam 1 (mean)", "BLEU beam 1 (mean)"]
+    assert [c.strip() for c in with_valid[2].strip("|").split("|")][1] == "30.50"
+    assert [c.strip() for c in with_valid[3].strip("|").split("|")][1] == "—"
     a = [c.strip() for c in lines[2].strip("|").split("|")]
     assert a[:7] == ["a", "21.00", "22.00", "23.50", "20.00 / 22.00", "21.00 / 23.00", "22.00 / 25.00"]
     assert a[7] == "12.0" and a[-1] == "200"

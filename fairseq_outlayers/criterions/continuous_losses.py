@@ -41,6 +41,7 @@ VMF_RANGES = {
                          "positive for every cosine, so |ê| collapses to 0"),
     "vmf_lambda2": Range(0, 1, low_open=True),
     "vmf_released_lambda": Range(0, 1),
+    "vmf_warmup_updates": Range(0, integer=True, why="a number of updates"),
 }
 MARGIN_RANGES = {"margin": Range(0, 2, low_open=True, why="the gap between two cosines is at most 2, so a larger "
                                  "margin is never met and only shifts the loss")}
@@ -88,6 +89,9 @@ class VMFNLLConfig(ContinuousLossConfig):
     vmf_log_cm: ChoiceEnum(["exact", "approx"]) = field(
         default="exact", metadata={"help": "log C_m(κ): exact (Bessel, float64) or the paper's appendix "
                                    "approximation"})
+    vmf_warmup_updates: int = field(
+        default=0, metadata={"help": "train with the cosine loss 1 - cos for the first N updates, then with the vMF "
+                             "loss (a warm-up; 0: vMF from the start)"})
 
 
 @dataclass
@@ -197,10 +201,13 @@ class VMFNLLCriterion(ContinuousLossCriterion):
         return config_defaults(VMFNLLConfig)
 
     def __init__(self, task, sentence_avg, vmf_variant="released", vmf_lambda1=0.2, vmf_lambda2=0.1,
-                 vmf_released_lambda=0.2, vmf_log_cm="exact"):
+                 vmf_released_lambda=0.2, vmf_log_cm="exact", vmf_warmup_updates=0):
         super().__init__(task, sentence_avg)
         variant = str(vmf_variant)
         check_vmf_options(variant, vmf_lambda1, vmf_lambda2, vmf_released_lambda)
+        check_values(VMF_RANGES, {"vmf_warmup_updates": vmf_warmup_updates}, self.option_defaults())
+        self.warmup_updates = vmf_warmup_updates
+        self._warming = False
         self.variant = variant
         self.released = variant == "released"
         self.released_lambda = vmf_released_lambda
@@ -228,10 +235,20 @@ class VMFNLLCriterion(ContinuousLossCriterion):
         return self._bounds[m]
 
     def kappa_alarm_counts(self, kappa, keep):
+        if self._warming:  # the cosine loss leaves |ê| free: no alarm is meaningful yet
+            zero = keep.new_zeros(())
+            return zero, zero
         low, high = self.kappa_bounds(self._dim)
         return ((kappa < low) & keep).sum(), ((kappa > high) & keep).sum()
 
     def token_losses(self, e_hat, target_ids, target_vectors, layer):
+        warming = layer.num_updates < self.warmup_updates
+        if self._warming and not warming:
+            logger.info(f"vmf_nll: cosine warm-up over after {self.warmup_updates} updates; training with the vMF "
+                        f"loss from now on")
+        self._warming = warming
+        if warming:
+            return cosine_loss(e_hat, target_vectors)
         if self.released:
             return vmf_released_loss(e_hat, target_vectors, self.released_lambda, self.approximate)
         return vmf_nll_loss(e_hat, target_vectors, self.lambda1, self.lambda2, self.approximate)

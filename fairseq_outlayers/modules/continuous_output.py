@@ -93,6 +93,10 @@ class ContinuousOutput(TiedReference, OutputLayer):
         self.search = search
         self.topk = topk
         self.eos = eos  # always scored when only the top K are (so that a hypothesis can always end)
+        self.num_updates = 0  # set by fairseq's trainer (model.set_num_updates); read by loss schedules
+
+    def set_num_updates(self, num_updates):
+        self.num_updates = num_updates
 
     @property
     def target_table(self) -> torch.Tensor:
