@@ -17,19 +17,19 @@ def main(argv=None):
         print(os.path.dirname(os.path.abspath(__file__)))
         return 0
     if argv[:1] == ["params"]:
-        from .cli.params import main as params_main
+        from .tools.params import main as params_main
 
         return params_main(argv[1:])
     if argv[:1] == ["fit-bias"]:
-        from .cli.fit_bias import main as fit_bias_main
+        from .tools.fit_bias import main as fit_bias_main
 
         return fit_bias_main(argv[1:])
     if argv[:1] == ["options"]:
-        from .cli.options import main as options_main
+        from .tools.options import main as options_main
 
         return options_main(argv[1:])
     if argv[:1] == ["translate"]:
-        from .cli.translate import main as translate_main
+        from .tools.translate import main as translate_main
 
         return translate_main(argv[1:])
     print(__doc__.strip(), file=sys.stderr)

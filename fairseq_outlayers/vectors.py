@@ -28,24 +28,18 @@ Padding, ``<s>``, the fillers and the words that borrowed ``<unk>``'s vector are
 never outputs them (it outputs ``<unk>`` instead). Coverage = words with their own vector / dictionary words
 (specials and fillers excluded); below ``min_coverage`` loading fails with a message naming the file.
 
-Command line::
-
-    python -m fairseq_outlayers.vectors report DATA-BIN/dict.en.txt vectors.en.vec [--min-coverage 0.5]
-    python -m fairseq_outlayers.vectors random DATA-BIN/dict.en.txt random.en.300d.vec --dim 300 --seed 1
-    python -m fairseq_outlayers.vectors export CHECKPOINT vectors.out.vec
+The command line (``outlayers-vectors report|random|export``) is ``fairseq_outlayers.tools.vectors``.
 """
-import argparse
 import logging
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import numpy as np
 import torch
 
-from fairseq_outlayers.checks import FROZEN_BYTES, Range, check_fits
+from fairseq_outlayers.checks import FROZEN_BYTES, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
 
 logger = logging.getLogger(__name__)
@@ -326,51 +320,3 @@ def load_target_table(dictionary, path: str, min_coverage: float = 0.5, expected
             "vectors must use the target side's tokenisation (e.g. word level, not BPE): train them with "
             "scripts/train_target_vectors.py, or lower the threshold")
     return TargetTable(table, decodable, report)
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m fairseq_outlayers.vectors",
-                                     description="Target word vectors for --output-layer continuous.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    rep = sub.add_parser("report", help="align a vector file to a fairseq dictionary and print the coverage")
-    rep.add_argument("dictionary", help="the target dictionary, e.g. data-bin/dict.en.txt")
-    rep.add_argument("vectors", help="word2vec/fastText .vec text file, or a .bin model (needs gensim)")
-    rep.add_argument("--min-coverage", type=Range(0, 1), default=0.5,
-                     help="fail below this fraction of dictionary words with a vector (default: 0.5)")
-    rep.add_argument("--center", action="store_true", help="centre the vectors as --target-vectors-center does")
-    from fairseq_outlayers.cli.export_vectors import add_export_parser, export_target_vectors
-    from fairseq_outlayers.cli.random_vectors import add_random_parser, write_random_vectors
-
-    add_export_parser(sub)
-    add_random_parser(sub)
-    args = parser.parse_args(argv)
-    if args.command == "random":
-        try:
-            n = write_random_vectors(args.dictionary, args.output, args.dim, args.seed, args.force)
-        except OutlayersConfigError as e:
-            print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
-            return 1
-        print(f"wrote {n:,} random unit vectors of size {args.dim} to {args.output}")
-        return 0
-    if args.command == "export":
-        try:
-            n = export_target_vectors(args.checkpoint, args.output, args.matrix, args.data, args.force)
-        except OutlayersConfigError as e:
-            print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
-            return 1
-        print(f"wrote {n:,} vectors to {args.output}")
-        return 0
-    from fairseq_outlayers.pairing.corpus import load_dictionary
-
-    try:
-        table = load_target_table(load_dictionary(args.dictionary), args.vectors, args.min_coverage,
-                                  center=args.center)
-    except OutlayersConfigError as e:
-        print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
-        return 1
-    print("\n".join(table.report.lines()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

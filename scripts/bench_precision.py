@@ -55,8 +55,8 @@ VALID = re.compile(r"valid on 'valid' subset \| loss (-?[\d.]+|nan|inf)")
 
 
 def synthetic_data(work: str) -> str:
-    """A small synthetic corpus (fairseq_outlayers.cli.synthetic), binarised with one joined dictionary."""
-    from fairseq_outlayers.cli.synthetic import write_corpus
+    """A small synthetic corpus (fairseq_outlayers.tools.synthetic), binarised with one joined dictionary."""
+    from fairseq_outlayers.tools.synthetic import write_corpus
 
     out = os.path.join(work, "data-bin")
     if not os.path.exists(os.path.join(out, "dict.en.txt")):

@@ -9,11 +9,11 @@
 #    --word-target (source BPE, word-level English) for the continuous-output rows (each skipped when done);
 # 2. 300-d target word vectors on the word-level English training text (scripts/train_target_vectors.py,
 #    fastText, skipped when present);
-# 3. the shared-private word pairing (python -m fairseq_outlayers.pairing, skipped when present);
-# 4. python -m fairseq_outlayers.cli.compare: one fairseq-train + fairseq-generate + sacreBLEU per row file
+# 3. the shared-private word pairing (python -m fairseq_outlayers.tools.pairing, skipped when present);
+# 4. python -m fairseq_outlayers.lab.compare: one fairseq-train + fairseq-generate + sacreBLEU per row file
 #    (default configs/demo/*.args) and seed; prints the table once and writes OUT/results.md (default work/demo),
 #    with, beside each row, the results ledger's converged figure for the same model, data and method
-#    (docs/results/runs, python -m fairseq_outlayers.ledger) or "none yet"; other models and data only by link.
+#    (docs/results/runs, python -m fairseq_outlayers.lab.ledger) or "none yet"; other models and data only by link.
 #    Finished rows are reused, so an interrupted run resumes; delete OUT (or choose another --out) to start over.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -58,6 +58,6 @@ fi
 
 log "training one model per output layer and seed ($SEEDS), $UPDATES updates each"
 # shellcheck disable=SC2086  # ROWS holds glob patterns and SEEDS a list: both are split (and globbed) on purpose
-"$PY" -m fairseq_outlayers.cli.compare --data-bin "$DATA" --raw-dir work/multi30k/raw \
+"$PY" -m fairseq_outlayers.lab.compare --data-bin "$DATA" --raw-dir work/multi30k/raw \
   $([ "$LOWER" = 1 ] && echo --lowercase) --rows $ROWS --max-update "$UPDATES" --seeds $SEEDS --out "$OUT" \
   --title "$TITLE" --ledger docs/results/runs

@@ -12,10 +12,10 @@
 #   --replace-unk [LEXICON]
 #                    replace each generated <unk> using the source unit it is aligned to (fairseq-generate
 #                    --print-alignment hard: the attention maximum): its translation in LEXICON when given and
-#                    listed there (a 'source_unit target_word' file, e.g. from python -m fairseq_outlayers.pairing
+#                    listed there (a 'source_unit target_word' file, e.g. from python -m fairseq_outlayers.tools.pairing
 #                    lexicon), else the source word itself (the whole word when the aligned token is a BPE piece).
 #                    LEXICON is taken when the next argument does not start with '-'. Works on binarised data.
-#                    The rule is fairseq_outlayers/evaluation/unknown_words.py, the one outlayers-generate
+#                    The rule is fairseq_outlayers/tools/evaluation/unknown_words.py, the one outlayers-generate
 #                    --replace-unk applies (docs/continuous-outputs.md).
 #   --raw-ref FILE   untokenised reference (e.g. work/multi30k/raw/test_2016_flickr.en) for sacreBLEU; without it
 #                    the detokenised references of DATA_BIN are used (then the score is not a standard sacreBLEU)
@@ -40,7 +40,7 @@
 #                    bpecodes, as scripts/prepare-*.sh leave them), binarised with DATA_BIN's dictionaries and
 #                    translated with the same --beam/--lenpen (and --max-len-a 1.2 --max-len-b 10, not --gen-args);
 #                    writes OUT/testset-NAME/{hyp.detok,scores.json}
-#                    (python -m fairseq_outlayers.cli.score_raw)
+#                    (python -m fairseq_outlayers.tools.score_raw)
 #   --gen-args STR   extra fairseq-generate options, e.g. "--max-len-a 1.2 --max-len-b 10" or
 #                    "--model-overrides {'continuous_score_scale':10}"
 # Every sentence of the subset is translated (--required-batch-size-multiple 1: with fairseq's default of 8 and
@@ -81,7 +81,7 @@ case "$BEAM" in ''|*[!0-9]*|0) usage "--beam must be a positive integer, got '$B
 [ -d "$DATA_BIN" ] || die "DATA_BIN '$DATA_BIN' is not a directory; use the data-bin folder the model was trained on"
 [ -z "$RAW_REF" ] || [ -f "$RAW_REF" ] || die "--raw-ref '$RAW_REF' does not exist"
 [ -z "$TOK_REF" ] || [ -f "$TOK_REF" ] || die "--tok-ref '$TOK_REF' does not exist"
-[ -z "$UNK_LEXICON" ] || [ -f "$UNK_LEXICON" ] || die "--replace-unk lexicon '$UNK_LEXICON' does not exist; build it with python -m fairseq_outlayers.pairing lexicon --src-text TRAIN.SRC --tgt-text TRAIN.TGT --out FILE"
+[ -z "$UNK_LEXICON" ] || [ -f "$UNK_LEXICON" ] || die "--replace-unk lexicon '$UNK_LEXICON' does not exist; build it with python -m fairseq_outlayers.tools.pairing lexicon --src-text TRAIN.SRC --tgt-text TRAIN.TGT --out FILE"
 [ -z "$RARE" ] || [ -f "$RARE" ] || die "--rare-f1 '$RARE' does not exist; give the tokenised training target text"
 VENV_BIN=${VENV_BIN:-$ROOT/.venv/bin}
 [ -d "$VENV_BIN" ] && export PATH="$VENV_BIN:$PATH"
@@ -105,7 +105,7 @@ fi
 PREFLIGHT=(--data "$DATA_BIN" --subset "$SUBSET" --out "$OUT" --checkpoint "$CKPT" --raw-ref "$RAW_REF"
            --tok-ref "$TOK_REF" --lexicon "$UNK_LEXICON" --rare-f1 "$RARE")
 [ ${#TEST_SETS[@]} -eq 0 ] || PREFLIGHT+=(--test-set "${TEST_SETS[@]}")
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python -m fairseq_outlayers.evaluation.preflight "${PREFLIGHT[@]}" \
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python -m fairseq_outlayers.tools.evaluation.preflight "${PREFLIGHT[@]}" \
   --outputs "${OUTPUTS[@]}" || exit 1
 mkdir -p "$OUT" || die "cannot create --out directory '$OUT'"
 [ -w "$OUT" ] || die "--out directory '$OUT' is not writable; choose another --out DIR"
@@ -134,6 +134,6 @@ PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python "$ROOT/scripts/lib/score_tr
   --rare-f1 "$RARE" --checkpoint "$CKPT" --beam "$BEAM" --lenpen "$LENPEN" --tok-ref "$TOK_REF" --replace-unk "$REPLACE_UNK" \
   --unk-lexicon "$UNK_LEXICON"
 for t in ${TEST_SETS[@]+"${TEST_SETS[@]}"}; do
-  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python -m fairseq_outlayers.cli.score_raw --checkpoint "$CKPT" --data "$DATA_BIN" --out "$OUT" \
+  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python -m fairseq_outlayers.tools.score_raw --checkpoint "$CKPT" --data "$DATA_BIN" --out "$OUT" \
     --test-set "testset-$t" --beam "$BEAM" --lenpen "$LENPEN" --batch-size "$BATCH" || die "--test-set '$t' failed"
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Is one system better than another over several seeds? sacreBLEU's paired bootstrap resampling, extended to
-seeds as the results ledger does it (``fairseq_outlayers.ledger.stats.paired_bootstrap``: one draw of test
+seeds as the results ledger does it (``fairseq_outlayers.lab.ledger.stats.paired_bootstrap``: one draw of test
 sentences per resample, applied to every seed of both systems; the statistic is the difference of the mean BLEU).
 
     python scripts/paired_bootstrap.py --ref work/multi30k/raw/test_2016_flickr.en --lowercase \\
@@ -10,7 +10,7 @@ sentences per resample, applied to every seed of both systems; the statistic is 
 Each ``NAME=FILE ...`` lists one hypothesis file per seed, in seed order (both systems in the same order; the
 shorter list decides how many seeds are paired). Hypotheses are tokenised text as ``fairseq-generate`` prints it
 after ``--remove-bpe`` (what ``compare`` and ``vmf_sweep.py`` write): they are detokenised with sacremoses, as
-those tools score them (``fairseq_outlayers.evaluation.scoring``), and scored with sacreBLEU against the raw
+those tools score them (``fairseq_outlayers.tools.evaluation.scoring``), and scored with sacreBLEU against the raw
 references (``--lowercase`` when the data was lowercased). One line per system: BLEU per seed, mean, the
 difference to the baseline, its 95 % percentile interval and p-value (1,000 resamples, sacreBLEU's seed), and
 with two or more seeds a side Welch's t-test over the per-seed scores (what ``ledger compare`` prints).
@@ -28,7 +28,7 @@ def fail(message):
 
 def read_lines(path, what):
     from fairseq_outlayers.errors import OutlayersConfigError
-    from fairseq_outlayers.evaluation.scoring import read_lines as read
+    from fairseq_outlayers.tools.evaluation.scoring import read_lines as read
 
     try:
         return read(path, what)
@@ -49,8 +49,8 @@ def parse_system(spec, what):
 def system_stats(paths, refs, lang, lowercase):
     """Per seed: (sentence statistics, corpus BLEU)."""
     from fairseq_outlayers.errors import OutlayersConfigError
-    from fairseq_outlayers.evaluation.scoring import check_same_length, detokenise
-    from fairseq_outlayers.ledger.stats import bleu_from_stats, sentence_stats
+    from fairseq_outlayers.tools.evaluation.scoring import check_same_length, detokenise
+    from fairseq_outlayers.lab.ledger.stats import bleu_from_stats, sentence_stats
 
     out = []
     for path in paths:
@@ -93,7 +93,7 @@ def main(argv=None):
         except OutlayersConfigError as e:
             fail(e)
 
-    from fairseq_outlayers.ledger.stats import mean_sd, paired_bootstrap_test, welch_t_test
+    from fairseq_outlayers.lab.ledger.stats import mean_sd, paired_bootstrap_test, welch_t_test
 
     refs = read_lines(args.ref, "references")
     if args.lowercase:

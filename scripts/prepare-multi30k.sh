@@ -73,7 +73,7 @@ else
   else
     log "WARNING: no MULTI30K_DIR and the official download failed (offline?): generating a SYNTHETIC corpus."
     log "WARNING: BLEU on it says nothing about Multi30k; set MULTI30K_DIR=/path/to/multi30k/raw for real data."
-    python -m fairseq_outlayers.cli.synthetic --out "$OUT/raw" --src "$SRC" --tgt "$TGT" \
+    python -m fairseq_outlayers.tools.synthetic --out "$OUT/raw" --src "$SRC" --tgt "$TGT" \
       --splits train:29000 val:1014 test_2016_flickr:1000
     ORIGIN="synthetic (generated)"
   fi

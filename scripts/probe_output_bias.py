@@ -35,10 +35,10 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from fairseq_outlayers.bias_fit import (BIAS_KEY, features, fit_bias, fit_scale, load,  # noqa: E402,F401
+from fairseq_outlayers.tools.bias_fit import (BIAS_KEY, features, fit_bias, fit_scale, load,  # noqa: E402,F401
                                        nll_bits, put_bias)
-from fairseq_outlayers.bias_fit import accepts_bias as layer_accepts_bias  # noqa: E402
-from fairseq_outlayers.bias_fit import write_checkpoint  # noqa: E402
+from fairseq_outlayers.tools.bias_fit import accepts_bias as layer_accepts_bias  # noqa: E402
+from fairseq_outlayers.tools.bias_fit import write_checkpoint  # noqa: E402
 from fairseq_outlayers import checks  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors  # noqa: E402
 from fairseq_outlayers.outfiles import check_output_dir  # noqa: E402

@@ -32,12 +32,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 from score_translations import word_f1_by_frequency  # noqa: E402
 
 from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402
-from fairseq_outlayers.evaluation.scoring import check_same_length  # noqa: E402
+from fairseq_outlayers.tools.evaluation.scoring import check_same_length  # noqa: E402
 from fairseq_outlayers.outfiles import check_output_path, write_text  # noqa: E402
 
 
 def read_lines(path, what, lowercase=False):
-    from fairseq_outlayers.evaluation.scoring import read_lines as read
+    from fairseq_outlayers.tools.evaluation.scoring import read_lines as read
 
     try:
         lines = read(path, what)

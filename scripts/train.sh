@@ -26,7 +26,7 @@
 #               and on every x86-64 machine with AVX2 and the same gensim/numpy/scipy (the script pins OpenBLAS's
 #               kernel); elsewhere the script's default, cores - 1, whose vectors differ from run to run]
 #   PAIRING     recipes with model.pairing: the pairing file [TEXT_DIR/../pairing.SRC-TGT.txt, made when missing
-#               with python -m fairseq_outlayers.pairing (fast_align through systran-align)]
+#               with python -m fairseq_outlayers.tools.pairing (fast_align through systran-align)]
 #
 # Multi-GPU (one node, N GPUs): fairseq-train uses every visible GPU by itself; keep the tokens per update the
 # same by dividing --update-freq by N, e.g. for wmt14 on 8 GPUs:
@@ -110,7 +110,7 @@ if [ "$PREP_STEP" = vectors ] && [ ! -f "$VECTORS" ]; then
   fi
 fi
 if [ "$PREP_STEP" = pairing ] && [ ! -f "$PAIRING" ]; then
-  CMD=(python -m fairseq_outlayers.pairing --src-text "$TEXT_DIR/train.$SRC" --tgt-text "$TEXT_DIR/train.$TGT"
+  CMD=(python -m fairseq_outlayers.tools.pairing --src-text "$TEXT_DIR/train.$SRC" --tgt-text "$TEXT_DIR/train.$TGT"
        --src-dict "$DATA_BIN/dict.$SRC.txt" --tgt-dict "$DATA_BIN/dict.$TGT.txt" -o "$PAIRING")
   echo "== pairing file $PAIRING is missing; making it (fast_align word alignment, Liu et al. 2019 sec. 2.2)"
   echo "+ $(quote "${CMD[@]}")"
@@ -128,7 +128,7 @@ echo "== afterwards: bash scripts/evaluate.sh $SAVE_DIR/checkpoint_best.pt $DATA
 LAST_DIR=$SAVE_DIR
 for ((i = 0; i + 1 < ${#ARGS[@]}; i++)); do [ "${ARGS[$i]}" != --save-dir ] || LAST_DIR=${ARGS[$((i + 1))]}; done
 if [ -f "$LAST_DIR/checkpoint_last.pt" ]; then
-  RESUME=$(python -m fairseq_outlayers.cli.resume "${ARGS[@]}") || exit 1
+  RESUME=$(python -m fairseq_outlayers.tools.resume "${ARGS[@]}") || exit 1
   [ -z "$RESUME" ] || { mapfile -t RESUME_ARGS <<< "$RESUME"; ARGS+=("${RESUME_ARGS[@]}"); }
 fi
 exec fairseq-train "${ARGS[@]}"

@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 from fairseq_outlayers import checks
-from fairseq_outlayers.evaluation.scoring import score_subset
+from fairseq_outlayers.tools.evaluation.scoring import score_subset
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
 

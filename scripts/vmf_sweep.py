@@ -7,9 +7,9 @@ Every row trains the same model at the same budget as the continuous rows of doc
 Transformer of ``configs/demo-base.args``, 800 updates, lr 0.003) through the real ``fairseq-train``;
 its last checkpoint is translated with ``fairseq-generate`` at ``--beams`` (default 1, the paper's
 nearest-neighbour decoding, and 5) and scored with sacreBLEU against the raw references, exactly as
-``make results`` does (``fairseq_outlayers.evaluation.scoring``). A finished run (its ``meta.json``) is reused,
+``make results`` does (``fairseq_outlayers.tools.evaluation.scoring``). A finished run (its ``meta.json``) is reused,
 so the sweep resumes where it stopped; ``--jobs N`` trains N runs at once (each with ``--threads`` torch threads; on CUDA each sees one GPU, the N slots
-taking the visible GPUs in turn: ``fairseq_outlayers/gpus.py``). The table
+taking the visible GPUs in turn: ``fairseq_outlayers/lab/gpus.py``). The table
 (mean over seeds, then each seed) is written to ``OUT/sweep.md`` and ``OUT/sweep.json`` after every run.
 """
 import argparse
@@ -27,10 +27,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from fairseq_outlayers import checks, fairseq_runs  # noqa: E402
-from fairseq_outlayers.cli import compare  # noqa: E402
-from fairseq_outlayers import gpus  # noqa: E402
-from fairseq_outlayers.evaluation.scoring import score_subset  # noqa: E402
+from fairseq_outlayers import checks
+from fairseq_outlayers.lab import fairseq_runs  # noqa: E402
+from fairseq_outlayers.lab import compare  # noqa: E402
+from fairseq_outlayers.lab import gpus  # noqa: E402
+from fairseq_outlayers.tools.evaluation.scoring import score_subset  # noqa: E402
 
 #: the validation figures read from the last "valid on" line of a training log
 VALID_FIELDS = ("loss", "cos", "norm", "nn_acc", "kappa_low", "kappa_high")

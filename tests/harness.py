@@ -58,7 +58,7 @@ def pairing_file(raw_dir: str, bin_dir: str, path: str, src: str = "de", tgt: st
     """The shared-private pairing file of a corpus, as the models' tests need one. With systran-align, the
     built-in fast_align; without it (Python 3.12), a diagonal Pharaoh alignment (source word i with target word i)
     read with ``--aligner pharaoh``: a pairing for the model's mechanics, not a good one."""
-    from fairseq_outlayers.pairing.__main__ import main
+    from fairseq_outlayers.tools.pairing.__main__ import main
 
     args = ["--src-text", os.path.join(raw_dir, f"train.{src}"), "--tgt-text", os.path.join(raw_dir, f"train.{tgt}"),
             "--src-dict", os.path.join(bin_dir, f"dict.{src}.txt"),
@@ -81,7 +81,7 @@ def pairing_file(raw_dir: str, bin_dir: str, path: str, src: str = "de", tgt: st
 def make_corpus(raw_dir: str, n_train: int = 240, n_valid: int = 24, n_test: int = 24, vocab: int = 40,
                 seed: int = 0, src: str = "de", tgt: str = "en", shared_words: int = 4) -> str:
     """train/valid/test.{src,tgt} from the package's synthetic generator (target = reversed translation)."""
-    from fairseq_outlayers.cli.synthetic import write_corpus
+    from fairseq_outlayers.tools.synthetic import write_corpus
 
     return write_corpus(raw_dir, (("train", n_train), ("valid", n_valid), ("test", n_test)), src, tgt,
                         vocab=vocab, shared_words=shared_words, seed=seed)
@@ -214,8 +214,8 @@ def partial_ledger_run(tmp_path, digest: Optional[str] = None, patience: Optiona
     off after it started leaves them."""
     import json
 
-    from fairseq_outlayers.ledger import records
-    from fairseq_outlayers.ledger.rows import LedgerRow, row_options
+    from fairseq_outlayers.lab.ledger import records
+    from fairseq_outlayers.lab.ledger.rows import LedgerRow, row_options
 
     data = tmp_path / "data"
     data.mkdir()

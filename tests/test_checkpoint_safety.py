@@ -143,18 +143,18 @@ def test_read_says_what_is_wrong_in_one_line(bad_checkpoints, kind):
 # Every entry point that loads a checkpoint, run in one interpreter (fairseq is imported once): {name: argv}, with
 # CKPT for the checkpoint, DATA for the data directory and OUT for a fresh output path.
 ENTRY_POINTS = {
-    "outlayers-generate": ("fairseq_outlayers.cli.wrappers:generate", ["DATA", "--path", "CKPT", "--cpu"]),
-    "outlayers-interactive": ("fairseq_outlayers.cli.wrappers:interactive", ["DATA", "--path", "CKPT", "--cpu"]),
-    "outlayers-validate": ("fairseq_outlayers.cli.wrappers:validate", ["DATA", "--path", "CKPT", "--cpu"]),
-    "outlayers-train --restore-file": ("fairseq_outlayers.cli.wrappers:train", [
+    "outlayers-generate": ("fairseq_outlayers.tools.wrappers:generate", ["DATA", "--path", "CKPT", "--cpu"]),
+    "outlayers-interactive": ("fairseq_outlayers.tools.wrappers:interactive", ["DATA", "--path", "CKPT", "--cpu"]),
+    "outlayers-validate": ("fairseq_outlayers.tools.wrappers:validate", ["DATA", "--path", "CKPT", "--cpu"]),
+    "outlayers-train --restore-file": ("fairseq_outlayers.tools.wrappers:train", [
         "DATA", "--arch", "outlayers_transformer", "--restore-file", "CKPT", "--save-dir", "OUT", "--cpu",
         "--optimizer", "adam", "--lr", "0.001", "--max-tokens", "500", "--max-update", "1"]),
-    "outlayers-train --finetune-from-model": ("fairseq_outlayers.cli.wrappers:train", [
+    "outlayers-train --finetune-from-model": ("fairseq_outlayers.tools.wrappers:train", [
         "DATA", "--arch", "outlayers_transformer", "--finetune-from-model", "CKPT", "--save-dir", "OUT", "--cpu",
         "--optimizer", "adam", "--lr", "0.001", "--max-tokens", "500", "--max-update", "1"]),
-    "outlayers-fit-bias": ("fairseq_outlayers.cli.fit_bias:main", ["CKPT", "--out", "OUT"]),
-    "outlayers-params": ("fairseq_outlayers.cli.params:main", ["CKPT"]),
-    "outlayers-vectors export": ("fairseq_outlayers.vectors:main", ["export", "CKPT", "OUT"]),
+    "outlayers-fit-bias": ("fairseq_outlayers.tools.fit_bias:main", ["CKPT", "--out", "OUT"]),
+    "outlayers-params": ("fairseq_outlayers.tools.params:main", ["CKPT"]),
+    "outlayers-vectors export": ("fairseq_outlayers.tools.vectors:main", ["export", "CKPT", "OUT"]),
     "scripts/probe_output_bias.py": ("scripts/probe_output_bias.py", ["CKPT", "--out-checkpoint", "OUT"]),
     "scripts/joint_neighbours.py": ("scripts/joint_neighbours.py", ["--path", "CKPT", "--words", "w1"]),
     "scripts/shared_private_pca.py": ("scripts/shared_private_pca.py", ["CKPT", "-o", "OUT.svg"]),

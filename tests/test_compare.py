@@ -5,20 +5,20 @@ import os
 
 import pytest
 
-from fairseq_outlayers.cli import compare
-from fairseq_outlayers.cli.compare import (demo_base_args, format_table, merge_args, read_row, row_data_bin,
+from fairseq_outlayers.lab import compare
+from fairseq_outlayers.lab.compare import (demo_base_args, format_table, merge_args, read_row, row_data_bin,
                                            training_speed, write_plot)
 from harness import REPO
 
+BASE = os.path.join(REPO, "configs", "demo-base.args")
+
 
 def test_row_with_its_own_criterion_drops_the_base_criterion():
-    base = demo_base_args()
+    base = demo_base_args(BASE)
     merged = merge_args(base, ["--output-layer", "continuous", "--criterion", "vmf_nll"])
     assert merged.count("--criterion") == 1 and merged[-1] == "vmf_nll"
     assert "--label-smoothing" not in merged and "0.1" not in merged[merged.index("--max-tokens"):][:2]
     assert merge_args(base, ["--output-layer", "tied"]) == base + ["--output-layer", "tied"]
-    with pytest.warns(DeprecationWarning, match="demo_base_args"):
-        assert compare.DEMO_BASE_ARGS == base  # the old name still works
 
 
 def test_every_row_trains_with_the_same_command_as_before(monkeypatch):
@@ -34,7 +34,7 @@ def test_every_row_trains_with_the_same_command_as_before(monkeypatch):
     for row in sorted(rows):
         name, row_args = read_row(os.path.join(REPO, row))
         data_bin, train_args = row_data_bin(row_args, "work/multi30k/data-bin/de-en")
-        compare.train_row(data_bin, "{save_dir}", demo_base_args(), train_args, 1, 200, os.devnull)
+        compare.train_row(data_bin, "{save_dir}", demo_base_args(BASE), train_args, 1, 200, os.devnull)
         cmd = commands.pop()
         cmd[0], cmd[cmd.index("--user-dir") + 1] = os.path.basename(cmd[0]), "{user_dir}"
         assert {"name": name, "command": cmd} == expected[row], row
@@ -44,14 +44,14 @@ def test_the_demo_trains_and_translates_on_one_gpu(monkeypatch):
     """fairseq-train would train each demo row data-parallel over every GPU it sees (a k-times batch, not the
     documented quick tables): the runner, one run at a time, gives its fairseq processes the first visible GPU,
     and sets nothing without CUDA."""
-    from fairseq_outlayers import gpus
+    from fairseq_outlayers.lab import gpus
 
     assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": "3,4"}) == {"CUDA_VISIBLE_DEVICES": "3"}
     assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": "GPU-9f,GPU-2c"}) == {"CUDA_VISIBLE_DEVICES": "GPU-9f"}
     assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": ""}) == {} and gpus.slot_env(None) == {}
     seen = []
     monkeypatch.setattr(compare, "run_training", lambda cmd, log_path, what, env=None: seen.append(env) or 0.0)
-    compare.train_row("data", "save", demo_base_args(), ["--output-layer", "tied"], 1, 10, os.devnull,
+    compare.train_row("data", "save", demo_base_args(BASE), ["--output-layer", "tied"], 1, 10, os.devnull,
                       {"CUDA_VISIBLE_DEVICES": "3"})
     assert seen == [{"CUDA_VISIBLE_DEVICES": "3"}]
 
@@ -101,7 +101,7 @@ def test_demo_table_shows_the_ledgers_converged_figure_or_none_yet(tmp_path):
     model (an LSTM) or another direction never stands beside a quick row; no match is "none yet"."""
     from test_ledger import HYP_A, fake_record
 
-    from fairseq_outlayers.cli.compare import ledger_figures
+    from fairseq_outlayers.lab.compare import ledger_figures
 
     params = {"total": 10, "trained": 8, "embedding": 4, "output": 2}
     base = ["--arch", "outlayers_transformer_tiny", "--lr", "0.003"]
@@ -133,9 +133,9 @@ def test_demo_table_shows_the_ledgers_converged_figure_or_none_yet(tmp_path):
 def test_make_demo_shows_the_tiny_transformer_figures_of_the_committed_ledger():
     """Each demo row (the tiny Transformer) gets the converged figure of the tiny Transformer on the same data and
     with the same method: not the LSTM's, the English -> German table's, a sampled or bias-fitted variant's."""
-    from fairseq_outlayers.cli.compare import ledger_figures
+    from fairseq_outlayers.lab.compare import ledger_figures
 
-    got = ledger_figures(os.path.join(REPO, "docs", "results", "runs"), _demo_rows(), demo_base_args())
+    got = ledger_figures(os.path.join(REPO, "docs", "results", "runs"), _demo_rows(), demo_base_args(BASE))
     assert got == {
         "softmax": "39.13 ± 0.53 (3 seeds, tiny-softmax)",
         "tied": "39.02 ± 0.90 (3 seeds, tiny-tied)",
@@ -178,7 +178,7 @@ def test_an_abort_at_exit_after_fairseq_finished_is_not_a_failure_and_any_other_
     before the end of training, or a non-zero exit after it, still stops the runner."""
     import sys
 
-    from fairseq_outlayers import fairseq_runs
+    from fairseq_outlayers.lab import fairseq_runs
 
     def fake(before_exit, then):
         return [sys.executable, "-c", f"import os, sys; print({before_exit!r}, flush=True); {then}"]

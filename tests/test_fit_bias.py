@@ -11,8 +11,8 @@ import torch
 
 from harness import REPO, TINY_TRANSFORMER, train
 
-from fairseq_outlayers.bias_fit import BIAS_KEY
-from fairseq_outlayers.cli.fit_bias import main as fit_bias_main
+from fairseq_outlayers.tools.bias_fit import BIAS_KEY
+from fairseq_outlayers.tools.fit_bias import main as fit_bias_main
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def sampled_joint(tiny_bin, tmp_path_factory):
 
 
 def test_the_bias_written_is_the_one_fitted_and_fairseq_builds_it(sampled_joint, tiny_bin, tmp_path, capsys):
-    from fairseq_outlayers import bias_fit
+    from fairseq_outlayers.tools import bias_fit
 
     out = tmp_path / "joint+bias.pt"
     assert fit_bias_main([sampled_joint, "--out", str(out), "--data", tiny_bin, "--train-sentences", "0",
@@ -133,7 +133,7 @@ def test_a_checkpoint_replaced_during_the_fit_runs_nothing_and_writes_nothing(sa
     refused too; nothing is written in either case."""
     import shutil
 
-    from fairseq_outlayers import bias_fit
+    from fairseq_outlayers.tools import bias_fit
     from fairseq_outlayers.checkpoint_safety import read
 
     marker = "/tmp/outlayers-pwned-fit"

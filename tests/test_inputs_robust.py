@@ -12,9 +12,9 @@ import pytest
 from harness import REPO, load_script
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.evaluation.unknown_words import load_lexicon, read_lexicon
-from fairseq_outlayers.pairing import lexicon as L
-from fairseq_outlayers.pairing.alignment import read_pharaoh
+from fairseq_outlayers.tools.evaluation.unknown_words import load_lexicon, read_lexicon
+from fairseq_outlayers.tools.pairing import lexicon as L
+from fairseq_outlayers.tools.pairing.alignment import read_pharaoh
 
 SRC = ["das Haus ist rot", "die Katze", "das Haus"]
 TGT = ["the house is red", "the cat", "the house"]
@@ -77,7 +77,7 @@ def test_a_pharaoh_file_without_links_is_refused_and_blank_lines_are_warned_of(t
 
 
 def test_the_pairing_tool_refuses_a_pharaoh_file_without_links(tmp_path, capsys, tiny_raw, tiny_bin):
-    from fairseq_outlayers.pairing.__main__ import main
+    from fairseq_outlayers.tools.pairing.__main__ import main
 
     n = sum(1 for _ in open(os.path.join(tiny_raw, "train.de")))
     blank = write(tmp_path / "blank", [""] * n)

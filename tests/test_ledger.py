@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.ledger import records
-from fairseq_outlayers.ledger.__main__ import build_parser, main as ledger_main
-from fairseq_outlayers.ledger.render import (compare, compare_line, converged_figures, epoch_ceiling, group, longest_wait,
+from fairseq_outlayers.lab.ledger import records
+from fairseq_outlayers.lab.ledger.__main__ import build_parser, main as ledger_main
+from fairseq_outlayers.lab.ledger.render import (compare, compare_line, converged_figures, epoch_ceiling, group, longest_wait,
                                              loss_at_stop,
                                              patience_margin, render,
                                              step_effect)
-from fairseq_outlayers.ledger.rows import protocol_options, read_ledger_row, row_options
-from fairseq_outlayers.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
+from fairseq_outlayers.lab.ledger.rows import protocol_options, read_ledger_row, row_options
+from fairseq_outlayers.lab.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
                                             sentence_stats, welch_t_test)
 
 REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
@@ -442,7 +442,7 @@ def test_rows_directives_and_protocol(tmp_path):
 
 
 def test_rows_of_one_table_stopped_by_another_patience_than_their_baseline_are_warned_of(tmp_path):
-    from fairseq_outlayers.ledger.rows import check_rows
+    from fairseq_outlayers.lab.ledger.rows import check_rows
 
     (tmp_path / "10-softmax.args").write_text("# baseline\n# patience: 10\n--data-bin d\n")
     (tmp_path / "20-tied.args").write_text("# tied\n# baseline: softmax\n# patience: 10\n--data-bin d\n")
@@ -534,8 +534,8 @@ def test_large_hypotheses_are_gzipped_reproducibly(tmp_path, monkeypatch):
 
 
 def test_raw_test_set_specs_and_raw_text_errors(tmp_path):
-    from fairseq_outlayers.evaluation.scoring import parse_raw_sets
-    from fairseq_outlayers.rawtext import Preparation, read_text
+    from fairseq_outlayers.tools.evaluation.scoring import parse_raw_sets
+    from fairseq_outlayers.tools.rawtext import Preparation, read_text
 
     src, ref = tmp_path / "a.de", tmp_path / "a.en"
     src.write_text("Ein Hund.\n")
@@ -570,8 +570,8 @@ def test_raw_test_set_specs_and_raw_text_errors(tmp_path):
 
 
 def test_a_partial_run_with_other_options_is_not_resumed(tmp_path):
-    from fairseq_outlayers.ledger.rows import LedgerRow
-    from fairseq_outlayers.ledger.runner import Settings, run
+    from fairseq_outlayers.lab.ledger.rows import LedgerRow
+    from fairseq_outlayers.lab.ledger.runner import Settings, run
 
     row = LedgerRow("tied", "rows/20-tied.args", "data", ["--output-layer", "tied"])
     partial = tmp_path / "work" / "tied.seed1"
@@ -585,7 +585,7 @@ def test_a_partial_run_with_other_options_is_not_resumed(tmp_path):
 def test_a_partial_run_on_other_data_is_not_resumed(tmp_path):
     from harness import partial_ledger_run
 
-    from fairseq_outlayers.ledger.runner import Settings, run
+    from fairseq_outlayers.lab.ledger.runner import Settings, run
 
     row, _ = partial_ledger_run(tmp_path, digest="0123456789abcdef")
     data = tmp_path / "data"
@@ -609,8 +609,8 @@ LOG = """\
 
 
 def test_learning_curve_and_speed_from_a_resumed_log(tmp_path):
-    from fairseq_outlayers.fairseq_runs import training_speed, validations
-    from fairseq_outlayers.ledger.runner import curve
+    from fairseq_outlayers.lab.fairseq_runs import training_speed, validations
+    from fairseq_outlayers.lab.ledger.runner import curve
 
     log = tmp_path / "train.log"
     log.write_text(LOG)
@@ -628,7 +628,7 @@ def test_learning_curve_and_speed_from_a_resumed_log(tmp_path):
 def test_epoch_seconds_is_the_median_gap_between_validations_within_one_stretch_of_a_log(tmp_path):
     """Epochs 1-4 validated 100, 300 and 120 s apart; a resume (34 min stopped) then epochs 5-6, 110 s apart: the
     median of 100, 300, 120 and 110 is 115; the gap across the resume and the test-subset line are not counted."""
-    from fairseq_outlayers.fairseq_runs import epoch_seconds
+    from fairseq_outlayers.lab.fairseq_runs import epoch_seconds
 
     def valid(time, epoch, subset="valid"):
         return f"2026-11-23 {time} | INFO | valid | epoch {epoch:03d} | valid on '{subset}' subset | loss 5.0\n"
@@ -647,7 +647,7 @@ def test_epoch_seconds_is_the_median_gap_between_validations_within_one_stretch_
 def test_plots_are_drawn_from_the_records_and_deterministic(tmp_path):
     import xml.etree.ElementTree as ET
 
-    from fairseq_outlayers.ledger.plots import nice_ticks
+    from fairseq_outlayers.lab.ledger.plots import nice_ticks
 
     ledger = str(tmp_path / "runs")
     for seed in (1, 2):
@@ -693,7 +693,7 @@ def test_a_row_of_the_other_direction(tmp_path, capsys):
 def test_both_directions_in_one_call_each_with_its_own_reference(tmp_path, monkeypatch, capsys):
     """The default --test-ref names the language {tgt}: each row gets the reference of its target language (its
     --target-lang, else its data directory's target); a missing one is named before anything trains."""
-    from fairseq_outlayers.ledger import runner
+    from fairseq_outlayers.lab.ledger import runner
 
     data = tmp_path / "data"
     data.mkdir()
@@ -721,7 +721,7 @@ def test_jobs_run_every_row_and_seed_and_other_options_stop_before_training(tmp_
     import threading
     import time
 
-    from fairseq_outlayers.ledger import runner
+    from fairseq_outlayers.lab.ledger import runner
 
     (tmp_path / "data").mkdir()
     ref = tmp_path / "test.en"
@@ -767,8 +767,8 @@ def test_each_run_sees_one_gpu_the_slots_taking_the_visible_gpus_in_turn(tmp_pat
     import threading
     import time
 
-    from fairseq_outlayers import gpus
-    from fairseq_outlayers.ledger import runner
+    from fairseq_outlayers.lab import gpus
+    from fairseq_outlayers.lab.ledger import runner
 
     assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "5, 7"}) == ["5", "7"]
     assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == [] and gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == []
@@ -816,8 +816,8 @@ def test_the_run_environment_reaches_fairseq_train_and_generate(tmp_path, monkey
     import subprocess as sp
     import sys
 
-    from fairseq_outlayers import fairseq_runs
-    from fairseq_outlayers.evaluation import scoring
+    from fairseq_outlayers.lab import fairseq_runs
+    from fairseq_outlayers.tools.evaluation import scoring
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     log_path = str(tmp_path / "train.log")
@@ -848,7 +848,7 @@ def test_every_committed_row_file_is_a_valid_fairseq_train_command():
 
     from fairseq import options
 
-    from fairseq_outlayers.ledger.rows import check_rows
+    from fairseq_outlayers.lab.ledger.rows import check_rows
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     files = sorted(globmod.glob(os.path.join(repo, "configs", "ledger", "*", "*.args")))
@@ -869,7 +869,7 @@ def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, ca
     made with other options than the row gives now."""
     import json
 
-    from fairseq_outlayers.ledger.rows import row_options
+    from fairseq_outlayers.lab.ledger.rows import row_options
 
     rows = tmp_path / "rows"
     rows.mkdir()
@@ -911,8 +911,8 @@ def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, ca
 def recording_runner(monkeypatch):
     """Replace runner.run by one that records as it does (the row's options, the digests of its data and of the
     files its options name), skipping what is recorded; returns the list of seeds it trained."""
-    from fairseq_outlayers.ledger import runner
-    from fairseq_outlayers.ledger.rows import row_options
+    from fairseq_outlayers.lab.ledger import runner
+    from fairseq_outlayers.lab.ledger.rows import row_options
 
     started = []
 
@@ -1000,7 +1000,7 @@ def test_a_file_the_options_name_made_again_differently_is_refused_and_shown(tmp
 
     from harness import partial_ledger_run
 
-    from fairseq_outlayers.ledger.runner import Settings, run
+    from fairseq_outlayers.lab.ledger.runner import Settings, run
 
     data = tmp_path / "data"
     data.mkdir()
@@ -1092,24 +1092,24 @@ def test_the_committed_tables_are_the_committed_records_rendered(monkeypatch):
                   title=parser_defaults.title, figures=figures)
     out_dir = os.path.dirname(parser_defaults.out)
     with open(parser_defaults.out, encoding="utf-8") as f:
-        assert f.read() == text + "\n", "docs/results/ledger.md is stale: run python -m fairseq_outlayers.ledger render"
+        assert f.read() == text + "\n", "docs/results/ledger.md is stale: run python -m fairseq_outlayers.lab.ledger render"
     assert figures
     for name, svg in sorted(figures.items()):
         with open(os.path.join(out_dir, name), encoding="utf-8") as f:
-            assert f.read() == svg, f"{name} is stale: run python -m fairseq_outlayers.ledger render"
+            assert f.read() == svg, f"{name} is stale: run python -m fairseq_outlayers.lab.ledger render"
 
 
 def test_a_copy_without_git_names_its_commit_through_the_environment(tmp_path, monkeypatch):
     """A device machine gets the working tree, perhaps without .git: the record's commit comes from
     OUTLAYERS_COMMIT there (else "unknown"); in a checkout git's own answer wins."""
-    from fairseq_outlayers.ledger import runner
+    from fairseq_outlayers.lab.ledger import runner
 
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    monkeypatch.setattr(runner, "ROOT", str(tmp_path))
+    monkeypatch.setattr(runner, "CODE_DIR", str(tmp_path))
     monkeypatch.delenv("OUTLAYERS_COMMIT", raising=False)
     assert runner.git_commit() == "unknown"
     monkeypatch.setenv("OUTLAYERS_COMMIT", "28b7578")
     assert runner.git_commit() == "28b7578"
     monkeypatch.setenv("OUTLAYERS_COMMIT", "not-this")
-    monkeypatch.setattr(runner, "ROOT", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    monkeypatch.setattr(runner, "CODE_DIR", os.path.dirname(os.path.abspath(runner.__file__)))
     assert not runner.git_commit().startswith("not-this")  # this checkout's own commit

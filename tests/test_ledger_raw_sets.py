@@ -9,11 +9,11 @@ import pytest
 
 from harness import REPO, TINY_TRANSFORMER, make_corpus, run, tool
 
-from fairseq_outlayers.cli.translate import main as translate_main
-from fairseq_outlayers.evaluation.scoring import bleu_metric, detokenise, score_subset
-from fairseq_outlayers.ledger.__main__ import main as ledger_main
-from fairseq_outlayers.ledger import records
-from fairseq_outlayers.rawtext import Preparation
+from fairseq_outlayers.tools.translate import main as translate_main
+from fairseq_outlayers.tools.evaluation.scoring import bleu_metric, detokenise, score_subset
+from fairseq_outlayers.lab.ledger.__main__ import main as ledger_main
+from fairseq_outlayers.lab.ledger import records
+from fairseq_outlayers.tools.rawtext import Preparation
 
 
 
@@ -216,7 +216,7 @@ def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, 
                           beam=2)
     assert scores["sacrebleu"] == step["test"]["test2016"]["sacrebleu"]
     assert detokenise(open(tmp_path / "s" / "test.hyp").read().splitlines(), "en") == hyps_test2016(step, ledger)
-    from fairseq_outlayers.ledger.render import render
+    from fairseq_outlayers.lab.ledger.render import render
 
     assert ("- **tied-fitbias** (tied + a fitted bias): `" in render(ledger) and "; then `fit-output-bias --epochs 4 "
             "--lr 0.1` on each seed's best checkpoint of `tied`" in render(ledger))

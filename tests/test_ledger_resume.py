@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fairseq_outlayers.ledger import resume
+from fairseq_outlayers.lab.ledger import resume
 
 
 def validation(epoch, bleu, loss):
@@ -49,7 +49,7 @@ def test_resume_entry_sets_fairseqs_own_count_and_hands_over_the_arguments(monke
 
 def test_command_keeps_the_fairseq_train_arguments():
     cmd = resume.command(["/x/fairseq-train", "data", "--seed", "1"], (39.15, 2))
-    assert cmd == [sys.executable, "-m", "fairseq_outlayers.ledger.resume", "39.15", "2", "--", "data", "--seed", "1"]
+    assert cmd == [sys.executable, "-m", "fairseq_outlayers.lab.ledger.resume", "39.15", "2", "--", "data", "--seed", "1"]
 
 
 def partial_run(tmp_path, scores, patience=None):
@@ -75,7 +75,7 @@ class Stop(Exception):
     ([(35.0, 4.0)] + [(34.0, 4.1)] * 4 + [(34.0, 4.1)], 5, (35.0, 4), None),  # ... and one to go
 ])
 def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scores, done, trains, patience):
-    from fairseq_outlayers.ledger import runner
+    from fairseq_outlayers.lab.ledger import runner
 
     row = partial_run(tmp_path, scores, patience)
     calls, loaded = [], []
@@ -99,7 +99,7 @@ def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scor
     if trains is None:
         assert calls == [] and len(loaded) == 2
     else:
-        assert calls[0][:6] == [sys.executable, "-m", "fairseq_outlayers.ledger.resume", repr(trains[0]),
+        assert calls[0][:6] == [sys.executable, "-m", "fairseq_outlayers.lab.ledger.resume", repr(trains[0]),
                                 str(trains[1]), "--"]
         assert calls[0][6] == str(tmp_path / "data")
         assert calls[0][calls[0].index("--patience") + 1] == str(patience or 5)
@@ -109,8 +109,8 @@ def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scor
 def test_a_training_its_record_says_is_finished_is_not_resumed(tmp_path, monkeypatch, saved_updates, trains):
     """A step row's parent was recorded at 252 updates: a checkpoint_last.pt that far is finished whatever the log
     says (a log rewritten by an older runner may show patience left); one short of it resumes as before."""
-    from fairseq_outlayers.ledger import runner
-    from fairseq_outlayers.ledger.rows import row_options
+    from fairseq_outlayers.lab.ledger import runner
+    from fairseq_outlayers.lab.ledger.rows import row_options
 
     row = partial_run(tmp_path, [(30.0, 5.0), (35.0, 4.0), (34.0, 4.1)])  # 2 of 5 used: would resume
     calls = []

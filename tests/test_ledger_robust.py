@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.ledger import records
-from fairseq_outlayers.ledger.__main__ import main as ledger_main
-from fairseq_outlayers.ledger.render import compare_line, render
-from fairseq_outlayers.ledger.stats import paired_bootstrap_test, sentence_stats
+from fairseq_outlayers.lab.ledger import records
+from fairseq_outlayers.lab.ledger.__main__ import main as ledger_main
+from fairseq_outlayers.lab.ledger.render import compare_line, render
+from fairseq_outlayers.lab.ledger.stats import paired_bootstrap_test, sentence_stats
 
-from fairseq_outlayers.ledger.rows import read_ledger_row
+from fairseq_outlayers.lab.ledger.rows import read_ledger_row
 
 from test_ledger import HYP_A, HYP_B, REFS, fake_record, one_row_table
 from test_readers_hypothesis import corrupted
@@ -139,8 +139,8 @@ def test_a_damaged_record_is_shown_by_status_and_stops_run_before_training(tmp_p
 def test_an_unreadable_options_file_of_a_partial_run_is_shown_and_refused(tmp_path, capsys):
     from harness import partial_ledger_run
 
-    from fairseq_outlayers.ledger.runner import Settings, run
-    from fairseq_outlayers.ledger.status import run_state
+    from fairseq_outlayers.lab.ledger.runner import Settings, run
+    from fairseq_outlayers.lab.ledger.status import run_state
 
     row, work = partial_ledger_run(tmp_path)
     (work / "options.json").write_bytes(b"\xff\xfe[")

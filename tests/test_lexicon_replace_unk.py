@@ -1,5 +1,5 @@
-"""Unknown-word replacement: the fast_align lexicon (``python -m fairseq_outlayers.pairing lexicon``), the
-replacement rule (``fairseq_outlayers.evaluation.unknown_words``), ``outlayers-generate`` / ``outlayers-interactive
+"""Unknown-word replacement: the fast_align lexicon (``python -m fairseq_outlayers.tools.pairing lexicon``), the
+replacement rule (``fairseq_outlayers.tools.evaluation.unknown_words``), ``outlayers-generate`` / ``outlayers-interactive
 --replace-unk LEXICON`` and ``scripts/evaluate.sh --replace-unk LEXICON``."""
 import json
 import os
@@ -13,8 +13,8 @@ from fairseq import utils as fairseq_utils
 from fairseq.data import Dictionary
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.evaluation import unknown_words as U
-from fairseq_outlayers.pairing import lexicon as L
+from fairseq_outlayers.tools.evaluation import unknown_words as U
+from fairseq_outlayers.tools.pairing import lexicon as L
 from harness import NO_ALIGNER, REPO, USER_DIR, make_corpus, run, tool, train
 
 
@@ -70,7 +70,7 @@ def test_lexicon_exact_entries_from_known_links(tmp_path):
 def test_lexicon_cli_with_fast_align(unk_setup, tmp_path):
     """fast_align (both directions, grow-diag-final) on the synthetic corpus, whose word translation is known:
     s0..s3 are kept as they are, s_i -> T_i for the others; every entry must be exactly that. (The lexicon was
-    written by ``python -m fairseq_outlayers.pairing lexicon`` in the fixture.)"""
+    written by ``python -m fairseq_outlayers.tools.pairing lexicon`` in the fixture.)"""
     pytest.importorskip("systran_align", reason=NO_ALIGNER)
     assert "40 source units with a translation" in unk_setup["cli_stdout"]
     assert U.read_lexicon(unk_setup["full_lexicon"]) == {f"s{i}": (f"s{i}" if i < 4 else f"T{i}") for i in range(40)}

@@ -360,7 +360,7 @@ def test_train_target_vectors_refuses_a_dim_beyond_memory_before_training(tmp_pa
     (["--epochs", "0"], "--epochs must be >= 1, not 0"),
 ])
 def test_fit_bias_options_are_refused_before_the_checkpoint_is_read(tmp_path, capsys, argv, message):
-    from fairseq_outlayers.cli.fit_bias import main
+    from fairseq_outlayers.tools.fit_bias import main
 
     ckpt = tmp_path / "c.pt"
     ckpt.write_bytes(b"not read")
@@ -409,7 +409,7 @@ def _checkpoint(tiny_bin, save, extra):
 
 @pytest.fixture(scope="module")
 def pairing(tiny_raw, tiny_bin, tmp_path_factory):
-    from fairseq_outlayers.pairing.__main__ import main
+    from fairseq_outlayers.tools.pairing.__main__ import main
 
     path = str(tmp_path_factory.mktemp("pairing") / "pairs.txt")
     assert main(["--src-text", os.path.join(tiny_raw, "train.de"), "--tgt-text", os.path.join(tiny_raw, "train.en"),
@@ -521,7 +521,7 @@ def test_outlayers_train_resume_with_another_joint_dim(tiny_bin, tmp_path):
 
 # ---- the package's tools: every size and number option typed, so argparse refuses a bad value in one line ---------
 def _tool_mains():
-    from fairseq_outlayers.cli import compare, score_raw, synthetic
+    from fairseq_outlayers.lab import compare, score_raw, synthetic
 
     return {"compare": compare.main, "score_raw": score_raw.main, "synthetic": synthetic.main,
             "tune_continuous_decoding": load_script("tune_continuous_decoding.py").main,

@@ -6,7 +6,7 @@ import sys
 
 from harness import REPO
 
-from fairseq_outlayers.cli.options import main, render
+from fairseq_outlayers.tools.options import main, render
 
 
 def _lines_of(text, flag):

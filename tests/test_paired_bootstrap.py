@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from fairseq_outlayers.evaluation.scoring import bleu_metric, detokenise
-from fairseq_outlayers.ledger.stats import paired_bootstrap_test, sentence_stats, welch_t_test
+from fairseq_outlayers.tools.evaluation.scoring import bleu_metric, detokenise
+from fairseq_outlayers.lab.ledger.stats import paired_bootstrap_test, sentence_stats, welch_t_test
 
 from harness import load_script
 

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.pairing import (LexicalTable, estimate_probabilities, forward_viterbi, index_maps,
-                                       lambdas_from_string, load_dictionary, make_pairing, pair_words, read_pairing,
-                                       read_parallel, read_pharaoh, write_pairing)
-from fairseq_outlayers.pairing.alignment import train_fast_align, write_fast_align_input
+from fairseq_outlayers.pairing import (index_maps, lambdas_from_string, load_dictionary, pair_words, read_pairing,
+                                       read_parallel, write_pairing)
+from fairseq_outlayers.tools.pairing import make_pairing
+from fairseq_outlayers.tools.pairing.alignment import LexicalTable, estimate_probabilities, forward_viterbi, read_pharaoh
+from fairseq_outlayers.tools.pairing.alignment import train_fast_align, write_fast_align_input
 from harness import NO_ALIGNER
 
 # --------------------------------------------------------------------------------------------------------
@@ -245,7 +246,7 @@ def test_console_tool(tmp_path, capsys):
     assert "lexical meaning (lm)" in proc.stdout and "words/s" in proc.stderr
     assert "embedding parameters at d=512, decoder WT" in proc.stdout
     before = open(out, encoding="utf-8").read()
-    from fairseq_outlayers.pairing.__main__ import main  # the same entry point, in-process (fast)
+    from fairseq_outlayers.tools.pairing.__main__ import main  # the same entry point, in-process (fast)
 
     assert main(cmd[3:]) == 1
     assert "exists" in capsys.readouterr().err

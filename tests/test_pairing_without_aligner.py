@@ -2,8 +2,8 @@
 reading anything; alignments from the user's own fast_align (--aligner pharaoh) still work."""
 import sys
 
-from fairseq_outlayers.pairing.__main__ import main as pairing_main
-from fairseq_outlayers.pairing.lexicon import main as lexicon_main
+from fairseq_outlayers.tools.pairing.__main__ import main as pairing_main
+from fairseq_outlayers.tools.pairing.lexicon import main as lexicon_main
 from harness import make_corpus, preprocess
 
 

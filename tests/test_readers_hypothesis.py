@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.evaluation.unknown_words import read_lexicon
-from fairseq_outlayers.pairing import load_dictionary, read_pairing, read_parallel, read_pharaoh
+from fairseq_outlayers.tools.evaluation.unknown_words import read_lexicon
+from fairseq_outlayers.pairing import load_dictionary, read_pairing, read_parallel
+from fairseq_outlayers.tools.pairing.alignment import read_pharaoh
 from fairseq_outlayers.vectors import load_target_table
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -314,7 +315,7 @@ def _run_cli(main, argv, capsys):
 @given(option=st.sampled_from(["--threshold", "--iterations", "--report-dim"]), value=ANY_NUMBER,
        out=st.sampled_from(["new", "missing-dir", "input"]))
 def test_pairing_cli_arguments(small_corpus, capsys, option, value, out):
-    from fairseq_outlayers.pairing.__main__ import main
+    from fairseq_outlayers.tools.pairing.__main__ import main
 
     p = small_corpus
     target = {"new": os.path.join(_DIR, "p.txt"),
@@ -331,7 +332,7 @@ def test_pairing_cli_arguments(small_corpus, capsys, option, value, out):
 @FEW
 @given(option=st.sampled_from(["--min-count", "--iterations"]), value=ANY_NUMBER)
 def test_lexicon_cli_arguments(small_corpus, capsys, option, value):
-    from fairseq_outlayers.pairing.lexicon import main
+    from fairseq_outlayers.tools.pairing.lexicon import main
 
     p = small_corpus
     out = os.path.join(_DIR, "lex.txt")
@@ -342,7 +343,7 @@ def test_lexicon_cli_arguments(small_corpus, capsys, option, value):
 @FEW
 @given(value=ANY_NUMBER)
 def test_vectors_cli_arguments(small_corpus, capsys, value):
-    from fairseq_outlayers.vectors import main
+    from fairseq_outlayers.tools.vectors import main
 
     vec = _tmp(VEC_TEXT, "v.vec")
     _run_cli(main, ["report", small_corpus["dict.en.txt"], vec, "--min-coverage", value], capsys)

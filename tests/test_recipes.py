@@ -16,7 +16,7 @@ import pytest
 import sacrebleu
 import torch
 
-from fairseq_outlayers.evaluation.unknown_words import source_words
+from fairseq_outlayers.tools.evaluation.unknown_words import source_words
 from harness import NO_ALIGNER, REPO, run, tool
 
 SCRIPTS = os.path.join(REPO, "scripts")

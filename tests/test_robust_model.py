@@ -174,7 +174,7 @@ def test_softmax_checkpoint_target_dictionary_and_old_checkpoints(tiny_bin, othe
 
 
 def test_resume_with_another_pairing_file(tiny_raw, tiny_bin, tmp_path):
-    from fairseq_outlayers.pairing.__main__ import main
+    from fairseq_outlayers.tools.pairing.__main__ import main
 
     pairing = str(tmp_path / "pairs.txt")
     assert main(["--src-text", os.path.join(tiny_raw, "train.de"), "--tgt-text", os.path.join(tiny_raw, "train.en"),

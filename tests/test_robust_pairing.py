@@ -11,9 +11,9 @@ import pytest
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.pairing import read_pairing
-from fairseq_outlayers.pairing.__main__ import main as pairing_main
-from fairseq_outlayers.pairing.alignment import LexicalTable, forward_viterbi
-from fairseq_outlayers.pairing.lexicon import main as lexicon_main
+from fairseq_outlayers.tools.pairing.__main__ import main as pairing_main
+from fairseq_outlayers.tools.pairing.alignment import LexicalTable, forward_viterbi
+from fairseq_outlayers.tools.pairing.lexicon import main as lexicon_main
 from harness import NO_ALIGNER
 
 
@@ -97,7 +97,7 @@ def test_pairing_cli_aligns_a_3000_token_line_under_1gb(tmp_path):
     long_src = [f"w{k % 60}" for k in range(3000)]
     s, t, ds, dt = _corpus(tmp_path, long_line=(long_src, [w.upper() for w in long_src]))
     out = tmp_path / "pairs.txt"
-    code = ("import resource, sys; from fairseq_outlayers.pairing.__main__ import main; rc = main(sys.argv[1:]); "
+    code = ("import resource, sys; from fairseq_outlayers.tools.pairing.__main__ import main; rc = main(sys.argv[1:]); "
             "print('PEAK_MB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr); "
             "sys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code, *_args(s, t, ds, dt, out)], capture_output=True, text=True,

@@ -1,11 +1,11 @@
-"""fairseq_outlayers/evaluation/scoring.py, the one evaluation path: fairseq-generate's output read back by
+"""fairseq_outlayers/tools/evaluation/scoring.py, the one evaluation path: fairseq-generate's output read back by
 sentence id, and corpus BLEU against an independent float64 computation."""
 import math
 from collections import Counter
 
 import pytest
 
-from fairseq_outlayers.evaluation.scoring import corpus_bleu, detokenise, hypotheses_from, read_generate_output
+from fairseq_outlayers.tools.evaluation.scoring import corpus_bleu, detokenise, hypotheses_from, read_generate_output
 
 # fairseq-generate output as it prints it: batches out of sentence order, --nbest 2, alignments, log lines
 GENERATED = """2026-11-23 | INFO | fairseq_cli.generate | loading model

@@ -333,7 +333,7 @@ def test_hydra_train_then_generate(tiny_bin, tiny_pairing, tmp_path):
 def test_identical_pairing_is_three_way_sharing(tiny_bin, tiny_bin_joined, tmp_path):
     """--identical (joined dictionary) with lambda_wf = 1: every non-special word has one vector for source,
     target and output, i.e. three-way tying (Press & Wolf 2017) with private special symbols."""
-    from fairseq_outlayers.pairing.__main__ import main
+    from fairseq_outlayers.tools.pairing.__main__ import main
 
     path = str(tmp_path / "identical.txt")
     joined = os.path.join(tiny_bin_joined, "dict.de.txt")

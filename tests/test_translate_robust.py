@@ -13,7 +13,7 @@ import pytest
 
 from harness import REPO, TINY_TRANSFORMER, tool, train
 
-from fairseq_outlayers.cli.translate import _invalid_size, binarised_sizes, main as translate_main, source_limit
+from fairseq_outlayers.tools.translate import _invalid_size, binarised_sizes, main as translate_main, source_limit
 
 
 def _error(capsys):
@@ -111,8 +111,8 @@ def _killed_while_working(tmp_path, driver, prefix):
 def test_sigterm_removes_the_translate_work_directory(files, tmp_path):
     driver = f"""
         import os, time
-        from fairseq_outlayers.evaluation import scoring
-        from fairseq_outlayers.cli import translate
+        from fairseq_outlayers.tools.evaluation import scoring
+        from fairseq_outlayers.tools import translate
 
         def stuck(*args, **kwargs):  # fairseq-generate, translating for ever
             open(os.path.join(os.environ["TMPDIR"], "started"), "w").close()
@@ -131,8 +131,8 @@ def test_sigterm_removes_the_alignment_work_directory(tmp_path, tiny_raw, tiny_b
     out = tmp_path / "pairs.txt"
     driver = f"""
         import os, time
-        from fairseq_outlayers.pairing import alignment
-        from fairseq_outlayers.pairing.__main__ import main
+        from fairseq_outlayers.tools.pairing import alignment
+        from fairseq_outlayers.tools.pairing.__main__ import main
 
         def stuck(*args, **kwargs):  # fast_align, training for ever
             open(os.path.join(os.environ["TMPDIR"], "started"), "w").close()

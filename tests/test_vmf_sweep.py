@@ -50,7 +50,7 @@ def test_scaled_decode_option(sweep):
 def test_each_sweep_run_takes_one_gpu_slot_and_gives_it_back(sweep, monkeypatch):
     """With --jobs 3 on GPUs "5,7" a run's fairseq processes see one GPU (fairseq would otherwise train it
     data-parallel over both), the slot coming back when the run ends, also when it fails."""
-    from fairseq_outlayers import gpus
+    from fairseq_outlayers.lab import gpus
 
     seen = []
 

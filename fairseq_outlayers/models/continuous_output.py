@@ -92,7 +92,7 @@ def continuous_defaults(args):
 def target_table(args, task):
     """The aligned unit target table: from ``--target-vectors`` for a new model, or an empty table of the right
     shape for a model rebuilt from a checkpoint (its state dict fills it)."""
-    # imported here so that ``python -m fairseq_outlayers.vectors`` does not find it imported by the package
+    # imported here so that ``python -m fairseq_outlayers.tools.vectors`` does not find it imported by the package
     from fairseq_outlayers.vectors import TargetTable, load_target_table
 
     dictionary = task.target_dictionary

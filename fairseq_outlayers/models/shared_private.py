@@ -23,7 +23,7 @@ DEFAULT_LAMBDAS = "0.9,0.7,0.5"
 
 def add_args(parser):
     parser.add_argument("--pairing", metavar="PATH",
-                        help="shared-private: pairing file from python -m fairseq_outlayers.pairing (read at "
+                        help="shared-private: pairing file from python -m fairseq_outlayers.tools.pairing (read at "
                         "training; stored in the checkpoint)")
     parser.add_argument("--shared-private-lambdas", metavar="LM,WF,UR",
                         help="shared-private: share of the d features shared by a pair of each category "
@@ -88,7 +88,7 @@ def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_e
     else:
         if not args.pairing:
             raise OutlayersConfigError("--embeddings shared-private needs --pairing PATH (make the file with "
-                                       "python -m fairseq_outlayers.pairing; see docs/shared-private.md)")
+                                       "python -m fairseq_outlayers.tools.pairing; see docs/shared-private.md)")
         pairing = read_pairing(args.pairing)
         fingerprints.note_file(args, "pairing", args.pairing)
         pairs = index_maps(pairing, src_dict, tgt_dict, path=args.pairing)

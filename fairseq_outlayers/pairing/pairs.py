@@ -184,7 +184,7 @@ def read_pairing(path: str) -> Pairing:
                 raise OutlayersConfigError(f"{path}:{lineno}: not valid UTF-8; pairing files are UTF-8 text") from None
             if lineno == 1 and line != FORMAT_LINE:
                 raise OutlayersConfigError(f"{path}:1: not a pairing file (expected '{FORMAT_LINE}'); make one "
-                                           "with python -m fairseq_outlayers.pairing")
+                                           "with python -m fairseq_outlayers.tools.pairing")
             if line.startswith("#"):
                 key, _, value = line[1:].strip().partition(":")
                 header[key.strip()] = value.strip()
@@ -204,7 +204,7 @@ def read_pairing(path: str) -> Pairing:
                 raise OutlayersConfigError(f"{path}:{lineno}: score '{score}' is not a number") from None
             if not 0.0 <= value <= 1.0:  # also false for NaN
                 raise OutlayersConfigError(f"{path}:{lineno}: score '{score}' is not a probability A(y|x) in "
-                                           "[0, 1]; fix the line or re-run python -m fairseq_outlayers.pairing")
+                                           "[0, 1]; fix the line or re-run python -m fairseq_outlayers.tools.pairing")
             if not src or not tgt:
                 raise OutlayersConfigError(f"{path}:{lineno}: empty {'source' if not src else 'target'} token; "
                                            "each pair names one source and one target dictionary token")
@@ -229,12 +229,12 @@ def read_pairing(path: str) -> Pairing:
         value = fields.get(key, "0")
         if not value.isdigit():
             raise OutlayersConfigError(f"{path}: header '{name}={value}' is not a non-negative whole number; "
-                                       "re-run python -m fairseq_outlayers.pairing")
+                                       "re-run python -m fairseq_outlayers.tools.pairing")
         numbers[name] = int(value)
     if not pairs:
         raise OutlayersConfigError(f"{path}: the pairing file has a header but no pairs, so no embedding would be "
                                    "shared; it was cut short or made from text that does not match the "
-                                   "dictionaries: re-run python -m fairseq_outlayers.pairing")
+                                   "dictionaries: re-run python -m fairseq_outlayers.tools.pairing")
     found = Pairing(pairs).counts()
     for cat in CATEGORIES:
         stated = counts.get(cat)
@@ -242,7 +242,7 @@ def read_pairing(path: str) -> Pairing:
             said = " ".join(f"{c}={counts.get(c)}" for c in CATEGORIES)
             holds = " ".join(f"{c}={found[c]}" for c in CATEGORIES)
             raise OutlayersConfigError(f"{path}: the header says '{said}' but the file holds {holds} pairs: it was "
-                                       "cut short or edited; re-run python -m fairseq_outlayers.pairing (or, after "
+                                       "cut short or edited; re-run python -m fairseq_outlayers.tools.pairing (or, after "
                                        "an intended edit, correct the '# counts:' line)")
     return Pairing(pairs, s["sha256"], t["sha256"], numbers["source-dictionary symbols"],
                    numbers["target-dictionary symbols"], numbers["counts unpaired-source"],

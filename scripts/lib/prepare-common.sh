@@ -103,7 +103,7 @@ PY
 pc_check_parallel() {
   local dir=$1 src=$2 tgt=$3; shift 3
   # run as a file: the check needs only the standard library, not the (slow) import of fairseq
-  python "$ROOT/fairseq_outlayers/cli/check_parallel.py" "$dir" --src "$src" --tgt "$tgt" --splits "$@"
+  python "$ROOT/fairseq_outlayers/tools/check_parallel.py" "$dir" --src "$src" --tgt "$tgt" --splits "$@"
 }
 
 # pc_expect_lines FILE EXPECTED [TOLERANCE_PERCENT]: warn (never fail) when FILE's line count is off.
@@ -190,7 +190,7 @@ pc_concat_corpora() {
     c=${item%%=*}
     a=$(pc_find "$orig" "$c.$src"); b=$(pc_find "$orig" "$c.$tgt")
     if [ -z "$a" ] || [ -z "$b" ]; then warn "$c.{$src,$tgt} not found under $orig: training without it"; continue; fi
-    python "$ROOT/fairseq_outlayers/cli/check_parallel.py" "$(dirname "$a")" --src "$src" --tgt "$tgt" --splits "$c"
+    python "$ROOT/fairseq_outlayers/tools/check_parallel.py" "$(dirname "$a")" --src "$src" --tgt "$tgt" --splits "$c"
     pc_expect_lines "$a" "${item#*=}"
     cat "$a" >> "$prefix.$src"; cat "$b" >> "$prefix.$tgt"; found=$((found + 1))
   done

@@ -19,10 +19,10 @@ def remove_bpe(text):
 
 def replace_unknown(hyp, src, align, unk="<unk>", lexicon=None, counts=None):
     """Replace each <unk> of the BPE-level hypothesis (fairseq's hard attention alignment 'i-j' = source i,
-    target j) by the rule of ``fairseq_outlayers.evaluation.unknown_words`` (the one outlayers-generate
+    target j) by the rule of ``fairseq_outlayers.tools.evaluation.unknown_words`` (the one outlayers-generate
     --replace-unk applies): lexicon[aligned source unit], else the whole source word of that unit. ``counts``
     (a Counter) gets 'lexicon'/'copied'."""
-    from fairseq_outlayers.evaluation.unknown_words import links_by_target, replace_unknowns
+    from fairseq_outlayers.tools.evaluation.unknown_words import links_by_target, replace_unknowns
 
     tokens, from_lexicon, copied = replace_unknowns(hyp.split(), src.split(), links_by_target(align) or {},
                                                     lexicon, unk)
@@ -81,10 +81,10 @@ def main(argv=None):
     p.add_argument("--replace-unk", default="0")
     p.add_argument("--unk-lexicon", default="", help="with --replace-unk 1: source unit -> target word lexicon")
     a = p.parse_args(argv)
-    # the package's one evaluation path (fairseq_outlayers/evaluation/scoring.py): the same parsing of
+    # the package's one evaluation path (fairseq_outlayers/tools/evaluation/scoring.py): the same parsing of
     # fairseq-generate's output, detokenisation, reference tokenisation and BLEU as the runners and the ledger
-    from fairseq_outlayers.evaluation.scoring import corpus_bleu, detokenise, read_generate_output
-    from fairseq_outlayers.rawtext import Preparation
+    from fairseq_outlayers.tools.evaluation.scoring import corpus_bleu, detokenise, read_generate_output
+    from fairseq_outlayers.tools.rawtext import Preparation
 
     out, tgt, raw_ref, rare, ckpt, beam, lenpen, tok_ref = (a.out, a.tgt, a.raw_ref, a.rare_f1, a.checkpoint,
                                                             a.beam, a.lenpen, a.tok_ref)
@@ -96,7 +96,7 @@ def main(argv=None):
     if replace_unk:
         if a.unk_lexicon:
             from fairseq_outlayers.errors import OutlayersConfigError
-            from fairseq_outlayers.evaluation.unknown_words import read_lexicon
+            from fairseq_outlayers.tools.evaluation.unknown_words import read_lexicon
 
             try:
                 lexicon = read_lexicon(a.unk_lexicon)

@@ -1,0 +1,396 @@
+"""The files of the ledger (default ``docs/results/runs/``), all written atomically:
+
+* ``ROW.seedN.json``: the record of one finished run (written last, so a record never lacks its files);
+* ``ROW.seedN.SET.hyp``: its detokenised hypotheses of test set SET, one per line (``.hyp.gz`` above
+  ``GZIP_ABOVE`` bytes, gzip with no time stamp so it is reproducible);
+* ``refs/SHA.ref``: each reference text once, named by the start of its sha256, so scores and significance
+  tests regenerate from the ledger alone.
+
+A record keeps the digest of the data it was trained on (``data_digest``) and of every file its options name
+(``file_digests``: a pairing file, target vectors); ``check_data`` and ``check_files`` stop a run whose data
+directory now holds something else than the records of its table were trained on, or a file it names something else
+than the recorded seeds of its row were trained with, so seeds of different data are never averaged together; a
+row whose named file differs from another row's is allowed, and every comparison between the two says so.
+"""
+import glob
+import gzip
+import hashlib
+import json
+import math
+import os
+import re
+import zlib
+from typing import Dict, List, Optional
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import atomic_write, write_text
+
+GZIP_ABOVE = 200_000
+
+
+#: the files of a data directory that are its data: what fairseq-preprocess writes (dictionaries, binarised splits)
+#: and the BPE codes the preparation scripts keep beside them. Not its log or hidden markers (paths, dates), nor
+#: files added later (a pairing file, which a row names and ``file_digests`` covers, or a user's notes).
+DATA_FILE = re.compile(r"dict\.[^/]+\.txt|bpecodes(\.[^/]+)?|[^/]+\.(bin|idx)")
+
+
+def data_digest(data_bin: str) -> str:
+    """The first 16 hex digits of a sha256 over a data directory's data files (``DATA_FILE``: dictionaries, BPE
+    codes, binarised splits), name and content, in name order. Equal digests: the runs saw the same data."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(data_bin)):
+        path = os.path.join(data_bin, name)
+        if not DATA_FILE.fullmatch(name) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            content = f.read()
+        h.update(f"{name}\0{len(content)}\0".encode() + content)
+    return h.hexdigest()[:16]
+
+
+def check_data(records: List[Dict], table: str, data_bin: str, digest: str, row_file: str):
+    """An error when a record of ``table`` trained on ``data_bin`` saw data of another digest (records made before
+    digests were kept are not checked)."""
+    other = sorted((r["data_digest"], f"{r['row']} seed {r['seed']}") for r in records
+                   if r["table"] == table and r["options"][0] == data_bin
+                   and r.get("data_digest") not in (None, digest))
+    if other:
+        raise OutlayersConfigError(
+            f"{row_file}: '{data_bin}' now holds other data (digest {digest}) than the records of table '{table}' "
+            f"were trained on ({', '.join(f'{run}: digest {d}' for d, run in other)}); the data was prepared "
+            "again differently (other corpus, case, tokeniser or BPE merges). Prepare it as those runs did (their records' \"preparation\"), "
+            "or give the rows a table of their own (another directory under configs/ledger)")
+
+
+def file_digest(path: str) -> str:
+    """The first 16 hex digits of the sha256 of a file's content."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def file_digests(options: List[str]) -> Dict[str, str]:
+    """{path: file_digest} of every file a run's options name (the value of a ``--flag`` that is an existing file:
+    ``--pairing``, ``--target-vectors``, ...), by the path as the options give it."""
+    return {value: file_digest(value) for flag, value in zip(options, options[1:])
+            if flag.startswith("--") and not value.startswith("-") and os.path.isfile(value)}
+
+
+def check_files(records: List[Dict], table: str, row: str, digests: Dict[str, str], row_file: str) -> List[str]:
+    """An error when a record of ``row`` (in ``table``) was trained with a file of ``digests`` whose content was
+    another: seeds of one row are averaged, so they must share it (records made before file digests were kept are
+    not checked). Other rows of the table that were trained with another content are allowed -- their comparisons
+    with the row's baseline do not involve the file -- and returned as warnings; ``files_differ`` marks every
+    comparison between two such rows."""
+    def other(same_row):
+        return sorted((path, r["file_digests"][path], f"{r['row']} seed {r['seed']}") for r in records
+                      if r["table"] == table and (r["row"] == row) == same_row for path in digests
+                      if r.get("file_digests", {}).get(path) not in (None, digests[path]))
+
+    mine = other(True)
+    if mine:
+        path = mine[0][0]
+        raise OutlayersConfigError(
+            f"{row_file}: '{path}' now holds another file (digest {digests[path]}) than the recorded seeds of row "
+            f"'{row}' were trained with ({', '.join(f'{run}: digest {d}' for p, d, run in mine if p == path)}); "
+            "it was made again differently (other data, options, a random seed, other package versions, or "
+            "train_target_vectors.py --blas-core native on another CPU). Restore the file those runs "
+            "used, or give the row another name (a new row file) so that seeds of different files are never "
+            "averaged together")
+    return [f"{row_file}: '{path}' (digest {digests[path]}) differs from the file {run} of table '{table}' was "
+            f"trained with (digest {d}); the row's comparisons with that row will say so"
+            for path, d, run in other(False)]
+
+
+def files_differ(a: List[Dict], b: List[Dict]) -> List[str]:
+    """The files named by records of both ``a`` and ``b`` (two rows' records) whose digests differ between them:
+    a comparison of the two rows then mixes the files with the methods. ``path (digest, ... vs digest, ...)``."""
+    def named(runs):
+        out: Dict[str, set] = {}
+        for r in runs:
+            for path, digest in (r.get("file_digests") or {}).items():
+                out.setdefault(path, set()).add(digest)
+        return out
+
+    da, db = named(a), named(b)
+    return [f"{path} ({', '.join(sorted(da[path]))} vs {', '.join(sorted(db[path]))})"
+            for path in sorted(set(da) & set(db)) if da[path] != db[path]]
+
+
+def read_json(path: str):
+    """The JSON value of a small bookkeeping file (a run directory's options.json, file_digests.json), or None
+    when it cannot be read as UTF-8 JSON."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+
+
+def record_path(ledger: str, row: str, seed: int) -> str:
+    return os.path.join(ledger, f"{row}.seed{seed}.json")
+
+
+def _text(lines: List[str]) -> str:
+    return "".join(x + "\n" for x in lines)
+
+
+def write_lines(ledger: str, name: str, lines: List[str]) -> str:
+    """Write ``lines`` as ``ledger/name`` (gzipped as ``name.gz`` when large); returns the name written."""
+    data = _text(lines).encode("utf-8")
+    if len(data) > GZIP_ABOVE:
+        name += ".gz"
+        data = gzip.compress(data, mtime=0)
+    with atomic_write(os.path.join(ledger, name), "wb") as f:
+        f.write(data)
+    return name
+
+
+def read_lines(ledger: str, name: str) -> List[str]:
+    """The lines of a hypothesis or reference file of the ledger (gzipped when its name ends in .gz); a missing,
+    damaged or non-UTF-8 file is one line naming it (and the line)."""
+    path = os.path.join(ledger, name)
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"{path} is missing (named by a record in {ledger}); restore it from git or "
+                                   "remove the record to rerun that run")
+    with open(path, "rb") as f:
+        data = f.read()
+    if name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise OutlayersConfigError(f"{path}: not a complete gzip file ({e}); restore it from git or remove "
+                                       "the record naming it to rerun that run") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {data[e.start:e.start + 1]!r}); the "
+                                   "ledger's texts are UTF-8: restore it from git or remove the record naming it "
+                                   "to rerun that run") from None
+    if not text:
+        return []
+    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+
+
+def store_reference(ledger: str, lines: List[str]) -> str:
+    """The reference text in ``ledger/refs/`` (once per content); returns its name relative to the ledger."""
+    digest = hashlib.sha256(_text(lines).encode("utf-8")).hexdigest()[:16]
+    os.makedirs(os.path.join(ledger, "refs"), exist_ok=True)
+    name = os.path.join("refs", f"{digest}.ref")
+    for existing in (name, name + ".gz"):
+        if os.path.exists(os.path.join(ledger, existing)):
+            return existing
+    return write_lines(ledger, name, lines)
+
+
+def write_record(ledger: str, record: Dict, hypotheses: Dict[str, List[str]], references: Dict[str, List[str]],
+                 as_trained: Optional[Dict[str, List[str]]] = None):
+    """Hypotheses and references first, then the record naming them. ``as_trained``: a step row's hypotheses of
+    its checkpoint before the step ({test set: lines}, ``ROW.seedN.SET.as-trained.hyp``), named in
+    ``record["after"]["as_trained"][SET]`` so the step's own effect has a paired test too."""
+    os.makedirs(ledger, exist_ok=True)
+    stem = f"{record['row']}.seed{record['seed']}"
+    for set_name, lines in hypotheses.items():
+        record["test"][set_name]["hypotheses"] = write_lines(ledger, f"{stem}.{set_name}.hyp", lines)
+        record["test"][set_name]["reference"] = store_reference(ledger, references[set_name])
+    for set_name, lines in (as_trained or {}).items():
+        entry = record["after"]["as_trained"][set_name]
+        entry["hypotheses"] = write_lines(ledger, f"{stem}.{set_name}.as-trained.hyp", lines)
+        entry["reference"] = store_reference(ledger, references[set_name])
+    write_text(record_path(ledger, record["row"], record["seed"]), json.dumps(record, indent=2) + "\n")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _name(v) -> bool:
+    """A file of the ledger named relative to it, inside it (no absolute path, no '..')."""
+    return (isinstance(v, str) and bool(v) and not os.path.isabs(v)
+            and ".." not in v.replace("\\", "/").split("/"))
+
+
+_NUMBER = (_finite, "a finite number")
+_NUMBER_OR_NONE = (lambda v: v is None or _finite(v), "a finite number or null")
+_INT = (_integer, "an integer")
+_COUNT = (lambda v: _integer(v) and v >= 0, "an integer >= 0")
+_TEXT = (lambda v: isinstance(v, str), "a string")
+_TEXT_OR_NONE = (lambda v: v is None or isinstance(v, str), "a string or null")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+_OBJECT = (lambda v: isinstance(v, dict), "an object")
+_FILE = (_name, "a file name inside the ledger directory")
+
+#: field -> (check, what it must be, required): what render, compare, status and run read from a record
+SCHEMA = {
+    "row": ((lambda v: isinstance(v, str) and bool(v.strip())), "a row name", True),
+    "seed": (*_INT, True),
+    "table": ((lambda v: isinstance(v, str) and bool(v)), "a table name", True),
+    "options": ((lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v)),
+                "a list of strings (the fairseq-train options)", True),
+    "test": (*_OBJECT, True),
+    "params": (*_OBJECT, True),
+    "validation": (*_OBJECT, True),
+    "device": (*_TEXT, True),
+    "commit": (*_TEXT, True),
+    "epochs": (*_COUNT, True),
+    "updates": (*_COUNT, True),
+    "best_epoch": (*_COUNT, True),
+    "training_seconds": (*_NUMBER, True),
+    "method": (*_TEXT, False), "baseline": (*_TEXT_OR_NONE, False), "row_file": (*_TEXT, False),
+    "description": (*_TEXT, False), "command": (*_TEXT, False), "machine": (*_TEXT, False),
+    "preparation": (*_TEXT, False), "finished": (*_TEXT, False),
+    "data_digest": (*_TEXT_OR_NONE, False),
+    "file_digests": ((lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+                     "an object of file digests (strings)", False),
+    "best_updates": (*_COUNT, False), "wall_seconds": (*_NUMBER, False),
+    "tokens_per_second": (*_NUMBER_OR_NONE, False), "resumed": (*_BOOL, False), "lowercase": (*_BOOL, False),
+    "curve": ((lambda v: isinstance(v, list) and all(
+        isinstance(c, dict) and _integer(c.get("epoch"))
+        and all(c.get(k) is None or _finite(c[k]) for k in ("num_updates", "loss", "nll_loss", "bleu")) for c in v)),
+              "a list of objects with an integer 'epoch' and numbers", False),
+    "decoding": (*_OBJECT, False),
+    "after": (*_OBJECT, False),
+}
+PARAMS = {"total": (*_COUNT, True), "trained": (*_COUNT, True), "embedding": (*_COUNT, True),
+          "output": (*_COUNT, False), "frozen": (*_COUNT, False), "output_trained": (*_COUNT, False)}
+VALIDATION = {"metric": ((lambda v: v in ("bleu", "loss")), "'bleu' or 'loss'", True),
+              "best": (*_NUMBER_OR_NONE, False), "patience": (*_COUNT, False), "max_epoch": (*_COUNT, False),
+              "reason": (*_TEXT, False)}
+TEST_SET = {"sacrebleu": (*_NUMBER, True), "tokenized_bleu": (*_NUMBER, True), "sacrebleu_signature": (*_TEXT, True),
+            "hypotheses": (*_FILE, True), "reference": (*_FILE, True), "sentences": (*_COUNT, False),
+            "tokenized_bleu_signature": (*_TEXT, False)}
+AFTER = {"step": ((lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v)),
+                  "a non-empty list of strings (the step and its options)", True),
+         "trained_in": (*_TEXT, False), "as_trained": (*_OBJECT, False), "parent_record_matches": (*_BOOL, False)}
+AS_TRAINED = {"sacrebleu": (*_NUMBER_OR_NONE, False), "hypotheses": (*_FILE, False), "reference": (*_FILE, False)}
+
+
+def _shown(value) -> str:
+    text = json.dumps(value, allow_nan=True, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_fields(path: str, obj: Dict, schema: Dict, prefix: str = ""):
+    for key, (check, what, required) in schema.items():
+        if key not in obj:
+            if required:
+                raise OutlayersConfigError(f"{path}: field '{prefix}{key}' is missing; a ledger record has it "
+                                           f"({what}). {FIX}")
+            continue
+        if not check(obj[key]):
+            raise OutlayersConfigError(f"{path}: field '{prefix}{key}' is {_shown(obj[key])}, expected {what}. "
+                                       f"{FIX}")
+
+
+def _non_finite(value, where: str = ""):
+    """The first place (``a.b[2].c``) of ``value`` holding NaN or an infinity, else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(the whole record)"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _non_finite(v, f"{where}.{k}" if where else str(k))
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _non_finite(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+FIX = "Restore the record from git or move it out of the ledger directory (to rerun that run)"
+RECORD_NAME = re.compile(r"^(?P<row>.+)\.seed(?P<seed>-?\d+)\.json$")
+
+
+def check_record(path: str, record) -> Dict:
+    """``record`` (parsed from ``path``) checked against the record schema: an ``OutlayersConfigError`` naming the
+    file and the first field that is missing, of the wrong type or not a finite number, or a row and seed other
+    than the file's name (``ROW.seedN.json``) gives."""
+    if not isinstance(record, dict):
+        raise OutlayersConfigError(f"{path}: not a ledger record (a JSON object), but {_shown(record)}. {FIX}")
+    _check_fields(path, record, SCHEMA)
+    _check_fields(path, record["params"], PARAMS, "params.")
+    _check_fields(path, record["validation"], VALIDATION, "validation.")
+    if not record["test"]:
+        raise OutlayersConfigError(f"{path}: field 'test' holds no test set. {FIX}")
+    for name, entry in record["test"].items():
+        if not isinstance(entry, dict):
+            raise OutlayersConfigError(f"{path}: field 'test.{name}' is {_shown(entry)}, expected an object. {FIX}")
+        _check_fields(path, entry, TEST_SET, f"test.{name}.")
+    if "after" in record:
+        _check_fields(path, record["after"], AFTER, "after.")
+        for name, entry in (record["after"].get("as_trained") or {}).items():
+            if not isinstance(entry, dict):
+                raise OutlayersConfigError(f"{path}: field 'after.as_trained.{name}' is {_shown(entry)}, expected "
+                                           f"an object. {FIX}")
+            _check_fields(path, entry, AS_TRAINED, f"after.as_trained.{name}.")
+    where = _non_finite(record)
+    if where:
+        raise OutlayersConfigError(f"{path}: field '{where}' is not a number (NaN or infinite); a record holds "
+                                   f"finite figures only. {FIX}")
+    m = RECORD_NAME.match(os.path.basename(path))
+    if m and (m.group("row"), int(m.group("seed"))) != (record["row"], record["seed"]):
+        raise OutlayersConfigError(
+            f"{path}: the record is of row '{record['row']}' seed {record['seed']} but its file name says row "
+            f"'{m.group('row')}' seed {m.group('seed')}; a record is named ROW.seedN.json after its own row and "
+            "seed: restore it from git, or rename the file to what the record holds")
+    return record
+
+
+def load_record(path: str) -> Dict:
+    """A record read and checked (``check_record``); every problem is one line naming the file (and the field)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise OutlayersConfigError(f"{path}: cannot be read ({e.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {raw[e.start:e.start + 1]!r}); a record "
+                                   f"is UTF-8 JSON. {FIX}") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise OutlayersConfigError(f"{path}:{e.lineno}: not valid JSON ({e.msg}). {FIX}") from None
+    except RecursionError:
+        raise OutlayersConfigError(f"{path}: nested too deeply to be a ledger record. {FIX}") from None
+    return check_record(path, record)
+
+
+def read_records(ledger: str) -> List[Dict]:
+    """Every record of the ledger, in file-name order."""
+    if not os.path.isdir(ledger):
+        raise OutlayersConfigError(f"ledger directory '{ledger}' does not exist; run 'python -m "
+                                   "fairseq_outlayers.lab.ledger run' first or give --ledger DIR")
+    return [load_record(p) for p in sorted(glob.glob(os.path.join(ledger, "*.seed*.json")))]
+
+
+def recorded(ledger: str, row: str, seed: int, options: List[str], row_file: str,
+             after: Optional[List[str]] = None) -> Optional[Dict]:
+    """The record of this run when it exists; an error when it was made with other options or another step after
+    training (``after``: the row's ``# after:`` step, [] or None for none)."""
+    path = record_path(ledger, row, seed)
+    if not os.path.exists(path):
+        return None
+    record = load_record(path)
+    if record["options"] != options:
+        raise OutlayersConfigError(
+            f"{path} was run with `{' '.join(record['options'])}` but {row_file} now gives "
+            f"`{' '.join(options)}`; rename the row (a new experiment) or move the record away (to rerun it)")
+    step = (record.get("after") or {}).get("step") or []
+    if step != (after or []):
+        raise OutlayersConfigError(
+            f"{path} was made with the step `{' '.join(step) or 'none'}` after training but {row_file} now gives "
+            f"`{' '.join(after or []) or 'none'}`; rename the row (a new experiment) or move the record away (to "
+            "rerun it)")
+    return record

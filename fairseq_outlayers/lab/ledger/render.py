@@ -1,0 +1,526 @@
+"""Markdown tables from the ledger's records alone, regenerated bit for bit (no dates, no machine state).
+
+One table per ``table`` of the records; one line per row: the test score per seed (a seed without a record reads
+"missing" and is not averaged in), mean ± sample standard deviation over the recorded seeds, tokenised BLEU, the
+difference from the row's baseline and the p-value of the paired bootstrap test (``stats.paired_bootstrap`` on the
+hypotheses and references kept in the ledger), the extra test sets, parameter counts, epochs, updates, speed and
+the device; with ``figures``, the plots of ``plots`` (learning curves, score against trained parameters) as SVG
+files named in the Markdown. ``converged_figures`` gives the same means to ``make demo``'s table.
+
+The tables, their plots and ``compare_line`` keep to the protocol's seeds (``seeds``, 1-3 by default), so a figure
+quoted from them stays what it was when a row later gets more seeds; records of further seeds (run to test a
+difference at the seed level) get a table of their own under each table (``further_seeds``), where every recorded
+seed counts, and ``compare_line(..., seeds=None)`` counts them all too.
+"""
+import math
+import os
+import re
+import shlex
+from typing import Dict, List, Optional, Sequence
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.lab.ledger import plots, resume
+from fairseq_outlayers.lab.ledger import records as rec
+from fairseq_outlayers.lab.ledger.stats import (N_SAMPLES, SEED, mean_sd, paired_bootstrap_test,
+                                            seeds_for_power, sentence_stats,
+                                            welch_t_test)
+
+DEFAULT_SEEDS = (1, 2, 3)
+
+
+def _fmt(value: Optional[float], digits: int = 2) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def mean_pm_sd(values: Sequence[float]) -> str:
+    mean, sd = mean_sd(values)
+    if mean is None:
+        return "—"
+    return f"{mean:.2f}" + (f" ± {sd:.2f}" if sd is not None else " (1 seed)")
+
+
+def _word_params(params: Dict) -> int:
+    """Parameters that represent words (input embeddings and the output layer, trained or frozen): the papers'
+    "embedding parameters" (Liu et al. 2019 count source, target and output matrices)."""
+    return params["embedding"] + params.get("output", 0)
+
+
+def _count_vs(count: int, baseline: Optional[int]) -> str:
+    """``1,760,543 (-37.1 %)``: a parameter count and its relative difference from the baseline's."""
+    return f"{count:,}" + (f" ({100.0 * (count - baseline) / baseline:+.1f} %)" if baseline else "")
+
+
+def group(records: List[Dict]) -> Dict[str, Dict[str, Dict[int, Dict]]]:
+    """{table: {row: {seed: record}}}, tables and rows in order (rows by their row file's name)."""
+    tables: Dict[str, Dict[str, Dict[int, Dict]]] = {}
+    for r in sorted(records, key=lambda r: (r["table"], r.get("row_file", ""), r["row"], r["seed"])):
+        tables.setdefault(r["table"], {}).setdefault(r["row"], {})[r["seed"]] = r
+    return tables
+
+
+def keep_seeds(rows: Dict[str, Dict[int, Dict]], seeds: Optional[Sequence[int]]) -> Dict[str, Dict[int, Dict]]:
+    """``rows`` with only the records of ``seeds`` (None: all of them); a row left without records is dropped."""
+    if seeds is None:
+        return rows
+    kept = {row: {s: r for s, r in runs.items() if s in seeds} for row, runs in rows.items()}
+    return {row: runs for row, runs in kept.items() if runs}
+
+
+def _entry_stats(ledger: str, entry: Dict, lowercase: bool, cache: Dict):
+    """The sentence statistics of one set's hypotheses against its reference (``entry`` names both files)."""
+    key = (entry["hypotheses"], entry["reference"])
+    if key not in cache:
+        hyps, refs = rec.read_lines(ledger, entry["hypotheses"]), rec.read_lines(ledger, entry["reference"])
+        if not refs:
+            raise OutlayersConfigError(f"{os.path.join(ledger, entry['reference'])} is empty (the reference named by "
+                                       "a record); restore it from git or remove the records naming it")
+        if len(hyps) != len(refs) or entry.get("sentences", len(refs)) != len(refs):
+            raise OutlayersConfigError(
+                f"{os.path.join(ledger, entry['hypotheses'])} has {len(hyps)} lines but its reference "
+                f"{os.path.join(ledger, entry['reference'])} has {len(refs)}"
+                + (f" and the record says {entry['sentences']} sentences" if "sentences" in entry else "")
+                + ": the file was cut or changed; restore it from git or remove the record naming it to rerun "
+                "that run")
+        cache[key] = sentence_stats(hyps, refs, lowercase)
+    return cache[key]
+
+
+def _stats_by_seed(ledger: str, runs: Dict[int, Dict], test: str, cache: Dict) -> Dict[int, object]:
+    return {seed: _entry_stats(ledger, r["test"][test], r.get("lowercase", False), cache)
+            for seed, r in runs.items() if r["test"].get(test)}
+
+
+def step_effect(ledger: str, runs: Dict[int, Dict], parent: Dict[int, Dict], test: str,
+                cache: Optional[Dict] = None) -> Optional[Dict]:
+    """A step row's test after the step against the same checkpoints before it (``paired_bootstrap_test``), over
+    the seeds whose before-step translations the ledger holds: the record's own (``after.as_trained``) or, when
+    the step ran on the very model of the parent row's record (``after.parent_record_matches``), the parent's
+    (``parent``: its runs by seed). None when no seed has them."""
+    cache = {} if cache is None else cache
+    before = {}
+    for seed, r in runs.items():
+        entry = (r["after"].get("as_trained") or {}).get(test) or {}
+        if entry.get("hypotheses"):
+            before[seed] = _entry_stats(ledger, entry, r.get("lowercase", False), cache)
+        elif r["after"].get("parent_record_matches") and parent.get(seed, {}).get("test", {}).get(test):
+            before[seed] = _entry_stats(ledger, parent[seed]["test"][test], r.get("lowercase", False), cache)
+    system = _stats_by_seed(ledger, runs, test, cache)
+    common = sorted(set(system) & set(before))
+    if not common:
+        return None
+    return paired_bootstrap_test({s: system[s] for s in common}, {s: before[s] for s in common})
+
+
+def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str, test: str,
+            cache: Optional[Dict] = None) -> Dict:
+    """Row ``name`` against row ``other`` of one table: {"diff", "p", "seeds", "complete", "interval", "welch",
+    "files"} (the paired bootstrap over the test sentences, ``welch_t_test`` of every recorded seed's score, None
+    below two seeds a side, and ``records.files_differ``: the named files the two rows were trained with in other
+    versions), or {"why"} when the two cannot be compared (no records, different devices, no common seed)."""
+    cache = {} if cache is None else cache
+    if other not in rows:
+        return {"why": f"{other}: no records"}
+    devices = {r["device"] for r in rows[name].values()} | {r["device"] for r in rows[other].values()}
+    if len(devices) > 1:
+        return {"why": "devices differ"}
+    system = _stats_by_seed(ledger, rows[name], test, cache)
+    base = _stats_by_seed(ledger, rows[other], test, cache)
+    if not set(system) & set(base):
+        return {"why": "no common seed"}
+    result = paired_bootstrap_test(system, base)
+    return dict(result, complete=set(result["seeds"]) == set(system) == set(base),
+                welch=welch_t_test(_scores(rows, name, test), _scores(rows, other, test)),
+                files=rec.files_differ(list(rows[name].values()), list(rows[other].values())))
+
+
+def _scores(rows: Dict[str, Dict[int, Dict]], row: str, test: str) -> List[float]:
+    return [r["test"][test]["sacrebleu"] for _, r in sorted(rows[row].items()) if test in r["test"]]
+
+
+def _power(system: Sequence[float], baseline: Sequence[float]) -> str:
+    """'; N seeds a row would find ...': how many seeds a row the seed-level test would need to find the difference
+    of the two rows' seed means four times in five (two-sided, 5 % level; ``seeds_for_power``) at their pooled
+    seed standard deviation."""
+    (m1, s1), (m2, s2) = mean_sd(system), mean_sd(baseline)
+    spread = math.sqrt((s1 * s1 + s2 * s2) / 2.0)
+    if m1 == m2 or spread == 0.0:
+        return ""
+    n = seeds_for_power(m1 - m2, spread)
+    need = "more than 10000" if n is None else str(n)
+    return (f"; {need} seeds a row would find a true difference of {abs(m1 - m2):.2f} four times in five at this "
+            f"seed spread ({spread:.2f})")
+
+
+def retrained_seeds(runs: Dict[int, Dict]) -> List[int]:
+    """Seeds of a step row (``# after:``) whose step ran on a checkpoint trained again, not the model its parent
+    row's record was made with (``after.parent_record_matches`` false: the parent's checkpoints were gone)."""
+    return [s for s, r in sorted(runs.items()) if (r.get("after") or {}).get("parent_record_matches") is False]
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    """'seed 2' or 'seeds 1, 2'."""
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
+def _welch(c: Dict) -> str:
+    return "— (< 2 seeds a side)" if c["welch"] is None else f"{c['welch']['p']:.3f}"
+
+
+def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test: str, cache: Dict) -> List[str]:
+    """[Δ vs baseline, paired bootstrap p, seed-level Welch p] cells of one row."""
+    baseline = next(iter(rows[name].values())).get("baseline")
+    if not baseline:
+        return ["(baseline)", "", ""]
+    if baseline not in rows:
+        return [f"{baseline}: no records", "—", "—"]
+    c = compare(ledger, rows, name, baseline, test, cache)
+    if "why" in c:
+        return ["—", f"— ({c['why']})", "—"]
+    note = "" if c["complete"] else f" (seeds {', '.join(map(str, c['seeds']))})"
+    low, high = c["interval"]
+    retrained = retrained_seeds(rows[name])
+    plural = "s" if len(retrained) > 1 else ""
+    mixed = f" ({_seed_list(retrained)}: retrained, not {baseline}'s recorded model{plural})" if retrained else ""
+    mixed += f" (trained with other {', '.join(c['files'])})" if c["files"] else ""
+    if c.get("identical"):  # the same translations: no difference to test (p = 1, not the formula's smallest p)
+        return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed} (identical translations)",
+                f"1.000 (identical){note}", _welch(c)]
+    return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed}", f"{c['p']:.3f}{note}", _welch(c)]
+
+
+def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
+    extra = sorted({t for runs in rows.values() for r in runs.values() for t in r["test"]} - {test})
+    head = (["row", "baseline", f"{test} sacreBLEU per seed ({' / '.join(map(str, seeds))})", "mean ± sd",
+             "tokenised BLEU", "Δ vs baseline [95 % interval]", "p (paired bootstrap)", "p (seeds: Welch t)"]
+            + [f"{t} mean ± sd" for t in extra]
+            + ["trained params (vs baseline)", "total params", "embedding", "output layer",
+               "word params: embedding + output (vs baseline)", "epochs (best)", "updates", "train tok/s",
+               "device"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, runs in rows.items():
+        first = runs[min(runs)]
+        done = [runs[s] for s in sorted(runs)]
+        per_seed = " / ".join(_fmt(runs[s]["test"].get(test, {}).get("sacrebleu")) if s in runs else "missing"
+                              for s in seeds)
+
+        def over(key, t=test):
+            return mean_pm_sd([r["test"][t][key] for r in done if t in r["test"]])
+
+        p = first["params"]
+        baseline = first.get("baseline")
+        base_p = rows[baseline][min(rows[baseline])]["params"] if baseline in rows else None
+        cells = [name, baseline or "", per_seed, over("sacrebleu"), over("tokenized_bleu")]
+        cells += significance(ledger, rows, name, test, cache)
+        cells += [over("sacrebleu", t) for t in extra]
+        epochs = mean_sd([r["epochs"] for r in done])[0]
+        best = mean_sd([r["best_epoch"] for r in done])[0]
+        cells += [_count_vs(p["trained"], base_p and base_p["trained"]), f"{p['total']:,}",
+                  f"{p['embedding']:,}", f"{p.get('output', 0):,}",
+                  _count_vs(_word_params(p), base_p and _word_params(base_p)),
+                  f"{_fmt(epochs, 1)} ({_fmt(best, 1)})", f"{mean_sd([r['updates'] for r in done])[0]:,.0f}",
+                  _fmt(mean_sd([r["tokens_per_second"] for r in done if r.get("tokens_per_second")])[0], 0),
+                  ", ".join(sorted({r["device"] for r in done}))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def further_seeds(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str,
+                  cache: Dict) -> List[str]:
+    """The table of the seeds recorded beyond ``seeds``: each row that has some, or whose baseline has some, with
+    those seeds' scores, the mean over every recorded seed and its comparison with its baseline over every recorded
+    seed (the paired bootstrap over the seeds both rows have, Welch over all); [] when no row has one."""
+    beyond = {row: sorted(s for s in runs if s not in seeds) for row, runs in rows.items()}
+
+    def baseline(row):
+        return next(iter(rows[row].values())).get("baseline")
+
+    shown = [row for row in rows if beyond[row] or beyond.get(baseline(row))]
+    if not shown:
+        return []
+    head = ["row", "baseline", f"{test} sacreBLEU of the further seeds", "every recorded seed: mean ± sd",
+            "Δ vs baseline [95 % interval]", "p (paired bootstrap)", "p (seeds: Welch t)"]
+    lines = [f"Seeds beyond {', '.join(map(str, seeds))} (run later to test a difference at the seed level; the "
+             "table above keeps to the protocol's seeds): every recorded seed counts here.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in shown:
+        runs = rows[row]
+        further = ", ".join(f"seed {s}: {_fmt(runs[s]['test'].get(test, {}).get('sacrebleu'))}"
+                            for s in beyond[row]) or "none"
+        scores = _scores(rows, row, test)
+        mean = f"{mean_pm_sd(scores)} ({_seed_list(sorted(s for s, r in runs.items() if test in r['test']))})"
+        lines.append("| " + " | ".join([row, baseline(row) or "", further, mean]
+                                       + significance(ledger, rows, row, test, cache)) + " |")
+    return lines + [""]
+
+
+def loss_at_stop(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
+    """One sentence on how converged the runs of a table are by their validation loss (the curve each record keeps):
+    in how many the loss at the last epoch is below the loss at the epoch whose checkpoint was tested, by how much,
+    and in how many the last epoch has the lowest loss of the run, i.e. the stop on the validation score came while
+    the loss still fell. None when no record has a curve with losses. Step rows (``after``) share their parent's
+    training and are not counted again."""
+    falls, last_lowest, counted = [], 0, 0
+    for runs in rows.values():
+        for r in runs.values():
+            curve = [c for c in r.get("curve") or [] if c.get("loss") is not None]
+            best = [c for c in curve if c["epoch"] == r.get("best_epoch")]
+            if r.get("after") or not best:
+                continue
+            counted += 1
+            last = curve[-1]
+            if last["loss"] < best[0]["loss"]:
+                falls.append(best[0]["loss"] - last["loss"])
+            last_lowest += min(curve, key=lambda c: (c["loss"], c["epoch"]))["epoch"] == last["epoch"]
+    if not counted:
+        return None
+    by = f" (by {min(falls):.3f} to {max(falls):.3f})" if falls else ""
+    reading = ("the patience on the validation score stopped those runs while the loss was still falling"
+               if last_lowest else "no run was stopped at its lowest loss")
+    return (f"Validation loss at the stop: lower at the last epoch than at the tested (best validation score) "
+            f"epoch in {len(falls)} of {counted} runs{by}; the lowest of the run at the last epoch in "
+            f"{last_lowest} of {counted}: {reading}.")
+
+
+def longest_wait(curve: List[Dict], metric: str) -> Optional[int]:
+    """The most validations in a row without a better score (strictly, as fairseq's ``--patience`` counts) that
+    were still followed by a better one; None without scores."""
+    scores = [c[metric] for c in curve if c.get(metric) is not None]
+    if not scores:
+        return None
+    best, since, longest = scores[0], 0, 0
+    for score in scores[1:]:
+        if resume.is_better(score, best, metric):
+            best, longest, since = score, max(longest, since), 0
+        else:
+            since += 1
+    return longest
+
+
+def patience_margin(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
+    """One sentence on how close the patience came to stopping the runs of a table before a later improvement: the
+    runs whose longest wait for a better validation score (``longest_wait``) was one short of their patience. A
+    patience that often comes that close may stop other runs early, in a plateau they would have left. None when no
+    record has a curve. Step rows (``after``) share their parent's training and are not counted again."""
+    waits = []
+    for runs in rows.values():
+        for r in runs.values():
+            v = r.get("validation") or {}
+            wait = longest_wait(r.get("curve") or [], v.get("metric", "bleu"))
+            if r.get("after") or wait is None or not v.get("patience"):
+                continue
+            waits.append((wait, v["patience"]))
+    if not waits:
+        return None
+    close = sum(w == p - 1 for w, p in waits)
+    patiences = sorted({p for _, p in waits})
+    short = str(patiences[0] - 1) if len(patiences) == 1 else "the patience minus one"
+    return (f"Patience ({', '.join(map(str, patiences))} validations): in {close} of {len(waits)} runs a better "
+            f"validation score still came after {short} validations without one, one short of the stop; the longest "
+            f"such wait per run (validations without a better score, then a better one): "
+            f"{_counts(w for w, _ in waits)}.")
+
+
+def epoch_ceiling(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
+    """One sentence naming the runs that the epoch ceiling (``--max-epoch``) stopped before their patience ran out:
+    they ended on the budget, not on the validation score, and their row may be understated. None when no run of
+    the table was stopped that way. Step rows (``after``) share their parent's training and are not counted again."""
+    capped, counted, ceilings = [], 0, set()
+    for name, runs in rows.items():
+        for seed, r in sorted(runs.items()):
+            v = r.get("validation") or {}
+            if r.get("after") or not v.get("max_epoch"):
+                continue
+            counted += 1
+            ceilings.add(v["max_epoch"])
+            best = r.get("best_epoch")
+            if r.get("epochs", 0) >= v["max_epoch"] and best is not None and \
+                    r["epochs"] - best < v.get("patience", float("inf")):
+                capped.append(f"{name} seed {seed}, best at epoch {best}")
+    if not capped:
+        return None
+    return (f"Epoch ceiling ({', '.join(map(str, sorted(ceilings)))}): {len(capped)} of {counted} runs stopped on it "
+            f"with patience left ({'; '.join(capped)}): they ended on the budget, not on the validation score, so "
+            f"their rows may be understated.")
+
+
+def _counts(values) -> str:
+    """"3 in 15 runs, 4 in 8" style counts of the values, in ascending order."""
+    counts: Dict[int, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return ", ".join(f"{v} in {n} run{'s' if n > 1 else ''}" for v, n in sorted(counts.items()))
+
+
+def figure_lines(name: str, rows: Dict[str, Dict[int, Dict]], test: str, figures: Dict[str, str]) -> List[str]:
+    """Markdown image links of one table's plots; the SVG texts go into ``figures`` ({file name: text})."""
+    lines = []
+    drawn = [("curves", "validation score per epoch", plots.curves_svg(f"{name}: validation per epoch", rows)),
+             ("scores", f"{test} sacreBLEU against trained parameters",
+              plots.scores_svg(f"{name}: {test} against trained parameters", rows, test))]
+    for kind, caption, svg in drawn:
+        if svg is not None:
+            file_name = f"ledger-{name}-{kind}.svg"
+            figures[file_name] = svg
+            lines.append(f"![{name}: {caption}]({file_name})")
+    return lines + [""] if lines else []
+
+
+def _before_step(ledger: str, runs: Dict[int, Dict], parent: Dict[int, Dict], seeds: Sequence[int], test: str,
+                 trained: str, cache: Dict) -> str:
+    """'; test2016 of that checkpoint before the step: 39.07 / missing / ... (seed 1 retrained: ...); the step's
+    own effect on those checkpoints (seeds ...): Δ [interval], p'."""
+    def before(s):
+        if s not in runs:
+            return "missing"
+        return _fmt(((runs[s]["after"].get("as_trained") or {}).get(test) or {}).get("sacrebleu"))
+    text = f"; {test} of that checkpoint before the step: {' / '.join(before(s) for s in seeds)}"
+    retrained = retrained_seeds(runs)
+    if retrained:
+        text += (f" ({_seed_list(retrained)}: trained again, not the model of `{trained}`'s record: the difference "
+                 f"from `{trained}` mixes a retraining with the step; the step's own effect is the difference from "
+                 "this score)")
+    effect = step_effect(ledger, runs, parent, test, cache)
+    if effect is not None:
+        low, high = effect["interval"]
+        text += (f"; the step's own effect on those checkpoints ({_seed_list(effect['seeds'])}): "
+                 f"{effect['diff']:+.2f} [{low:+.2f}, {high:+.2f}], p = {effect['p']:.3f} (paired bootstrap)")
+    return text
+
+
+def _named_files(rows: Dict[str, Dict[int, Dict]]) -> str:
+    """'; named files: `path` `digest` (rows a, b), ...': the digest of every file the rows' options name, with
+    the rows trained with each version where the table holds more than one."""
+    named: Dict[str, Dict[str, List[str]]] = {}
+    for row, runs in rows.items():
+        for r in runs.values():
+            for path, digest in sorted((r.get("file_digests") or {}).items()):
+                names = named.setdefault(path, {}).setdefault(digest, [])
+                if row not in names:
+                    names.append(row)
+    if not named:
+        return ""
+    parts = []
+    for path, versions in sorted(named.items()):
+        if len(versions) == 1:
+            parts.append(f"`{path}` `{next(iter(versions))}`")
+        else:
+            parts.append(f"`{path}` in {len(versions)} versions: " + ", ".join(
+                f"`{d}` ({', '.join(names)})" for d, names in sorted(versions.items())))
+    return "; named files: " + "; ".join(parts)
+
+
+def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2016",
+           title: str = "Results ledger", figures: Optional[Dict[str, str]] = None) -> str:
+    """The Markdown text; given a dict as ``figures``, the plots too (written by the caller beside the text)."""
+    records = rec.read_records(ledger)
+    md = [f"# {title}", "",
+          f"Generated by `python -m fairseq_outlayers.lab.ledger render` from the records in `{ledger}` alone "
+          "(docs/results.md, \"Converged protocol\"). Scores: sacreBLEU on detokenised output (signature below); "
+          "tokenised BLEU on Moses-tokenised text as in the papers. mean ± sd: mean and sample standard deviation "
+          "over the recorded seeds; a seed without a record reads \"missing\" and is not averaged in. "
+          f"p: paired bootstrap resampling of the test sentences ({N_SAMPLES} resamples, seed {SEED}, the same "
+          "draw for every seed of both systems, the statistic being the difference of mean BLEU over the seeds "
+          "both have; with one seed it is `sacrebleu --paired-bs`); the interval is the 2.5-97.5 percentile range "
+          "of the resampled differences. Both hold the trained models fixed; p (seeds) is Welch's two-sided "
+          "t-test of the per-seed scores, which counts the seed-to-seed spread instead (each seed one "
+          "observation; with three seeds a side it has little power). Epochs: trained (of the best checkpoint).",
+          ""]
+    if not records:
+        md += ["The ledger holds no record yet.", ""]
+        return "\n".join(md)
+    cache: Dict = {}
+    table_seeds = sorted(seeds)
+    for name, rows in group(records).items():
+        protocol = keep_seeds(rows, table_seeds)
+        md += [f"## {name}", ""] + table(ledger, protocol, table_seeds, test, cache) + [""]
+        md += [line for sentence in (loss_at_stop(protocol), patience_margin(protocol), epoch_ceiling(protocol))
+               if sentence
+               for line in (sentence, "")]
+        md += further_seeds(ledger, rows, table_seeds, test, cache)
+        if figures is not None:
+            md += figure_lines(name, protocol, test, figures)
+        signatures = sorted({r["test"][test]["sacrebleu_signature"] for runs in rows.values()
+                             for r in runs.values() if test in r["test"]})
+        commits = sorted({r["commit"] for runs in rows.values() for r in runs.values()})
+        data = sorted({r["data_digest"] for runs in rows.values() for r in runs.values() if r.get("data_digest")})
+        data = f"; data digests: {', '.join(f'`{d}`' for d in data)}" if data else ""
+        md += [f"sacreBLEU signature: {', '.join(f'`{s}`' for s in signatures)}; commits: {', '.join(commits)}"
+               f"{data}{_named_files(rows)}.",
+               "", "Rows (fairseq-train options; validation metric):", ""]
+        for row, runs in rows.items():
+            r = runs[min(runs)]
+            v = r["validation"]
+            why = f" — {v['reason']}" if v.get("reason") else ""
+            options = " ".join(shlex.quote(o) for o in r["options"][:-2])  # without --seed N
+            beam = (r.get("decoding") or {}).get("beam")
+            after = r.get("after")
+            trained = re.sub(r"\.seed\d+$", "", after.get("trained_in") or row) if after else ""
+            step = (f"; then `{shlex.join(after['step'])}` on each seed's best checkpoint of `{trained}`"
+                    + _before_step(ledger, protocol.get(row, {}), protocol.get(trained, {}), table_seeds, test,
+                                   trained, cache)
+                    if after else "")
+            md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; early stopping on validation "
+                      f"{v['metric']}{why}" + (f"; beam {beam}" if beam else "") + step)
+        md.append("")
+    return "\n".join(md)
+
+
+def compare_line(ledger: str, name: str, other: str, test: str = "test2016",
+                 seeds: Optional[Sequence[int]] = DEFAULT_SEEDS) -> str:
+    """One line: row ``name`` against row ``other`` (any two rows of one table, not only a row and its baseline),
+    the per-seed scores, means, Δ and the paired bootstrap p-value, over the records of ``seeds`` (None: every
+    recorded seed); ``ledger compare`` prints it."""
+    grouped = {t: keep_seeds(rows, seeds) for t, rows in group(rec.read_records(ledger)).items()}
+    tables = [(t, rows) for t, rows in grouped.items() if name in rows and other in rows]
+    if not tables:
+        known = sorted({row for rows in grouped.values() for row in rows})
+        raise OutlayersConfigError(f"no table of '{ledger}' has records of both '{name}' and '{other}'; rows "
+                                   f"with records: {', '.join(known) or 'none'}")
+    table_name, rows = tables[0]
+
+    def side(row):
+        runs = {s: r["test"][test]["sacrebleu"] for s, r in sorted(rows[row].items()) if test in r["test"]}
+        if not runs:
+            return f"{row} (no {test} score)"
+        if len(runs) == 1:
+            (seed, value), = runs.items()
+            return f"{row} {value:.2f} (seed {seed})"
+        return (f"{row} {' / '.join(f'{v:.2f}' for v in runs.values())} (seeds {', '.join(map(str, runs))}: "
+                f"{mean_pm_sd(list(runs.values()))})")
+
+    c = compare(ledger, rows, name, other, test)
+    if "why" in c:
+        return f"{table_name}, {test}: {side(name)} vs {side(other)}: not compared ({c['why']})"
+    files = (f"; the rows were trained with different files, so the difference mixes them with the methods: "
+             f"{'; '.join(c['files'])}" if c["files"] else "")
+    if c.get("identical"):
+        same = "the same row" if name == other else "identical translations"
+        return (f"{table_name}, {test}: {side(name)} vs {side(other)}: identical ({same}: every test sentence "
+                f"translated the same over seeds {', '.join(map(str, c['seeds']))}): Δ 0.00, p = 1 (no difference "
+                "to test)" + files)
+    low, high = c["interval"]
+    welch = ("" if c["welch"] is None else
+             f"; over seeds p = {c['welch']['p']:.3f} (Welch t = {c['welch']['t']:+.2f}, df {c['welch']['df']:.1f})"
+             + _power(_scores(rows, name, test), _scores(rows, other, test)))
+    return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
+            f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], p = {c['p']:.3f} "
+            f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED}){welch}"
+            + files)
+
+
+def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:
+    """{method: ["33.10 ± 0.40 (3 seeds, TABLE)", ...]}: the ledger's figure for each method over the protocol's
+    seeds, for make demo."""
+    out: Dict[str, List[str]] = {}
+    for table_name, rows in group(rec.read_records(ledger)).items():
+        rows = keep_seeds(rows, DEFAULT_SEEDS)
+        for name, runs in rows.items():
+            values = [r["test"][test]["sacrebleu"] for r in runs.values() if test in r["test"]]
+            if values:
+                method = next(iter(runs.values())).get("method") or name
+                mean, sd = mean_sd(values)
+                spread = "" if sd is None else f" ± {sd:.2f}"
+                n = len(values)
+                out.setdefault(method, []).append(
+                    f"{mean:.2f}{spread} ({n} seed{'s' if n > 1 else ''}, {table_name}/{name})")
+    return out

@@ -1,0 +1,250 @@
+"""Ledger row files and the converged-protocol fairseq-train command built from them.
+
+A row file is a ``configs/demo/*.args`` file (the options after ``#`` are ignored by fairseq) whose comment lines
+may hold directives ``# key: value``::
+
+    # fixed random targets on the attention LSTM (Shalev et al. 2021, Table 2)
+    # baseline: lstm-softmax
+    # method: fixed
+    --data-bin work/multi30k/data-bin/de-en-word --arch outlayers_lstm_luong_2x2 --output-layer fixed ...
+
+* ``baseline: NAME``: the row it is compared with (a paired bootstrap test per table); absent for a baseline;
+* ``method: NAME``: the ``make demo`` row it stands for (default: the row's own name);
+* ``table: NAME``: the table it belongs to (default: the name of the folder holding the row file);
+* ``validate: bleu`` (default) or ``validate: loss -- REASON``: the early-stopping metric; loss needs a reason;
+* ``beam: N``: the beam of this row's validation BLEU and test translations (default: the runner's ``--beam``), for
+  a method whose recipe decodes otherwise (continuous outputs: beam 1, the nearest neighbour of each vector);
+* ``patience: N``: this row's early-stopping patience, in validations (default: the runner's ``--patience``), for a
+  table registered with a longer one than the ledger's default (give every row of the table the same);
+* ``after: STEP [OPTIONS]``: a step applied to the trained checkpoint before the test (``steps.py``: e.g.
+  ``fit-output-bias --train-sentences 10000``);
+* ``from: ROW``: with ``after``, the row is ROW's trained models with the step: it has no options line of its own
+  (ROW's, a row file of the same folder, are used) and shares ROW's run directories, so each seed is trained once
+  and the two rows' records are the same model before and after the step.
+
+The first comment line that is not a directive describes the row. The options line is complete (architecture,
+optimiser, criterion, data): the runner adds only the protocol (``protocol_options``), the seed and paths.
+"""
+import json
+import os
+import re
+import glob
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from fairseq_outlayers.lab.compare import read_row, row_data_bin
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.lab.ledger.steps import parse_step
+
+DIRECTIVES = ("baseline", "method", "table", "validate", "beam", "patience", "after", "from")
+DIRECTIVE = re.compile(r"^#\s*([a-z]+)\s*:\s*(.*?)\s*$")
+
+
+@dataclass
+class LedgerRow:
+    name: str
+    path: str
+    data_bin: str
+    train_args: List[str]
+    description: str = ""
+    baseline: Optional[str] = None
+    method: str = ""
+    table: str = ""
+    validate: str = "bleu"
+    validate_reason: str = ""
+    beam: Optional[int] = None
+    patience: Optional[int] = None
+    after: List[str] = field(default_factory=list)
+    trained_as: Optional[str] = None  # the row whose trained checkpoints this one uses (``from:``)
+
+    def training_name(self) -> str:
+        """The name of the run directories this row trains in (``work/NAME.seedN``)."""
+        return self.trained_as or self.name
+
+    def decoding_beam(self, default: int) -> int:
+        return self.beam or default
+
+    def stopping_patience(self, default: int) -> int:
+        return self.patience or default
+
+    def languages(self) -> Tuple[Optional[str], Optional[str]]:
+        """(source, target) named by the row's ``--source-lang``/``-s`` and ``--target-lang``/``-t`` (a row that
+        trains the other direction of its data directory), else (None, None): the data directory's pair."""
+        found = {}
+        for i, arg in enumerate(self.train_args[:-1]):
+            key = {"-s": "src", "--source-lang": "src", "-t": "tgt", "--target-lang": "tgt"}.get(arg)
+            if key:
+                found[key] = self.train_args[i + 1]
+        if len(found) == 1:
+            raise OutlayersConfigError(f"{self.path}: give both --source-lang and --target-lang (or neither)")
+        return found.get("src"), found.get("tgt")
+
+
+def _directives(path: str):
+    """({directive: (value, line number)}, description) of a row file."""
+    found, description = {}, ""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            text = line.strip()
+            if not text.startswith("#"):
+                continue
+            m = DIRECTIVE.match(text)
+            if m and m.group(1) in DIRECTIVES:
+                if m.group(1) in found:
+                    raise OutlayersConfigError(f"{path}:{lineno}: '# {m.group(1)}:' is given twice; keep one")
+                found[m.group(1)] = (m.group(2), lineno)
+            elif not description:
+                description = text.lstrip("#").strip()
+    return found, description
+
+
+def _parent(path: str, parent: str, lineno: int) -> str:
+    """The row file named ``parent`` in the folder of ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    matches = [p for p in sorted(glob.glob(os.path.join(folder, "*.args")))
+               if re.sub(r"^\d+-", "", os.path.splitext(os.path.basename(p))[0]) == parent]
+    if not matches:
+        raise OutlayersConfigError(f"{path}:{lineno}: '# from: {parent}': no row file of that name in {folder}")
+    return matches[0]
+
+
+def _check_text(path: str):
+    """A row file is UTF-8 text: an error naming the line otherwise."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise OutlayersConfigError(f"row file '{path}' cannot be read ({e.strerror})") from None
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {raw[e.start:e.start + 1]!r}); a row file "
+                                   "is UTF-8 text (re-encode it, e.g. iconv -t utf-8)") from None
+    if b"\0" in raw:
+        line = raw[: raw.index(b"\0")].count(b"\n") + 1
+        raise OutlayersConfigError(f"{path}:{line}: a NUL byte; a row file is text (comment lines, then the "
+                                   "fairseq-train options)")
+
+
+def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"row file '{path}' does not exist")
+    _check_text(path)
+    try:
+        name, args = read_row(path)
+    except ValueError as e:  # shlex: an unclosed quotation
+        raise OutlayersConfigError(f"{path}: its options cannot be split as the shell would ({e}); close the "
+                                   "quotation") from None
+    if not name or any(c.isspace() for c in name) or ".seed" in name:
+        raise OutlayersConfigError(f"{path}: the row name '{name}' (the file name after its NN- prefix) must be "
+                                   "non-empty, without spaces or '.seed'; rename the file")
+    found, description = _directives(path)
+    trained_as = None
+    if "from" in found:
+        parent, lineno = found["from"]
+        if "after" not in found:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# from: {parent}' needs '# after: STEP' (without a "
+                                       f"step the row is {parent} itself)")
+        if args:
+            raise OutlayersConfigError(f"{path}: a row with '# from: {parent}' trains with {parent}'s options; "
+                                       "remove its options line")
+        for key in ("validate", "beam", "patience"):
+            if key in found:
+                raise OutlayersConfigError(f"{path}:{found[key][1]}: '# {key}:' of a row with '# from: {parent}' "
+                                           f"is {parent}'s (the same training); remove it")
+        source = read_ledger_row(_parent(path, parent, lineno), default_data)
+        if source.trained_as:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# from: {parent}': {parent} is itself a step row "
+                                       f"('# from: {source.trained_as}'); name {source.trained_as} and give both "
+                                       "steps in one '# after:'")
+        args, trained_as = ["--data-bin", source.data_bin, *source.train_args], source.name
+        found.setdefault("baseline", (parent, lineno))  # by default, compared with the same models before the step
+        found.setdefault("method", (source.method, lineno))
+    try:
+        data_bin, train_args = row_data_bin(args, default_data)
+    except SystemExit:
+        raise OutlayersConfigError(f"{path}: --data-bin needs a path") from None
+    if data_bin is None:
+        raise OutlayersConfigError(f"{path}: the row names no --data-bin and no --data was given; add "
+                                   "'--data-bin DIR' to the row")
+    row = LedgerRow(name, path, data_bin, train_args, description, trained_as=trained_as)
+    if "after" in found:
+        value, lineno = found["after"]
+        try:
+            row.after = parse_step(value)
+        except ValueError as e:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# after: {value}': {e}") from None
+    row.baseline = found.get("baseline", (None,))[0] or None
+    row.method = found.get("method", (name,))[0] or name
+    row.table = found.get("table", ("",))[0] or os.path.basename(os.path.dirname(os.path.abspath(path)))
+    if "validate" in found:
+        value, lineno = found["validate"]
+        metric, _, reason = value.partition(" ")
+        reason = reason.strip().lstrip("-—:").strip()
+        if metric not in ("bleu", "loss"):
+            raise OutlayersConfigError(f"{path}:{lineno}: '# validate: {value}': the metric must be 'bleu' or "
+                                       "'loss -- REASON'")
+        if metric == "loss" and not reason:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# validate: loss' needs the reason BLEU validation "
+                                       "is not used, e.g. '# validate: loss -- ...'")
+        row.validate, row.validate_reason = metric, reason
+    for key in ("beam", "patience"):
+        if key in found:
+            value, lineno = found[key]
+            if not value.isdigit() or int(value) < 1:
+                raise OutlayersConfigError(f"{path}:{lineno}: '# {key}: {value}': the {key} must be a positive "
+                                           "integer")
+            setattr(row, key, int(value))
+    if trained_as:
+        row.validate, row.validate_reason = source.validate, source.validate_reason
+        row.beam, row.patience = source.beam, source.patience
+    return row
+
+
+def target_is_bpe(data_bin: str) -> bool:
+    """Joint BPE codes beside the data (scripts/prepare-*.sh): the target side is BPE'd too."""
+    return os.path.isfile(os.path.join(data_bin, "bpecodes"))
+
+
+def protocol_options(row: LedgerRow, patience: int, max_epoch: int, beam: int) -> List[str]:
+    """Early stopping with fairseq's own ``--patience`` (validations without improvement; the row's own when it
+    gives one) on validation BLEU (or loss), within ``--max-epoch``; ``checkpoint_best.pt`` is the selected model."""
+    opts = ["--patience", str(row.stopping_patience(patience)), "--max-epoch", str(max_epoch)]
+    if row.validate == "loss":
+        return opts + ["--best-checkpoint-metric", "loss"]
+    opts += ["--eval-bleu", "--eval-bleu-args", json.dumps({"beam": row.decoding_beam(beam), "max_len_a": 1.2,
+                                                           "max_len_b": 10}),
+             "--eval-bleu-detok", "moses"]
+    if target_is_bpe(row.data_bin):
+        opts.append("--eval-bleu-remove-bpe")
+    return opts + ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"]
+
+
+def row_options(row: LedgerRow, seed: int, patience: int, max_epoch: int, beam: int) -> List[str]:
+    """The machine-independent part of the run's fairseq-train command (what a record is checked against)."""
+    return [row.data_bin, *row.train_args, *protocol_options(row, patience, max_epoch, beam), "--seed", str(seed)]
+
+
+def check_rows(rows: List[LedgerRow]) -> List[str]:
+    """Row names must be unique (an error); returns a warning for each named baseline that is not among the rows
+    (it may be recorded already, or run later: the table shows it as missing) and for each row stopped by another
+    ``# patience:`` than its baseline (the comparison would mix two protocols)."""
+    seen = {}
+    for row in rows:
+        if row.name in seen:
+            raise OutlayersConfigError(f"{row.path} and {seen[row.name]} have the same row name '{row.name}' "
+                                       "(the file name after its NN- prefix); rename one")
+        seen[row.name] = row.path
+    tables = {(r.table, r.name): r for r in rows}
+    warnings = []
+    for row in rows:
+        base = tables.get((row.table, row.baseline))
+        if row.baseline and base is None:
+            warnings.append(f"{row.path}: its baseline '{row.baseline}' is not among --rows (table '{row.table}'); "
+                            "its p-values need the baseline's records")
+        elif base is not None and base.patience != row.patience:
+            warnings.append(f"{row.path}: '# patience: {row.patience or 'the runner default'}' but its baseline "
+                            f"{base.path} has '# patience: {base.patience or 'the runner default'}'; give the "
+                            "rows of one table the same")
+    return warnings

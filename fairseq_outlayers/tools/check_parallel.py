@@ -1,0 +1,47 @@
+"""Check raw parallel text before it is tokenised: both sides exist, are UTF-8, and have the same line count.
+
+    python -m fairseq_outlayers.tools.check_parallel DIR --src de --tgt en --splits train val test
+
+Fails with one line naming the file (and the line, for bad UTF-8) and what to do.
+"""
+import argparse
+import os
+import sys
+
+
+def count_lines_utf8(path):
+    n = 0
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise SystemExit(f"check_parallel: {path}:{n}: not valid UTF-8 ({e.reason} at byte {e.start}); "
+                                 "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+    return n
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("dir")
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--tgt", required=True)
+    parser.add_argument("--splits", nargs="+", required=True)
+    args = parser.parse_args(argv)
+    for split in args.splits:
+        paths = [os.path.join(args.dir, f"{split}.{lang}") for lang in (args.src, args.tgt)]
+        for p in paths:
+            if not os.path.isfile(p):
+                raise SystemExit(f"check_parallel: {p} does not exist; expected {split}.{args.src} and "
+                                 f"{split}.{args.tgt} in {args.dir}")
+        counts = [count_lines_utf8(p) for p in paths]
+        if counts[0] != counts[1]:
+            raise SystemExit(f"check_parallel: {paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}; "
+                             "the two sides must be line-aligned (one sentence pair per line)")
+        if counts[0] == 0:
+            raise SystemExit(f"check_parallel: {paths[0]} is empty")
+        print(f"check_parallel: {split}: {counts[0]} sentence pairs, UTF-8, aligned", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

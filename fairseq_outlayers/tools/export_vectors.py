@@ -1,0 +1,74 @@
+"""Target word vectors from a trained model: ``python -m fairseq_outlayers.tools.vectors export CHECKPOINT OUT.vec``.
+
+Writes the output matrix (``--matrix output``: the rows a softmax-type output layer scores words with, e.g. the
+learned softmax, tied, joint or fixed layer) or the decoder's input embedding matrix (``--matrix input``) of a
+checkpoint as a word2vec text file, one row per target-dictionary word (``<pad>`` and fairseq's
+``madeupwordNNNN`` fillers left out), which ``--target-vectors`` reads. Use: train continuous outputs against the
+vectors of a trained word-level model, to tell how much of their gap to the softmax is the pretrained vectors.
+The model is rebuilt by fairseq from the checkpoint (``--user-dir`` is this package), so the data directory with
+its dictionaries must exist (``--data`` when it moved since training).
+"""
+import logging
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import atomic_write, check_output_path
+
+logger = logging.getLogger(__name__)
+
+
+def model_matrix(model, matrix: str):
+    """(V, d) float tensor: the output layer's word rows or the decoder's input embeddings."""
+    decoder = model.decoder
+    if matrix == "input":
+        weight = getattr(getattr(decoder, "embed_tokens", None), "weight", None)
+        if weight is None:
+            raise OutlayersConfigError("this model's decoder input embeddings have no weight matrix (e.g. "
+                                       "--embeddings target-vectors: export the vectors it was given instead)")
+        return weight.detach().float()
+    layer = getattr(decoder, "output_projection", None)
+    if layer is None or not hasattr(layer, "target_weights"):
+        raise OutlayersConfigError(f"--matrix output needs a softmax-type output layer (softmax, tied, joint, "
+                                   f"fixed); this model's is {type(layer).__name__}: use --matrix input")
+    return layer.target_weights(None)[0].detach().float()
+
+
+def exportable(dictionary, index: int) -> bool:
+    word = dictionary[index]
+    return index != dictionary.pad() and not word.startswith("madeupword")
+
+
+def export_target_vectors(checkpoint: str, output: str, matrix: str = "output", data=None, force=False) -> int:
+    """Write the vectors; returns the number of rows written."""
+    check_output_path(output, force, inputs=[checkpoint], option="OUTPUT")
+    import fairseq_outlayers  # noqa: F401  (registers the models and allow-lists checkpoint classes)
+    from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task
+
+    overrides = {"data": data} if data else {}
+    try:
+        models, _cfg, task = load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+    except FileNotFoundError as e:
+        raise OutlayersConfigError(f"'{checkpoint}': {e}; give the data directory with its dictionaries as "
+                                   "--data DIR") from None
+    weight = model_matrix(models[0], matrix)
+    dictionary = task.target_dictionary
+    if weight.size(0) != len(dictionary):
+        raise OutlayersConfigError(f"'{checkpoint}': the {matrix} matrix has {weight.size(0)} rows but the target "
+                                   f"dictionary {len(dictionary)} words; give the training data with --data DIR")
+    rows = [i for i in range(len(dictionary)) if exportable(dictionary, i)]
+    with atomic_write(output) as f:
+        f.write(f"{len(rows)} {weight.size(1)}\n")
+        for i in rows:
+            f.write(dictionary[i] + " " + " ".join(f"{v:.6g}" for v in weight[i].tolist()) + "\n")
+    logger.info(f"wrote {len(rows):,} {matrix} vectors of size {weight.size(1)} from {checkpoint} to {output}")
+    return len(rows)
+
+
+def add_export_parser(sub):
+    exp = sub.add_parser("export", help="write a trained model's output (or input) word matrix as a .vec file")
+    exp.add_argument("checkpoint", help="a fairseq-train checkpoint of this package (word-level targets)")
+    exp.add_argument("output", help="the .vec file to write (not overwritten without --force)")
+    exp.add_argument("--matrix", choices=("output", "input"), default="output",
+                     help="output: the output layer's word rows (default); input: the decoder input embeddings")
+    exp.add_argument("--data", help="the data directory (dictionaries), if it moved since training")
+    exp.add_argument("--force", action="store_true", help="overwrite OUTPUT")
+    return exp

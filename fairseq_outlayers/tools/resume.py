@@ -1,0 +1,93 @@
+"""Before fairseq-train starts: an unreadable ``checkpoint_last.pt`` falls back to the newest intact checkpoint.
+
+fairseq writes ``checkpoint_last.pt`` by copying another checkpoint, not atomically: a run killed during the copy
+leaves it empty or truncated, and the next run of the same command dies on it. ``outlayers-train`` and
+``scripts/train.sh`` call :func:`restore_args` first: when ``SAVE_DIR/checkpoint_last.pt`` cannot be read, the
+intact checkpoint with the most updates (``checkpoint_N.pt``, ``checkpoint_E_U.pt``, ``checkpoint_best.pt``, ...)
+is passed to fairseq as ``--restore-file``, with a warning. The unreadable file is left where it is (fairseq
+replaces it at its next save). Nothing is done when the user gave ``--restore-file``, but a missing file named by
+``--restore-file`` or ``--finetune-from-model`` is refused (fairseq would train from scratch or end in a traceback).
+
+    python -m fairseq_outlayers.tools.resume FAIRSEQ-TRAIN-ARGS...   # prints the arguments to add, one per line
+"""
+import glob
+import os
+import sys
+from typing import List, Optional
+
+PROG = "fairseq_outlayers"
+
+
+def _option(argv: List[str], name: str) -> Optional[str]:
+    value = None
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def updates(path: str) -> Optional[int]:
+    """The number of updates a checkpoint holds, or None when it cannot be read (empty, truncated, not one)."""
+    import torch
+
+    import fairseq_outlayers  # noqa: F401  (allow-lists what fairseq checkpoints pickle)
+
+    for kwargs in ({"mmap": True}, {}):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+            break
+        except Exception:
+            state = None
+    if not isinstance(state, dict) or "model" not in state:
+        return None
+    history = state.get("optimizer_history") or [{}]
+    return int(history[-1].get("num_updates", 0) or 0)
+
+
+def restore_args(argv: List[str]) -> List[str]:
+    """Extra fairseq-train arguments (``["--restore-file", PATH]`` or none); raises SystemExit with one line when
+    ``checkpoint_last.pt`` is unreadable and no intact checkpoint is left."""
+    finetune = _option(argv, "--finetune-from-model")
+    if finetune is not None and not os.path.isfile(finetune):
+        raise SystemExit(f"{PROG}: error: --finetune-from-model '{finetune}' does not exist; pass the path of a "
+                         "trained checkpoint")
+    restore = _option(argv, "--restore-file")
+    if restore is not None:
+        suffix = _option(argv, "--checkpoint-suffix") or ""
+        path = restore.replace(".pt", suffix + ".pt")
+        if restore != "checkpoint_last.pt" and not os.path.isfile(path):
+            # fairseq would log "No existing checkpoint found" and train from scratch
+            raise SystemExit(f"{PROG}: error: --restore-file '{path}' does not exist; pass the path of a checkpoint "
+                             "to resume from, or leave the option out to start (or resume) in --save-dir")
+        return []
+    save_dir = _option(argv, "--save-dir") or "checkpoints"
+    last = os.path.join(save_dir, "checkpoint_last.pt")
+    if not os.path.exists(last) or updates(last) is not None:
+        return []
+    found = []
+    for path in glob.glob(os.path.join(save_dir, "checkpoint*.pt")):
+        if os.path.abspath(path) != os.path.abspath(last):
+            n = updates(path)
+            if n is not None:
+                # equal updates: a numbered checkpoint rather than checkpoint_best.pt (a copy of one of them)
+                found.append((n, not os.path.basename(path).startswith("checkpoint_best"), os.path.getmtime(path),
+                              path))
+    size = os.path.getsize(last)
+    if not found:
+        raise SystemExit(f"{PROG}: error: {last} is unreadable ({size} bytes: a copy interrupted by a kill?) and "
+                         f"{save_dir} holds no intact checkpoint; move it away to start training afresh")
+    n, _, _, best = max(found)
+    print(f"{PROG}: warning: {last} is unreadable ({size} bytes: a copy interrupted by a kill?); resuming from "
+          f"{best} ({n} updates) with --restore-file; {last} is left as it is", file=sys.stderr)
+    return ["--restore-file", best]
+
+
+def main(argv=None):
+    for a in restore_args(sys.argv[1:] if argv is None else argv):
+        print(a)
+
+
+if __name__ == "__main__":
+    main()

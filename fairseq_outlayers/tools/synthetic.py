@@ -1,0 +1,53 @@
+"""A synthetic parallel corpus: the fallback when no real data can be had, and the tests' tiny corpus.
+
+The "translation" is learnable: the target is the source reversed, each word replaced by its own translation;
+the first ``shared_words`` words are identical on both sides (like numbers or names), which gives the
+shared-private pairing a same-word-form category to find.
+
+    python -m fairseq_outlayers.tools.synthetic --out DIR --src de --tgt en --splits train:29000 val:1014
+"""
+import argparse
+import os
+import random
+
+from fairseq_outlayers import checks
+
+
+def write_corpus(out_dir, splits, src="de", tgt="en", vocab=40, shared_words=4, seed=0, min_len=3, max_len=9):
+    """``splits``: sequence of (name, number of sentences). Writes NAME.SRC / NAME.TGT under ``out_dir``."""
+    rng = random.Random(seed)
+    os.makedirs(out_dir, exist_ok=True)
+    src_words = [f"s{i}" for i in range(vocab)]
+    translate = {w: (w if i < shared_words else f"T{i}") for i, w in enumerate(src_words)}
+    for split, n in splits:
+        with open(os.path.join(out_dir, f"{split}.{src}"), "w", encoding="utf-8") as fs, \
+                open(os.path.join(out_dir, f"{split}.{tgt}"), "w", encoding="utf-8") as ft:
+            for _ in range(n):
+                active = src_words[: rng.randint(vocab // 2, vocab)]  # a Zipf-like skew of frequencies
+                sent = [rng.choice(active) for _ in range(rng.randint(min_len, max_len))]
+                fs.write(" ".join(sent) + "\n")
+                ft.write(" ".join(translate[w] for w in reversed(sent)) + "\n")
+    return out_dir
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="write a synthetic parallel corpus")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--src", default="de")
+    parser.add_argument("--tgt", default="en")
+    parser.add_argument("--splits", nargs="+", default=["train:29000", "val:1014", "test:1000"],
+                        help="NAME:SENTENCES pairs")
+    parser.add_argument("--vocab", type=checks.POSITIVE_INT, default=2000)
+    parser.add_argument("--seed", type=checks.NON_NEGATIVE_INT, default=0)
+    args = parser.parse_args(argv)
+    splits = []
+    for item in args.splits:
+        name, _, n = item.partition(":")
+        if not n.isdigit():
+            parser.error(f"--splits item '{item}' is not NAME:SENTENCES (e.g. train:29000)")
+        splits.append((name, int(n)))
+    write_corpus(args.out, splits, args.src, args.tgt, vocab=args.vocab, seed=args.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The package is three parts with one-way arrows: the plugin (what ``--user-dir`` loads: ``fairseq_outlayers``
+without ``tools/`` and ``lab/``) <- the tools (``fairseq_outlayers.tools``) <- the lab (``fairseq_outlayers.lab``).
+Every import of the package's own modules is read from the source (top level and inside functions), so a lazy
+import that runs upward is caught too; and loading the plugin in a fresh interpreter imports no tool and no lab
+module."""
+import ast
+import os
+import subprocess
+import sys
+
+from harness import REPO
+
+PACKAGE = os.path.join(REPO, "fairseq_outlayers")
+#: rank of each part: an import may only go to the same or a lower rank
+RANKS = {"plugin": 0, "tools": 1, "lab": 2}
+
+
+def part(module: str) -> str:
+    name = module.split(".")
+    if len(name) > 1 and name[1] in ("tools", "lab"):
+        return name[1]
+    if name[-1] == "__main__" and len(name) == 2:  # ``python -m fairseq_outlayers``: the tools' front door
+        return "tools"
+    return "plugin"
+
+
+def module_name(path: str) -> str:
+    rel = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+    return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def imports(path: str, module: str):
+    """(line, imported module) for every import of a ``fairseq_outlayers`` module in the file."""
+    package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = [f"{target}.{a.name}" for a in node.names]
+            for name in names if target.split(".")[0] == "fairseq_outlayers" else []:
+                # ``from fairseq_outlayers.lab import compare`` imports fairseq_outlayers.lab.compare
+                yield node.lineno, name
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "fairseq_outlayers":
+                    yield node.lineno, a.name
+
+
+def package_files():
+    for root, _dirs, files in os.walk(PACKAGE):
+        for f in sorted(files):
+            if f.endswith(".py"):
+                yield os.path.join(root, f)
+
+
+def test_no_import_runs_from_a_lower_part_to_a_higher_one():
+    upward = []
+    for path in package_files():
+        module = module_name(path)
+        for line, target in imports(path, module):
+            if RANKS[part(target)] > RANKS[part(module)]:
+                upward.append(f"{os.path.relpath(path, REPO)}:{line} ({part(module)}) imports {target} "
+                              f"({part(target)})")
+    assert not upward, "imports against the arrows plugin <- tools <- lab:\n" + "\n".join(upward)
+
+
+def test_every_module_belongs_to_a_part_the_folders_show():
+    names = {module_name(p) for p in package_files()}
+    assert {part(n) for n in names} == {"plugin", "tools", "lab"}
+    assert part("fairseq_outlayers.tools.pairing.lexicon") == "tools"
+    assert part("fairseq_outlayers.lab.ledger.runner") == "lab"
+    assert part("fairseq_outlayers.pairing.pairs") == "plugin"  # the file format the model reads
+    assert part("fairseq_outlayers.vectors") == "plugin"
+
+
+def test_loading_the_plugin_imports_no_tool_and_no_lab_module():
+    probe = ("import sys, fairseq_outlayers\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('fairseq_outlayers.tools', 'fairseq_outlayers.lab'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
