@@ -332,6 +332,16 @@ def _criterion_checks(model, task):
         (L2Criterion(task, False), (pred - vecs).norm(dim=-1)),
         (MaxMarginCriterion(task, False), vmf.max_margin_loss(pred, ids, table, 0.5, layer.decodable)),
     ]
+    # --vmf-warmup-updates 3: the cosine loss before update 3 (no κ alarm counted), the released vMF loss from it
+    warm = VMFNLLCriterion(task, False, vmf_warmup_updates=3)
+    for step, expected in ((2, 1 - (F.normalize(pred, dim=-1) * vecs).sum(-1)), (3, vmf.vmf_released_loss(pred, vecs, 0.2))):
+        model.set_num_updates(step)
+        loss, _, log = warm(model, sample)
+        assert layer.num_updates == step
+        assert loss.item() == pytest.approx(expected.sum().item(), rel=1e-5), step
+        if step < 3:
+            assert log["kappa_low"] == 0 and log["kappa_high"] == 0
+    model.set_num_updates(0)
     for criterion, expected in references:
         loss, sample_size, log = criterion(model, sample)
         assert sample_size == sample["ntokens"] == keep.sum().item()
