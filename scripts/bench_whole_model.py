@@ -270,21 +270,11 @@ def environment(device):
 
     env = {"torch": torch.__version__, "python": platform.python_version(),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-    try:
-        env["commit"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                       text=True).stdout.strip() or "unknown"
-    except OSError:
-        env["commit"] = "unknown"
+    env["commit"] = benchlib.git_commit(REPO)
     if device.startswith("cuda"):
         env["device"] = f"{torch.cuda.get_device_name(0)}, CUDA {torch.version.cuda}"
     else:
-        cpu = platform.processor() or platform.machine()
-        try:
-            with open("/proc/cpuinfo") as f:
-                cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-        except (OSError, StopIteration):
-            pass
-        env["device"] = f"CPU {cpu} ({os.cpu_count()} cores)"
+        env["device"] = f"CPU {benchlib.cpu_name()} ({os.cpu_count()} cores)"
     try:
         import fairseq
 

@@ -2,6 +2,8 @@
 references computed here), chunking does not change it, the fairseq-built models train and decode at the
 forced length, and the results writer produces the expected rows and verdicts. No timing is asserted."""
 import math
+import os
+import sys
 from argparse import Namespace
 
 import mpmath
@@ -9,8 +11,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import load_script
+from harness import REPO, load_script
 
+sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
+import benchlib  # noqa: E402
+from continuous_layer import (GiB, MiB, choose_chunks, layer_step, make_criterion, make_dictionary,  # noqa: E402
+                              make_layer, make_sample, softmax_peak_model)
+from continuous_loss import count_loss_ops, loss_variants  # noqa: E402
+from continuous_models import (build, decode_batch, decode_generator, run_decode_benchmark,  # noqa: E402
+                               run_model_benchmark, synthetic_batch, write_model_data)
+from continuous_probes import probe_in_subprocess, summarise_layer  # noqa: E402
+from continuous_tables import layer_tables, model_tables, target_verdicts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +32,11 @@ def bench():
 V, H, N, M = 500, 32, 64, 300
 
 
-def _setup(bench, method):
-    dictionary = bench.make_dictionary(V)
-    model = bench.make_layer(method, V, H, M, dictionary, "cpu")
-    criterion = bench.make_criterion(method, dictionary)
-    features, target = bench.make_sample(V, H, N, dictionary, "cpu")
+def _setup(method):
+    dictionary = make_dictionary(V)
+    model = make_layer(method, V, H, M, dictionary, "cpu")
+    criterion = make_criterion(method, dictionary)
+    features, target = make_sample(V, H, N, dictionary, "cpu")
     return model, criterion, features, target
 
 
@@ -35,10 +46,10 @@ def _log_cm_mpmath(kappa, m):
                  - mpmath.log(mpmath.besseli(nu, kappa)))
 
 
-def test_softmax_loss_is_fairseq_cross_entropy(bench):
-    model, criterion, features, target = _setup(bench, "softmax")
+def test_softmax_loss_is_fairseq_cross_entropy():
+    model, criterion, features, target = _setup("softmax")
     assert type(criterion).__name__ == "CrossEntropyCriterion"
-    loss, fwd, bwd = bench.layer_step(model, criterion, features, target)
+    loss, fwd, bwd = layer_step(model, criterion, features, target)
     weight = model.decoder.output_projection.weight.detach().double()
     x = features.detach().double().requires_grad_(True)
     ref = F.cross_entropy(x @ weight.T, target, reduction="sum")
@@ -48,10 +59,10 @@ def test_softmax_loss_is_fairseq_cross_entropy(bench):
     assert fwd > 0 and bwd > 0
 
 
-def test_vmf_nll_loss_is_the_default_criterion_with_exact_log_cm(bench):
-    model, criterion, features, target = _setup(bench, "vmf_nll")
+def test_vmf_nll_loss_is_the_default_criterion_with_exact_log_cm():
+    model, criterion, features, target = _setup("vmf_nll")
     assert type(criterion).__name__ == "VMFNLLCriterion" and criterion.variant == "released"
-    loss, _, _ = bench.layer_step(model, criterion, features, target)
+    loss, _, _ = layer_step(model, criterion, features, target)
     layer = model.decoder.output_projection
     e_hat = features.detach().double() @ layer.proj.weight.detach().double().T + layer.proj.bias.detach().double()
     vectors = layer.target_table.double()[target]
@@ -64,69 +75,69 @@ def test_vmf_nll_loss_is_the_default_criterion_with_exact_log_cm(bench):
     assert layer.proj.weight.grad is not None and features.grad is not None
 
 
-def test_cosine_loss(bench):
-    model, criterion, features, target = _setup(bench, "cosine")
-    loss, _, _ = bench.layer_step(model, criterion, features, target)
+def test_cosine_loss():
+    model, criterion, features, target = _setup("cosine")
+    loss, _, _ = layer_step(model, criterion, features, target)
     layer = model.decoder.output_projection
     e_hat = features.detach().double() @ layer.proj.weight.detach().double().T + layer.proj.bias.detach().double()
     ref = (1 - F.cosine_similarity(e_hat, layer.target_table.double()[target], dim=-1)).sum().item()
     assert loss == pytest.approx(ref, rel=1e-5)
 
 
-def test_token_chunks_give_the_same_loss_and_gradients(bench):
-    model, criterion, features, target = _setup(bench, "softmax")
-    whole, _, _ = bench.layer_step(model, criterion, features, target, chunks=1)
+def test_token_chunks_give_the_same_loss_and_gradients():
+    model, criterion, features, target = _setup("softmax")
+    whole, _, _ = layer_step(model, criterion, features, target, chunks=1)
     grads = (features.grad.clone(), model.decoder.output_projection.weight.grad.clone())
-    bench.benchlib.clear_grads(model, features)
-    chunked, _, _ = bench.layer_step(model, criterion, features, target, chunks=4)
+    benchlib.clear_grads(model, features)
+    chunked, _, _ = layer_step(model, criterion, features, target, chunks=4)
     assert chunked == pytest.approx(whole, rel=1e-5)
     torch.testing.assert_close(features.grad, grads[0])
     torch.testing.assert_close(model.decoder.output_projection.weight.grad, grads[1], rtol=1e-4, atol=1e-5)
 
 
-def test_chunking_and_peak_model(bench):
-    assert bench.softmax_peak_model(4096, 50000, 512) == 3 * 4096 * 50000 * 4
-    assert bench.softmax_peak_model(4096, 300000, 1024, 2) == 3 * 2048 * 300000 * 4 + 300000 * 1024 * 4
-    assert bench.choose_chunks(4096, 50000, 1024, 11 * bench.GiB) == 1
-    assert bench.choose_chunks(4096, 300000, 1024, 11 * bench.GiB) == 2
-    assert bench.choose_chunks(4096, 300000, 1024, 7 * bench.GiB) == 4
+def test_chunking_and_peak_model():
+    assert softmax_peak_model(4096, 50000, 512) == 3 * 4096 * 50000 * 4
+    assert softmax_peak_model(4096, 300000, 1024, 2) == 3 * 2048 * 300000 * 4 + 300000 * 1024 * 4
+    assert choose_chunks(4096, 50000, 1024, 11 * GiB) == 1
+    assert choose_chunks(4096, 300000, 1024, 11 * GiB) == 2
+    assert choose_chunks(4096, 300000, 1024, 7 * GiB) == 4
 
 
-def test_probe_in_a_fresh_process(bench):
+def test_probe_in_a_fresh_process():
     args = Namespace(tokens=N, continuous_dim=M, threads=1, device="cpu")
-    probe = bench.probe_in_subprocess(args, "vmf_nll", V, H, 1, 3)
+    probe = probe_in_subprocess(args, "vmf_nll", V, H, 1, 3)
     assert "error" not in probe, probe
     assert len(probe["times"]) == 3 and probe["peak_step_bytes"] >= 0
     assert probe["trained_params"] == H * M + M  # the continuous layer: d·m + m
     assert probe["buffer_bytes"] >= V * M * 4  # the frozen table
-    row = bench.summarise_layer([probe], "vmf_nll", V, H)
+    row = summarise_layer([probe], "vmf_nll", V, H)
     assert row["n_steps"] == 2  # the memory-measured first step is not timed for continuous layers
-    failed = bench.probe_in_subprocess(args, "no_such_layer", V, H, 1, 1)
+    failed = probe_in_subprocess(args, "no_such_layer", V, H, 1, 1)
     assert "error" in failed
-    assert "failed" in "\n".join(bench.layer_tables([bench.summarise_layer([failed], "softmax", V, H)],
+    assert "failed" in "\n".join(layer_tables([summarise_layer([failed], "softmax", V, H)],
                                                     [V], [H], N))
 
 
-def test_fairseq_models_train_and_decode_at_the_forced_length(bench, tmp_path):
-    bench.write_model_data(str(tmp_path), 60, 16)
+def test_fairseq_models_train_and_decode_at_the_forced_length(tmp_path):
+    write_model_data(str(tmp_path), 60, 16)
     extra = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
              "--decoder-ffn-embed-dim", "32", "--encoder-layers", "1", "--decoder-layers", "1"]
-    built = {name: bench.build(str(tmp_path), "outlayers_transformer_tiny", name, extra)
+    built = {name: build(str(tmp_path), "outlayers_transformer_tiny", name, extra)
              for name in ("softmax", "continuous")}
     assert type(built["softmax"][2]).__name__ == "CrossEntropyCriterion"
     assert type(built["continuous"][2]).__name__ == "VMFNLLCriterion"
     assert type(built["continuous"][1].decoder.output_projection).__name__ == "ContinuousOutput"
     args = Namespace(train_steps=1, train_sentences=3, train_len=5, beams=[1, 5], decode_len=4,
                      decode_sentences=2, decode_reps=1)
-    train = bench.run_model_benchmark(args, built, log=lambda *a, **k: None)
+    train = run_model_benchmark(args, built, log=lambda *a, **k: None)
     assert set(train) == {"softmax", "continuous"} and all(r["tok_s"] > 0 for r in train.values())
     # softmax: 16·60 output weights; continuous: 16·16 + 16 (the table is frozen)
     assert train["softmax"]["params"] - train["continuous"]["params"] == 16 * 60 - (16 * 16 + 16)
-    decode = bench.run_decode_benchmark(args, built, log=lambda *a, **k: None)  # raises on a wrong length
+    decode = run_decode_benchmark(args, built, log=lambda *a, **k: None)  # raises on a wrong length
     assert set(decode) == {1, 5}
-    gen = bench.decode_generator(built["continuous"][0], built["continuous"][1], 5, 7)
-    sample = bench.synthetic_batch(built["continuous"][0].source_dictionary, 2, 4, 2, seed=0)
-    hypos = bench.decode_batch(built["continuous"][0], built["continuous"][1], gen, sample)
+    gen = decode_generator(built["continuous"][0], built["continuous"][1], 5, 7)
+    sample = synthetic_batch(built["continuous"][0].source_dictionary, 2, 4, 2, seed=0)
+    hypos = decode_batch(built["continuous"][0], built["continuous"][1], gen, sample)
     assert [len(h[0]["tokens"]) for h in hypos] == [8, 8]
 
 
@@ -137,32 +148,32 @@ def _row(method, vocab, dim, total, peak, chunks=1):
             "peak_step_bytes": peak, "peak_total_bytes": peak}
 
 
-def test_results_writer(bench):
-    rows = [_row("softmax", 50000, 512, 10.0, 100 * bench.MiB), _row("vmf_nll", 50000, 512, 0.05, 2 * bench.MiB),
-            _row("cosine", 50000, 512, 0.04, 4 * bench.MiB),
-            _row("softmax", 300000, 512, 40.0, 1000 * bench.MiB, chunks=2),
-            _row("vmf_nll", 300000, 512, 0.1, 10 * bench.MiB), _row("cosine", 300000, 512, 0.08, 10 * bench.MiB)]
-    lines = bench.layer_tables(rows, [50000, 300000], [512], 4096)
+def test_results_writer():
+    rows = [_row("softmax", 50000, 512, 10.0, 100 * MiB), _row("vmf_nll", 50000, 512, 0.05, 2 * MiB),
+            _row("cosine", 50000, 512, 0.04, 4 * MiB),
+            _row("softmax", 300000, 512, 40.0, 1000 * MiB, chunks=2),
+            _row("vmf_nll", 300000, 512, 0.1, 10 * MiB), _row("cosine", 300000, 512, 0.08, 10 * MiB)]
+    lines = layer_tables(rows, [50000, 300000], [512], 4096)
     flops = 6 * 4096 * 512 * 50000 / 10.0 / 1e9  # 6 N H V over the 10 s step
     assert "| 50000 | 512 | softmax + cross_entropy | 1 | 5000.0 | 5000.0 | 10000.0 | 3 | 100.0 | 2343.8 | 10 | 0.0 " \
            f"| 100.0 | {flops:,.1f} |" in lines
     assert "| 50000 | 512 | 200.0x | 250.0x | 0.0200 | 0.0200 | 0.0400 | 1.25x |" in lines
-    full = bench.softmax_peak_model(4096, 300000, 512, 1)
-    assert (f"| 300000 | 512 | 400.0x | 500.0x | 0.0100 (chunked); {10 * bench.MiB / full:.4f} (full) | "
-            f"0.0100 (chunked); {10 * bench.MiB / full:.4f} (full) | 0.0100 (chunked); "
-            f"{10 * bench.MiB / full:.4f} (full) | 1.25x |") in lines
-    verdicts = bench.target_verdicts(rows, [50000, 300000], [512])
+    full = softmax_peak_model(4096, 300000, 512, 1)
+    assert (f"| 300000 | 512 | 400.0x | 500.0x | 0.0100 (chunked); {10 * MiB / full:.4f} (full) | "
+            f"0.0100 (chunked); {10 * MiB / full:.4f} (full) | 0.0100 (chunked); "
+            f"{10 * MiB / full:.4f} (full) | 1.25x |") in lines
+    verdicts = target_verdicts(rows, [50000, 300000], [512])
     assert verdicts[0] == "- vmf_nll fwd+bwd speed-up >= 100x at V = 50000: 200.0x at H = 512 -> **met**"
     assert verdicts[1] == "- vmf_nll fwd+bwd speed-up >= 500x at V = 300000: 400.0x at H = 512 -> **not met**"
     assert verdicts[2].endswith("0.0100 total / 0.0100 step at H = 512 -> **met**")
     train = {"tiny": {"softmax": {"step": 2.0, "tok_s": 1000.0, "params": 5, "desc": "d"},
                       "continuous": {"step": 1.25, "tok_s": 1600.0, "params": 3, "desc": "d"}}}
     decode = {"tiny": {1: {"softmax": {"batch": 1.0, "sent_s": 32.0}, "continuous": {"batch": 0.5, "sent_s": 64.0}}}}
-    text = "\n".join(bench.model_tables(train, decode, None))
+    text = "\n".join(model_tables(train, decode, None))
     assert "| tiny | continuous | 3 | 1250.0 | 1600 | 1.60 |  |" in text
     assert "- tiny: whole-model training tokens/s >= 2x softmax: 1.60x -> **not met**" in text
     assert "| tiny | 1 | continuous | 0.500 | 64.0 | 2.00 |" in text
-    assert math.isnan(bench.benchlib.ratio(1.0, 0))
+    assert math.isnan(benchlib.ratio(1.0, 0))
 
 
 def test_output_exists_is_refused_before_any_work(bench, tmp_path):
@@ -183,14 +194,14 @@ def test_loss_part_counts_and_times_every_variant(bench, tmp_path):
     assert bench.main(["--skip", "layer", "--skip", "model", "--tokens", "32", "--loss-reps", "2",
                        "--output", str(out)]) == 0
     text = out.read_text()
-    names = [name for name, _ in bench.loss_variants()]
+    names = [name for name, _ in loss_variants()]
     assert names[:2] == ["cosine", "vmf released (default)"] and len(names) == 7
     for name in names:
         assert f"| {name} | " in text
     assert "| cosine | " in text and "| 1.00x | " in text
     assert "- every vMF variant <= 2x the cosine loss's aten operations: worst " in text
     assert "operations: worst" in text and "-> **met**" in text.split("aten operations: worst")[1].splitlines()[0]
-    rows = {name: bench.count_loss_ops(fn, torch.randn(8, 300, requires_grad=True),
+    rows = {name: count_loss_ops(fn, torch.randn(8, 300, requires_grad=True),
                                        F.normalize(torch.randn(8, 300), dim=-1))
-            for name, fn in bench.loss_variants()[:2]}
+            for name, fn in loss_variants()[:2]}
     assert rows["cosine"][1] is None and rows["vmf released (default)"][0] <= 2 * rows["cosine"][0]

@@ -11,10 +11,9 @@ import pytest
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import records
 from fairseq_outlayers.lab.ledger.__main__ import build_parser, main as ledger_main
-from fairseq_outlayers.lab.ledger.render import (compare, compare_line, converged_figures, epoch_ceiling, group, longest_wait,
-                                             loss_at_stop,
-                                             patience_margin, render,
-                                             step_effect)
+from fairseq_outlayers.lab.ledger.analysis import compare, group, longest_wait, step_effect
+from fairseq_outlayers.lab.ledger.render import (compare_line, converged_figures, epoch_ceiling, loss_at_stop,
+                                                 patience_margin, render)
 from fairseq_outlayers.lab.ledger.rows import protocol_options, read_ledger_row, row_options
 from fairseq_outlayers.lab.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
                                             sentence_stats, welch_t_test)

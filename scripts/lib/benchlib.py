@@ -1,7 +1,7 @@
 """Shared by the benchmark scripts: timing and memory helpers (device sync, gradients cleared, peak memory of a
 step), the device's measured matmul FLOP/s, the FLOP count of one training step of each output layer, and the
-report (the command line, ratios, the results file: checked before the run, written atomically, never clobbered
-without ``--force``).
+report (the machine and commit, the command line, ratios, the results file: checked before the run, written
+atomically, never clobbered without ``--force``).
 
 FLOP counts (one multiply-add = 2 FLOP; backward = 2x forward for a matmul whose inputs both need gradients;
 element-wise work, the loss and the optimizer are left out). N target tokens, H = decoder output size, V the
@@ -17,6 +17,8 @@ vocabulary (or the sampled |V'|), m the continuous output size, d_j the joint si
 """
 import contextlib
 import os
+import platform
+import subprocess
 import sys
 import time
 from typing import Optional
@@ -132,6 +134,29 @@ def model_step_flops(tokens: int, matmul_params: int) -> float:
 # ------------------------------------------------------------------------------------------------------------
 # the report
 # ------------------------------------------------------------------------------------------------------------
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what ``platform`` knows of it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def git_commit(repo: str, *watched: str) -> str:
+    """The checkout's short commit, "+ (NAME modified)" when a ``watched`` path differs from it, or "unknown"."""
+    try:
+        commit = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        dirty = watched and subprocess.run(["git", "-C", repo, "status", "--porcelain", "--", *watched],
+                                           capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+    if dirty:
+        commit += f" ({os.path.basename(watched[0])} modified)"
+    return commit or "unknown"
+
 
 def ratio(a, b):
     return a / b if b else float("nan")

@@ -9,6 +9,7 @@
 * ``runner``: train one row and seed to convergence, evaluate the best checkpoint, write the record;
 * ``resume``: resume a cut-off run with fairseq's early-stopping count carried over from its log;
 * ``stats``: mean, sample standard deviation and the paired bootstrap test over seeds;
+* ``analysis``: the tables' numbers from the records (rows by seed, two rows compared, how the runs stopped);
 * ``render``: the Markdown tables, regenerated bit for bit from the records.
 
 The protocol is described in docs/results.md ("Converged protocol").

@@ -6,7 +6,7 @@ bytes, like the tables):
 * ``scores_svg(rows)``: test sacreBLEU against trained parameters (a small dot per seed, a ring on the mean of the
   recorded seeds, the row's name beside it).
 
-``rows`` is ``{row: {seed: record}}``, one table of ``render.group``.
+``rows`` is ``{row: {seed: record}}``, one table of ``analysis.group``.
 """
 import math
 from html import escape

@@ -2,10 +2,11 @@
 
 One table per ``table`` of the records; one line per row: the test score per seed (a seed without a record reads
 "missing" and is not averaged in), mean ± sample standard deviation over the recorded seeds, tokenised BLEU, the
-difference from the row's baseline and the p-value of the paired bootstrap test (``stats.paired_bootstrap`` on the
+difference from the row's baseline and the p-value of the paired bootstrap test (``analysis.compare`` on the
 hypotheses and references kept in the ledger), the extra test sets, parameter counts, epochs, updates, speed and
 the device; with ``figures``, the plots of ``plots`` (learning curves, score against trained parameters) as SVG
-files named in the Markdown. ``converged_figures`` gives the same means to ``make demo``'s table.
+files named in the Markdown. ``converged_figures`` gives the same means to ``make demo``'s table. The numbers
+come from ``analysis``; this module only writes them.
 
 The tables, their plots and ``compare_line`` keep to the protocol's seeds (``seeds``, 1-3 by default), so a figure
 quoted from them stays what it was when a row later gets more seeds; records of further seeds (run to test a
@@ -13,19 +14,17 @@ difference at the seed level) get a table of their own under each table (``furth
 seed counts, and ``compare_line(..., seeds=None)`` counts them all too.
 """
 import math
-import os
 import re
 import shlex
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.lab.ledger import plots, resume
+from fairseq_outlayers.lab.ledger import plots
 from fairseq_outlayers.lab.ledger import records as rec
-from fairseq_outlayers.lab.ledger.stats import (N_SAMPLES, SEED, mean_sd, paired_bootstrap_test,
-                                            seeds_for_power, sentence_stats,
-                                            welch_t_test)
-
-DEFAULT_SEEDS = (1, 2, 3)
+from fairseq_outlayers.lab.ledger.analysis import (DEFAULT_SEEDS, capped_runs, compare, group, keep_seeds,
+                                                   patience_waits, retrained_seeds, seed_scores, step_effect,
+                                                   stop_losses)
+from fairseq_outlayers.lab.ledger.stats import N_SAMPLES, SEED, mean_sd, seeds_for_power
 
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:
@@ -50,93 +49,6 @@ def _count_vs(count: int, baseline: Optional[int]) -> str:
     return f"{count:,}" + (f" ({100.0 * (count - baseline) / baseline:+.1f} %)" if baseline else "")
 
 
-def group(records: List[Dict]) -> Dict[str, Dict[str, Dict[int, Dict]]]:
-    """{table: {row: {seed: record}}}, tables and rows in order (rows by their row file's name)."""
-    tables: Dict[str, Dict[str, Dict[int, Dict]]] = {}
-    for r in sorted(records, key=lambda r: (r["table"], r.get("row_file", ""), r["row"], r["seed"])):
-        tables.setdefault(r["table"], {}).setdefault(r["row"], {})[r["seed"]] = r
-    return tables
-
-
-def keep_seeds(rows: Dict[str, Dict[int, Dict]], seeds: Optional[Sequence[int]]) -> Dict[str, Dict[int, Dict]]:
-    """``rows`` with only the records of ``seeds`` (None: all of them); a row left without records is dropped."""
-    if seeds is None:
-        return rows
-    kept = {row: {s: r for s, r in runs.items() if s in seeds} for row, runs in rows.items()}
-    return {row: runs for row, runs in kept.items() if runs}
-
-
-def _entry_stats(ledger: str, entry: Dict, lowercase: bool, cache: Dict):
-    """The sentence statistics of one set's hypotheses against its reference (``entry`` names both files)."""
-    key = (entry["hypotheses"], entry["reference"])
-    if key not in cache:
-        hyps, refs = rec.read_lines(ledger, entry["hypotheses"]), rec.read_lines(ledger, entry["reference"])
-        if not refs:
-            raise OutlayersConfigError(f"{os.path.join(ledger, entry['reference'])} is empty (the reference named by "
-                                       "a record); restore it from git or remove the records naming it")
-        if len(hyps) != len(refs) or entry.get("sentences", len(refs)) != len(refs):
-            raise OutlayersConfigError(
-                f"{os.path.join(ledger, entry['hypotheses'])} has {len(hyps)} lines but its reference "
-                f"{os.path.join(ledger, entry['reference'])} has {len(refs)}"
-                + (f" and the record says {entry['sentences']} sentences" if "sentences" in entry else "")
-                + ": the file was cut or changed; restore it from git or remove the record naming it to rerun "
-                "that run")
-        cache[key] = sentence_stats(hyps, refs, lowercase)
-    return cache[key]
-
-
-def _stats_by_seed(ledger: str, runs: Dict[int, Dict], test: str, cache: Dict) -> Dict[int, object]:
-    return {seed: _entry_stats(ledger, r["test"][test], r.get("lowercase", False), cache)
-            for seed, r in runs.items() if r["test"].get(test)}
-
-
-def step_effect(ledger: str, runs: Dict[int, Dict], parent: Dict[int, Dict], test: str,
-                cache: Optional[Dict] = None) -> Optional[Dict]:
-    """A step row's test after the step against the same checkpoints before it (``paired_bootstrap_test``), over
-    the seeds whose before-step translations the ledger holds: the record's own (``after.as_trained``) or, when
-    the step ran on the very model of the parent row's record (``after.parent_record_matches``), the parent's
-    (``parent``: its runs by seed). None when no seed has them."""
-    cache = {} if cache is None else cache
-    before = {}
-    for seed, r in runs.items():
-        entry = (r["after"].get("as_trained") or {}).get(test) or {}
-        if entry.get("hypotheses"):
-            before[seed] = _entry_stats(ledger, entry, r.get("lowercase", False), cache)
-        elif r["after"].get("parent_record_matches") and parent.get(seed, {}).get("test", {}).get(test):
-            before[seed] = _entry_stats(ledger, parent[seed]["test"][test], r.get("lowercase", False), cache)
-    system = _stats_by_seed(ledger, runs, test, cache)
-    common = sorted(set(system) & set(before))
-    if not common:
-        return None
-    return paired_bootstrap_test({s: system[s] for s in common}, {s: before[s] for s in common})
-
-
-def compare(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, other: str, test: str,
-            cache: Optional[Dict] = None) -> Dict:
-    """Row ``name`` against row ``other`` of one table: {"diff", "p", "seeds", "complete", "interval", "welch",
-    "files"} (the paired bootstrap over the test sentences, ``welch_t_test`` of every recorded seed's score, None
-    below two seeds a side, and ``records.files_differ``: the named files the two rows were trained with in other
-    versions), or {"why"} when the two cannot be compared (no records, different devices, no common seed)."""
-    cache = {} if cache is None else cache
-    if other not in rows:
-        return {"why": f"{other}: no records"}
-    devices = {r["device"] for r in rows[name].values()} | {r["device"] for r in rows[other].values()}
-    if len(devices) > 1:
-        return {"why": "devices differ"}
-    system = _stats_by_seed(ledger, rows[name], test, cache)
-    base = _stats_by_seed(ledger, rows[other], test, cache)
-    if not set(system) & set(base):
-        return {"why": "no common seed"}
-    result = paired_bootstrap_test(system, base)
-    return dict(result, complete=set(result["seeds"]) == set(system) == set(base),
-                welch=welch_t_test(_scores(rows, name, test), _scores(rows, other, test)),
-                files=rec.files_differ(list(rows[name].values()), list(rows[other].values())))
-
-
-def _scores(rows: Dict[str, Dict[int, Dict]], row: str, test: str) -> List[float]:
-    return [r["test"][test]["sacrebleu"] for _, r in sorted(rows[row].items()) if test in r["test"]]
-
-
 def _power(system: Sequence[float], baseline: Sequence[float]) -> str:
     """'; N seeds a row would find ...': how many seeds a row the seed-level test would need to find the difference
     of the two rows' seed means four times in five (two-sided, 5 % level; ``seeds_for_power``) at their pooled
@@ -149,12 +61,6 @@ def _power(system: Sequence[float], baseline: Sequence[float]) -> str:
     need = "more than 10000" if n is None else str(n)
     return (f"; {need} seeds a row would find a true difference of {abs(m1 - m2):.2f} four times in five at this "
             f"seed spread ({spread:.2f})")
-
-
-def retrained_seeds(runs: Dict[int, Dict]) -> List[int]:
-    """Seeds of a step row (``# after:``) whose step ran on a checkpoint trained again, not the model its parent
-    row's record was made with (``after.parent_record_matches`` false: the parent's checkpoints were gone)."""
-    return [s for s, r in sorted(runs.items()) if (r.get("after") or {}).get("parent_record_matches") is False]
 
 
 def _seed_list(seeds: Sequence[int]) -> str:
@@ -246,7 +152,7 @@ def further_seeds(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence
         runs = rows[row]
         further = ", ".join(f"seed {s}: {_fmt(runs[s]['test'].get(test, {}).get('sacrebleu'))}"
                             for s in beyond[row]) or "none"
-        scores = _scores(rows, row, test)
+        scores = seed_scores(rows, row, test)
         mean = f"{mean_pm_sd(scores)} ({_seed_list(sorted(s for s, r in runs.items() if test in r['test']))})"
         lines.append("| " + " | ".join([row, baseline(row) or "", further, mean]
                                        + significance(ledger, rows, row, test, cache)) + " |")
@@ -254,23 +160,11 @@ def further_seeds(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence
 
 
 def loss_at_stop(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
-    """One sentence on how converged the runs of a table are by their validation loss (the curve each record keeps):
-    in how many the loss at the last epoch is below the loss at the epoch whose checkpoint was tested, by how much,
-    and in how many the last epoch has the lowest loss of the run, i.e. the stop on the validation score came while
-    the loss still fell. None when no record has a curve with losses. Step rows (``after``) share their parent's
-    training and are not counted again."""
-    falls, last_lowest, counted = [], 0, 0
-    for runs in rows.values():
-        for r in runs.values():
-            curve = [c for c in r.get("curve") or [] if c.get("loss") is not None]
-            best = [c for c in curve if c["epoch"] == r.get("best_epoch")]
-            if r.get("after") or not best:
-                continue
-            counted += 1
-            last = curve[-1]
-            if last["loss"] < best[0]["loss"]:
-                falls.append(best[0]["loss"] - last["loss"])
-            last_lowest += min(curve, key=lambda c: (c["loss"], c["epoch"]))["epoch"] == last["epoch"]
+    """One sentence on how converged the runs of a table are by their validation loss (``stop_losses``): in how
+    many the loss at the last epoch is below the loss at the tested epoch, by how much, and in how many the last
+    epoch has the run's lowest loss, i.e. the stop on the validation score came while the loss still fell. None
+    when no record has a curve with losses."""
+    falls, last_lowest, counted = stop_losses(rows)
     if not counted:
         return None
     by = f" (by {min(falls):.3f} to {max(falls):.3f})" if falls else ""
@@ -281,34 +175,12 @@ def loss_at_stop(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
             f"{last_lowest} of {counted}: {reading}.")
 
 
-def longest_wait(curve: List[Dict], metric: str) -> Optional[int]:
-    """The most validations in a row without a better score (strictly, as fairseq's ``--patience`` counts) that
-    were still followed by a better one; None without scores."""
-    scores = [c[metric] for c in curve if c.get(metric) is not None]
-    if not scores:
-        return None
-    best, since, longest = scores[0], 0, 0
-    for score in scores[1:]:
-        if resume.is_better(score, best, metric):
-            best, longest, since = score, max(longest, since), 0
-        else:
-            since += 1
-    return longest
-
-
 def patience_margin(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
     """One sentence on how close the patience came to stopping the runs of a table before a later improvement: the
-    runs whose longest wait for a better validation score (``longest_wait``) was one short of their patience. A
+    runs whose longest wait for a better validation score (``patience_waits``) was one short of their patience. A
     patience that often comes that close may stop other runs early, in a plateau they would have left. None when no
-    record has a curve. Step rows (``after``) share their parent's training and are not counted again."""
-    waits = []
-    for runs in rows.values():
-        for r in runs.values():
-            v = r.get("validation") or {}
-            wait = longest_wait(r.get("curve") or [], v.get("metric", "bleu"))
-            if r.get("after") or wait is None or not v.get("patience"):
-                continue
-            waits.append((wait, v["patience"]))
+    record has a curve."""
+    waits = patience_waits(rows)
     if not waits:
         return None
     close = sum(w == p - 1 for w, p in waits)
@@ -321,24 +193,13 @@ def patience_margin(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
 
 
 def epoch_ceiling(rows: Dict[str, Dict[int, Dict]]) -> Optional[str]:
-    """One sentence naming the runs that the epoch ceiling (``--max-epoch``) stopped before their patience ran out:
+    """One sentence naming the runs that the epoch ceiling stopped before their patience ran out (``capped_runs``):
     they ended on the budget, not on the validation score, and their row may be understated. None when no run of
-    the table was stopped that way. Step rows (``after``) share their parent's training and are not counted again."""
-    capped, counted, ceilings = [], 0, set()
-    for name, runs in rows.items():
-        for seed, r in sorted(runs.items()):
-            v = r.get("validation") or {}
-            if r.get("after") or not v.get("max_epoch"):
-                continue
-            counted += 1
-            ceilings.add(v["max_epoch"])
-            best = r.get("best_epoch")
-            if r.get("epochs", 0) >= v["max_epoch"] and best is not None and \
-                    r["epochs"] - best < v.get("patience", float("inf")):
-                capped.append(f"{name} seed {seed}, best at epoch {best}")
+    the table was stopped that way."""
+    capped, counted, ceilings = capped_runs(rows)
     if not capped:
         return None
-    return (f"Epoch ceiling ({', '.join(map(str, sorted(ceilings)))}): {len(capped)} of {counted} runs stopped on it "
+    return (f"Epoch ceiling ({', '.join(map(str, ceilings))}): {len(capped)} of {counted} runs stopped on it "
             f"with patience left ({'; '.join(capped)}): they ended on the budget, not on the validation score, so "
             f"their rows may be understated.")
 
@@ -501,7 +362,7 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016",
     low, high = c["interval"]
     welch = ("" if c["welch"] is None else
              f"; over seeds p = {c['welch']['p']:.3f} (Welch t = {c['welch']['t']:+.2f}, df {c['welch']['df']:.1f})"
-             + _power(_scores(rows, name, test), _scores(rows, other, test)))
+             + _power(seed_scores(rows, name, test), seed_scores(rows, other, test)))
     return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
             f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], p = {c['p']:.3f} "
             f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED}){welch}"
