@@ -166,6 +166,7 @@ def _out_dim(args, dim: int) -> int:
     fairseq's own extra projection (``LSTMDecoder.additional_fc``), as fairseq's tied LSTMs do."""
     if getattr(args, "decoder_out_embed_dim", None) is not None:
         return args.decoder_out_embed_dim
-    if get_output_layer_spec(getattr(args, "output_layer", None) or SEAM_DEFAULTS["output_layer"]).embedding_sized_input:
+    spec = get_output_layer_spec(getattr(args, "output_layer", None) or SEAM_DEFAULTS["output_layer"])
+    if spec.embedding_sized_input:
         return args.decoder_embed_dim
     return dim
