@@ -107,7 +107,7 @@ def test_every_method_trains_and_generates(name, arch, method_args, tmp_path):
 
 @needs_cuda
 # fairseq 0.12's command line runs --bf16 / --memory-efficient-bf16 on TPUs only (it sets --tpu); the package takes
-# the implied --tpu back (fairseq_outlayers/precision.py, tests/test_bf16.py)
+# the implied --tpu back (fairseq_outlayers/fairseq_compat.py, tests/test_bf16.py)
 @pytest.mark.parametrize("precision", ["--fp16", "--memory-efficient-fp16", "--amp", "--bf16",
                                        "--memory-efficient-bf16"])
 @pytest.mark.parametrize("name", sorted(METHODS))

@@ -24,12 +24,16 @@ FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChec
 
 
 def parse(*extra, data="/nonexistent-data"):
-    """fairseq-train's options as its command line parses them (the architecture, hence the core's checks, runs
-    here: no data directory is read)."""
+    """fairseq-train's options as its command line parses them, then the checks of a new run that the model's
+    ``build_model`` runs first, before it reads the data directory (none is read here)."""
     from fairseq import options
 
+    from fairseq_outlayers.models.checks import check_new_run
+
     parser = options.get_training_parser()
-    return options.parse_args_and_arch(parser, [data, "--user-dir", USER_DIR] + TINY_TRANSFORMER + list(extra))
+    args = options.parse_args_and_arch(parser, [data, "--user-dir", USER_DIR] + TINY_TRANSFORMER + list(extra))
+    check_new_run(args)
+    return args
 
 
 def refused(message_part, *extra):

@@ -10,7 +10,6 @@ the model, so it is saved in every checkpoint. A model rebuilt from a checkpoint
 import logging
 
 import torch
-from fairseq.models.transformer import Embedding as TransformerEmbedding
 
 from fairseq_outlayers import fingerprints, model_args
 from fairseq_outlayers.checks import Range
@@ -79,16 +78,6 @@ SHAPE_OPTIONS = {"continuous_layernorm": lambda a: bool(a.continuous_layernorm)}
 TABLE_OPTIONS = {"target_vectors_center": lambda a: bool(a.target_vectors_center)}
 
 
-def continuous_defaults(args):
-    """--tie-input-to-target-vectors selects the target-vector input embeddings (the one derived option)."""
-    if args.tie_input_to_target_vectors:
-        if args.embeddings == "standard":
-            args.embeddings = "target-vectors"
-        elif args.embeddings != "target-vectors":
-            raise OutlayersConfigError(f"--tie-input-to-target-vectors replaces the decoder input embeddings; it "
-                                       f"cannot be combined with --embeddings {args.embeddings}")
-
-
 def target_table(args, task):
     """The aligned unit target table: from ``--target-vectors`` for a new model, or an empty table of the right
     shape for a model rebuilt from a checkpoint (its state dict fills it)."""
@@ -129,7 +118,8 @@ def decoding_options(args, task):
 
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
-                       add_args=add_continuous_args, defaults=DEFAULTS, set_defaults=continuous_defaults,
+                       add_args=add_continuous_args, defaults=DEFAULTS,
+                       selects={"tie_input_to_target_vectors": "target-vectors"},
                        ranges=RANGES, shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
                        criterion_family="continuous")
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
@@ -154,11 +144,7 @@ def build_target_vector_embeddings(args, task, encoder_dim, decoder_dim, share_a
     if share_all:
         raise OutlayersConfigError("--embeddings target-vectors ties the decoder input to the target vectors; it "
                                    "cannot share one matrix with the source (drop --share-all-embeddings)")
-    src = task.source_dictionary
-    if make_embedding is not None:
-        encoder_embed = make_embedding(src, encoder_dim)
-    else:
-        encoder_embed = TransformerEmbedding(len(src), encoder_dim, src.pad())
+    encoder_embed = make_embedding(task.source_dictionary, encoder_dim)
     table = target_table(args, task)
     decoder_embed = TargetVectorEmbedding(table.table, decoder_dim, task.target_dictionary.pad())
     decoder_embed.decodable_mask = table.decodable  # handed to the continuous output layer, if any

@@ -70,7 +70,7 @@ TABLE_OPTIONS = {"fixed_targets_init": None,
 
 
 def _classifier_dim(args) -> int:
-    from .core import decoder_output_dim
+    from .options import decoder_output_dim
 
     return int(args.fixed_targets_dim or decoder_output_dim(args))
 
@@ -82,7 +82,7 @@ def check_fixed_args(args, num_words=None):
     tying flags and --output-bias by the core (``refuses_tying``, ``output_bias``)."""
     if getattr(args, "fixed_targets_dim", None) is None:
         return
-    from .core import decoder_output_dim
+    from .options import decoder_output_dim
 
     per_unit, what = TRAINED_BYTES * decoder_output_dim(args), "the learned projection to it"
     if num_words:

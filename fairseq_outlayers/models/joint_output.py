@@ -27,7 +27,7 @@ def check_joint_args(args, num_words=None):
     once the vocabulary size is known, the |V| x d_j matrix sigma(E U + b_u) of every step (with its gradient)."""
     if getattr(args, "joint_structure", "full") != "full" or getattr(args, "joint_dim", None) is None:
         return
-    from .core import decoder_output_dim
+    from .options import decoder_output_dim
 
     per_unit = TRAINED_BYTES * (int(getattr(args, "decoder_embed_dim", None) or 0) + decoder_output_dim(args) + 2)
     what = "its projections U and V"

@@ -4,9 +4,8 @@ Bidirectional LSTM encoder (fairseq's ``LSTMEncoder``), stacked LSTM decoder wit
 attention (dot or general score), and a decoder output size (``--decoder-out-embed-dim``) independent of the
 embedding size. The decoder's output layer is the one chosen with ``--output-layer``.
 """
-from fairseq import utils
-from fairseq.models import register_model, register_model_architecture
 import torch
+from fairseq.models import register_model, register_model_architecture
 from fairseq.models.lstm import Embedding, LSTMDecoder, LSTMEncoder, LSTMModel
 from fairseq.models.lstm import base_architecture as fairseq_lstm_base
 
@@ -15,14 +14,14 @@ from fairseq_outlayers.modules.luong_attention import LuongAttention
 
 from .core import (
     OutputLayerModelMixin,
-    add_core_args,
     build_core_embeddings,
     build_core_output_layer,
-    check_core_args,
-    core_defaults,
     finish_build,
+    load_embedding_paths,
     shares_all_embeddings,
+    start_build,
 )
+from .options import SEAM_DEFAULTS, add_core_args, fill_defaults
 from .registry import get_output_layer_spec
 
 
@@ -76,7 +75,7 @@ class OutlayersLSTMModel(OutputLayerModelMixin, LSTMModel):
     @classmethod
     def build_model(cls, args, task):
         outlayers_lstm(args)
-        check_core_args(args, task)
+        new_run = start_build(args, task)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         share_all = shares_all_embeddings(args)
         if share_all and args.encoder_embed_dim != args.decoder_embed_dim:
@@ -88,12 +87,8 @@ class OutlayersLSTMModel(OutputLayerModelMixin, LSTMModel):
         encoder_embed, decoder_embed = build_core_embeddings(
             args, task, args.encoder_embed_dim, args.decoder_embed_dim, share_all, make_embedding
         )
-        for path, embed, dictionary, freeze in (
-            (args.encoder_embed_path, encoder_embed, src_dict, args.encoder_freeze_embed),
-            (args.decoder_embed_path, decoder_embed, tgt_dict, args.decoder_freeze_embed),
-        ):
-            if path:
-                utils.load_embedding(utils.parse_embedding(path), dictionary, embed)
+        load_embedding_paths(args, task, encoder_embed, decoder_embed)
+        for embed, freeze in ((encoder_embed, args.encoder_freeze_embed), (decoder_embed, args.decoder_freeze_embed)):
             if freeze:
                 embed.weight.requires_grad = False
 
@@ -114,7 +109,7 @@ class OutlayersLSTMModel(OutputLayerModelMixin, LSTMModel):
             max_target_positions=args.max_target_positions,
         )
         model = cls(encoder, decoder)
-        finish_build(model, args)
+        finish_build(model, args, new_run)
         return model
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, incremental_state=None,
@@ -134,7 +129,7 @@ def outlayers_lstm(args):
     args.max_target_positions = getattr(args, "max_target_positions", 1024)
     fairseq_lstm_base(args)
     args.adaptive_softmax_cutoff = None
-    core_defaults(args)
+    fill_defaults(args)
 
 
 @register_model_architecture("outlayers_lstm", "outlayers_lstm_luong_2x2")
@@ -171,6 +166,7 @@ def _out_dim(args, dim: int) -> int:
     fairseq's own extra projection (``LSTMDecoder.additional_fc``), as fairseq's tied LSTMs do."""
     if getattr(args, "decoder_out_embed_dim", None) is not None:
         return args.decoder_out_embed_dim
-    if get_output_layer_spec(getattr(args, "output_layer", None) or "softmax").embedding_sized_input:
+    spec = get_output_layer_spec(getattr(args, "output_layer", None) or SEAM_DEFAULTS["output_layer"])
+    if spec.embedding_sized_input:
         return args.decoder_embed_dim
     return dim

@@ -3,6 +3,13 @@
 A method plugs in by registering a builder here; the models never name a method. Each entry may add its own
 command-line options (``add_args``) and declare what it needs from the data (a joined dictionary) so that a bad
 combination fails before any tensor is allocated, with a message that says what to change.
+
+The builders' contract, the same for both architectures (``core.build_core_output_layer`` /
+``core.build_core_embeddings`` call them with these keywords):
+
+* output layer: ``build(args, task, *, decoder_embed_tokens, input_dim) -> OutputLayer``;
+* embeddings: ``build(args, task, *, encoder_dim, decoder_dim, share_all, make_embedding) -> (encoder_embed,
+  decoder_embed)``, where ``make_embedding(dictionary, dim)`` is the architecture's own learned embedding.
 """
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
@@ -11,7 +18,7 @@ from typing import Any, Callable, Dict, Optional
 @dataclass
 class OutputLayerSpec:
     name: str
-    build: Callable  # build(args, task, decoder_embed_tokens, input_dim) -> OutputLayer
+    build: Callable  # build(args, task, *, decoder_embed_tokens, input_dim) -> OutputLayer
     help: str
     add_args: Optional[Callable] = None  # add_args(parser)
     set_defaults: Optional[Callable] = None  # set_defaults(args): options derived from others (after ``defaults``)
@@ -23,6 +30,7 @@ class OutputLayerSpec:
     output_bias: bool = False  # honours --output-bias (a learned per-word bias)
     refuses_tying: Optional[str] = None  # why fairseq's tying flags contradict the layer (checked by the core)
     criterion_family: str = "softmax"  # "continuous": trained with the continuous-output criterions only
+    selects: Dict[str, str] = field(default_factory=dict)  # {dest: NAME}: the option, set, selects --embeddings NAME
     ranges: Dict[str, Any] = field(default_factory=dict)  # {dest: checks.Range}: checked when options are parsed
     check_args: Optional[Callable] = None  # check_args(args, num_words): checks across options (sizes that must
     # fit in memory); num_words is None when the options are parsed, the target vocabulary size at build time
@@ -36,7 +44,7 @@ class OutputLayerSpec:
 @dataclass
 class EmbeddingSpec:
     name: str
-    build: Callable  # build(args, task, encoder_dim, decoder_dim, share_all) -> (encoder_embed, decoder_embed)
+    build: Callable  # build(args, task, *, encoder_dim, decoder_dim, share_all, make_embedding) -> (enc, dec)
     help: str
     add_args: Optional[Callable] = None
     set_defaults: Optional[Callable] = None
@@ -53,7 +61,7 @@ EMBEDDING_REGISTRY: Dict[str, EmbeddingSpec] = {}
 
 
 def register_output_layer(name: str, help: str, add_args=None, set_defaults=None, **flags):
-    """Decorator registering ``build(args, task, decoder_embed_tokens, input_dim)`` as ``--output-layer NAME``.
+    """Decorator registering ``build(args, task, *, decoder_embed_tokens, input_dim)`` as ``--output-layer NAME``.
     ``defaults={dest: value}`` fills the options the user left unset; ``set_defaults(args)`` only derives options
     from others. ``ranges={dest: checks.Range}`` and ``check_args(args, num_words)`` are checked by the core when
     the options are parsed, before any data is read; the layer's module checks its arguments again when built."""
@@ -69,7 +77,8 @@ def register_output_layer(name: str, help: str, add_args=None, set_defaults=None
 
 def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None, defaults=None,
                         ranges=None, check_args=None, shape_options=None, table_options=None):
-    """Decorator registering ``build(args, task, encoder_dim, decoder_dim, share_all)`` as ``--embeddings NAME``."""
+    """Decorator registering ``build(args, task, *, encoder_dim, decoder_dim, share_all, make_embedding)`` as
+    ``--embeddings NAME``."""
 
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:

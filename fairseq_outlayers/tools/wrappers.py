@@ -38,21 +38,29 @@ def _bf16_asked(argv):
     return any(a in ("--bf16", "--memory-efficient-bf16") for a in argv)
 
 
-def _train_bf16():
-    """fairseq_cli.train.cli_main with the ``--tpu`` that fairseq 0.12 implies for bf16 taken back before its
-    configuration is built (fairseq_outlayers.precision), so bf16 trains on one or several GPUs, or the CPU."""
+def _train(bf16: bool):
+    """fairseq_cli.train.cli_main, with a new run's option checks (``models.checks.check_new_run``, which
+    ``build_model`` runs too) before fairseq creates the save directory, and for bf16 the ``--tpu`` that fairseq
+    0.12 implies taken back before its configuration is built (fairseq_outlayers.fairseq_compat), so bf16 trains on
+    one or several GPUs, or the CPU."""
     from fairseq_cli.train import main  # first: it sets up fairseq's logging before fairseq is imported
 
     from fairseq import distributed_utils, options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.models import ARCH_MODEL_REGISTRY
 
     from fairseq_outlayers.errors import OutlayersConfigError
-    from fairseq_outlayers.precision import keep_bf16_off_the_tpu
+    from fairseq_outlayers.fairseq_compat import keep_bf16_off_the_tpu
+    from fairseq_outlayers.models.checks import check_new_run
 
     args = options.parse_args_and_arch(options.get_training_parser())
-    keep_bf16_off_the_tpu(args)
-    if getattr(args, "use_plasma_view", False):
-        raise OutlayersConfigError("--use-plasma-view with bf16 is not supported by outlayers-train; drop it")
+    if bf16:
+        keep_bf16_off_the_tpu(args)
+        if getattr(args, "use_plasma_view", False):
+            raise OutlayersConfigError("--use-plasma-view with bf16 is not supported by outlayers-train; drop it")
+    model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
+    if model is not None and model.__module__.startswith("fairseq_outlayers."):
+        check_new_run(args)
     cfg = convert_namespace_to_omegaconf(args)
     if args.profile:
         import torch
@@ -66,13 +74,12 @@ def _train_bf16():
 @one_line_errors
 def train():
     """fairseq-train; an unreadable checkpoint_last.pt resumes from the newest intact checkpoint (tools/resume.py);
-    --bf16 trains on the GPU or CPU instead of asking for a TPU."""
+    a new run's options are checked before anything is written; --bf16 trains on the GPU or CPU instead of asking
+    for a TPU."""
     from fairseq_outlayers.tools.resume import restore_args
 
-    if _bf16_asked(sys.argv[1:]):
-        _set_argv(restore_args(sys.argv[1:]))
-        return _train_bf16()
-    return _run("fairseq_cli.train", restore_args(sys.argv[1:]))
+    _set_argv(restore_args(sys.argv[1:]))
+    return _train(bf16=_bf16_asked(sys.argv[1:]))
 
 
 @one_line_errors

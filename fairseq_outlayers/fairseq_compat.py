@@ -1,0 +1,197 @@
+"""Every fairseq 0.12 workaround of the plugin, each with its reason (and fairseq's issue, where there is one).
+
+In this file:
+
+* ``built_from_checkpoint``: fairseq passes ``from_checkpoint`` to ``models.build_model`` but not on to a legacy
+  model's ``build_model``; the new-run checks need it.
+* ``restore_path`` / ``checkpoint_model_args``: the checkpoint ``fairseq-train`` will load (fairseq's rule in
+  ``checkpoint_utils.load_checkpoint``), read before fairseq reads it, so a resume is checked before any data.
+* ``keep_bf16_off_the_tpu`` / ``release_bf16_from_tpu`` / ``check_training_precision``: ``options.py`` sets
+  ``--tpu`` for ``--bf16``, and the Trainer then needs torch_xla.
+* ``transformer_config``: what fairseq's Transformer ``build_model`` does to the options, which its builders
+  take only as a ``TransformerConfig`` (the seams need the options as arguments).
+* ``keep_tied_key_out``: fairseq's checkpoint upgrade re-inserts ``output_projection.weight`` for a tied decoder.
+
+Elsewhere, each where fairseq's own code runs:
+
+* ``tools/resume.py``: ``checkpoint_last.pt`` is written by a non-atomic copy; a truncated one ends the next run.
+* ``lab/ledger/resume.py``: ``--patience`` is counted in memory only (``should_stop_early.num_runs``), so a
+  resumed run starts it again; the ledger sets it from the log.
+* ``lab/fairseq_runs.py`` and ``tests/harness.py``: the batch-prefetch thread (``BufferedIterator``) can abort
+  the process at exit after a complete run.
+* ``checkpoint_safety.py``: torch >= 2.6 loads weights-only, and fairseq's checkpoints pickle ``Namespace``.
+* ``models/lstm.py``: ``LSTMDecoder`` allocates ``fc_out`` unless tied, and the LSTM base sets adaptive softmax.
+"""
+import argparse
+import importlib.util
+import logging
+import os
+import sys
+from typing import Optional, Sequence
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+logger = logging.getLogger(__name__)
+NOTE = "bf16 without a TPU: fairseq's implied --tpu is switched off; training in bfloat16 on this device"
+
+
+def built_from_checkpoint() -> bool:
+    """True while fairseq rebuilds a model from a checkpoint (``checkpoint_utils.load_model_ensemble_and_task``).
+    fairseq 0.12 gives ``from_checkpoint`` to ``fairseq.models.build_model`` only: it is read from that call."""
+    from fairseq import models
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is models.build_model.__code__:
+            return bool(frame.f_locals.get("from_checkpoint", False))
+        frame = frame.f_back
+    return False  # built directly (tests, benchmarks): a new model
+
+
+def root_option(args, section, name, default=None):
+    """A training option outside the model's arguments: from the legacy Namespace (which holds every option), or
+    from the root of a hydra configuration (``section.name``)."""
+    if isinstance(args, argparse.Namespace):
+        return getattr(args, name, default)
+    try:
+        value = args._get_root()[section][name]
+    except Exception:
+        return default
+    return default if value is None else value
+
+
+def restore_path(args) -> Optional[str]:
+    """The checkpoint fairseq-train will load (the rule of fairseq's ``checkpoint_utils.load_checkpoint``), or
+    None."""
+    save_dir = root_option(args, "checkpoint", "save_dir", "checkpoints")
+    restore = root_option(args, "checkpoint", "restore_file", "checkpoint_last.pt")
+    suffix = root_option(args, "checkpoint", "checkpoint_suffix", "") or ""
+    if restore == "checkpoint_last.pt":
+        path = os.path.join(save_dir, f"checkpoint_last{suffix}.pt")
+        if not os.path.exists(path):
+            path = root_option(args, "checkpoint", "continue_once") or root_option(
+                args, "checkpoint", "finetune_from_model")
+    else:
+        path = restore.replace(".pt", suffix + ".pt")
+    return path if path and os.path.isfile(path) else None
+
+
+def checkpoint_model_args(path):
+    """The model arguments saved in a checkpoint (tensors are memory-mapped, not read), or None."""
+    import torch
+
+    state = None
+    for kwargs in ({"mmap": True}, {}):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+            break
+        except Exception:
+            continue
+    if not isinstance(state, dict):
+        return None  # unreadable: fairseq reports it when it loads the file
+    cfg = state.get("cfg")
+    model = cfg.get("model") if isinstance(cfg, dict) else getattr(cfg, "model", None)
+    model = model if model is not None else state.get("args")
+    return argparse.Namespace(**model) if isinstance(model, dict) else model
+
+
+# ---- bf16 is not TPU training ------------------------------------------------------------------------------------
+# fairseq 0.12's ``options.parse_args_and_arch`` sets ``--tpu`` whenever ``--bf16`` (or ``--memory-efficient-bf16``)
+# is given, and its Trainer then asks torch_xla for a TPU. Its Trainer, optimizers and sample preparation otherwise
+# handle bf16 on any device. So when bf16 is asked for, ``--tpu`` was not, and torch_xla is not installed, the flag
+# is taken back: by ``outlayers-train`` on the parsed options (``keep_bf16_off_the_tpu``), so multi-GPU runs are
+# ordinary CUDA runs; by plain ``fairseq-train --user-dir`` when the model is built (``release_bf16_from_tpu``). A
+# multi-GPU ``fairseq-train`` decides how to start its workers from ``--tpu`` before any model is built: use
+# ``outlayers-train`` there.
+
+def _tpu_given(argv: Sequence[str]) -> bool:
+    return any(a == "--tpu" or a.startswith("--tpu=") for a in argv)
+
+
+def bf16_means_no_tpu(bf16, tpu, argv: Optional[Sequence[str]] = None) -> bool:
+    """True when fairseq set ``tpu`` only because of bf16: bf16 asked for, ``--tpu`` not on the command line
+    (``argv``, default ``sys.argv``) and torch_xla not installed."""
+    argv = sys.argv[1:] if argv is None else argv
+    return bool(bf16) and bool(tpu) and not _tpu_given(argv) and importlib.util.find_spec("torch_xla") is None
+
+
+def keep_bf16_off_the_tpu(args, argv: Optional[Sequence[str]] = None) -> bool:
+    """On the Namespace from ``options.parse_args_and_arch``: unset the ``tpu`` that bf16 implied."""
+    if bf16_means_no_tpu(getattr(args, "bf16", False), getattr(args, "tpu", False), argv):
+        args.tpu = False
+        logger.info(NOTE)
+        return True
+    return False
+
+
+def release_bf16_from_tpu(args, task, argv: Optional[Sequence[str]] = None) -> bool:
+    """At a model's build under ``fairseq-train``: unset the ``tpu`` that bf16 implied in the run's configuration
+    (the root of ``task.cfg``, the object fairseq's Trainer is given) and in the model's arguments ``args``. False
+    when there is nothing to change or no run configuration to reach."""
+    try:
+        common = task.cfg._get_root()["common"]
+        bf16, tpu = common["bf16"], common["tpu"]
+    except Exception:  # a task built from a Namespace, or a configuration without these options
+        return False
+    if not bf16_means_no_tpu(bf16, tpu, argv):
+        return False
+    common["tpu"] = False
+    if getattr(args, "tpu", False):
+        args.tpu = False
+    logger.info(NOTE)
+    return True
+
+
+def check_training_precision(args):
+    """A ``--tpu`` left set without torch_xla ends in ``'NoneType' object has no attribute 'xla_device'`` after
+    the model is built; say what to do first (reached for an explicit --tpu, or where the run's configuration
+    cannot be reached from the model's build)."""
+    if root_option(args, "common", "tpu", False) and importlib.util.find_spec("torch_xla") is None:
+        given = "--bf16 / --memory-efficient-bf16" if root_option(args, "common", "bf16", False) else "--tpu"
+        raise OutlayersConfigError(
+            f"{given} makes fairseq 0.12 train on a TPU (its command line sets --tpu for bf16), and torch_xla is not "
+            "installed; for bf16 on a GPU run outlayers-train without --tpu, or use --fp16, --memory-efficient-fp16 "
+            "or --amp")
+
+
+# ---- the Transformer ---------------------------------------------------------------------------------------------
+
+def transformer_config(args, task):
+    """What fairseq's legacy ``TransformerModel.build_model`` and ``TransformerModelBase.build_model`` do to the
+    options before building (fairseq 0.12), with its checks of --share-all-embeddings."""
+    from fairseq.models.transformer import TransformerConfig
+    from fairseq.models.transformer.transformer_config import (DEFAULT_MAX_SOURCE_POSITIONS,
+                                                               DEFAULT_MAX_TARGET_POSITIONS, DEFAULT_MIN_PARAMS_TO_WRAP)
+
+    if args.encoder_layers_to_keep:
+        args.encoder_layers = len(args.encoder_layers_to_keep.split(","))
+    if args.decoder_layers_to_keep:
+        args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
+    if getattr(args, "max_source_positions", None) is None:
+        args.max_source_positions = DEFAULT_MAX_SOURCE_POSITIONS
+    if getattr(args, "max_target_positions", None) is None:
+        args.max_target_positions = DEFAULT_MAX_TARGET_POSITIONS
+    if args.share_all_embeddings:
+        if task.source_dictionary != task.target_dictionary:
+            raise OutlayersConfigError("--share-all-embeddings requires a joined dictionary")
+        if args.encoder_embed_dim != args.decoder_embed_dim:
+            raise OutlayersConfigError("--share-all-embeddings requires --encoder-embed-dim to match "
+                                       "--decoder-embed-dim")
+        if args.decoder_embed_path and args.decoder_embed_path != args.encoder_embed_path:
+            raise OutlayersConfigError("--share-all-embeddings not compatible with --decoder-embed-path")
+    if getattr(args, "offload_activations", False):
+        args.checkpoint_activations = True  # offloading implies checkpointing
+    if not args.share_all_embeddings:
+        args.min_params_to_wrap = getattr(args, "min_params_to_wrap", DEFAULT_MIN_PARAMS_TO_WRAP)
+    cfg = TransformerConfig.from_namespace(args)
+    cfg.decoder.input_dim = int(cfg.decoder.input_dim)  # fairseq's workaround for OmegaConf (T96535332)
+    cfg.decoder.output_dim = int(cfg.decoder.output_dim)
+    if args.share_all_embeddings:
+        cfg.share_decoder_input_output_embed = True  # as fairseq sets it; the output layer is ours anyway
+    return cfg
+
+
+def keep_tied_key_out(decoder):
+    """fairseq's ``upgrade_state_dict_named`` copies the embedding to ``output_projection.weight`` for a decoder
+    with ``share_input_output_embed``; the output layer ties itself, so the decoder says it does not."""
+    decoder.share_input_output_embed = False

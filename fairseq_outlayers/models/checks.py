@@ -1,0 +1,153 @@
+"""The seams' checks, run from every model's ``build_model`` (the architecture functions only fill defaults).
+
+``check_seams`` runs for every build: the specs against the task's dictionaries and data, and fairseq's options
+that contradict a layer. ``check_new_run`` runs for a new training run only, not for a model rebuilt from a
+checkpoint: options of a seam that is not selected, option ranges, the criterion, the precision, and the
+checkpoint a resume will load. Both raise a one-line ``OutlayersConfigError`` that names the option and the fix.
+"""
+import argparse
+
+from fairseq_outlayers import fairseq_compat, fingerprints
+from fairseq_outlayers.checks import check_values
+from fairseq_outlayers.data_checks import check_binarised_data
+from fairseq_outlayers.errors import OutlayersConfigError
+
+from .options import given_options, resume_options, selected_specs, spec_options
+from .registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, get_embedding_spec, get_output_layer_spec
+
+
+def check_seams(args, task):
+    """The selected specs against the task's dictionaries and fairseq's own options."""
+    try:
+        out_spec = get_output_layer_spec(args.output_layer)
+        get_embedding_spec(args.embeddings)
+    except ValueError as e:
+        raise OutlayersConfigError(str(e)) from None
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    if out_spec.requires_joined_dictionary and src_dict != tgt_dict:
+        raise OutlayersConfigError(
+            f"--output-layer {out_spec.name} shares one matrix between source, target and output, which needs a "
+            f"joined dictionary, but the source ({len(src_dict)} types) and target ({len(tgt_dict)} types) "
+            "dictionaries differ; re-run fairseq-preprocess with --joined-dictionary, or use --output-layer tied"
+        )
+    if out_spec.refuses_tying:  # before the model's build turns fairseq's tying flags into the output layer's
+        for flag in ("share_decoder_input_output_embed", "share_all_embeddings"):
+            if getattr(args, flag, False):
+                raise OutlayersConfigError(
+                    f"--output-layer {out_spec.name} {out_spec.refuses_tying}, which contradicts "
+                    f"--{flag.replace('_', '-')} (it ties the output matrix to the learned decoder embedding); drop "
+                    "that option, or use --output-layer tied / tied-all for tying")
+    elif getattr(args, "share_decoder_input_output_embed", False) and not out_spec.ties_decoder_embedding:
+        raise OutlayersConfigError(
+            f"--share-decoder-input-output-embed asks for tying but --output-layer is '{out_spec.name}' (untied); "
+            "use --output-layer tied instead")
+    if getattr(args, "merge_src_tgt_embed", False):
+        raise OutlayersConfigError("--merge-src-tgt-embed is not supported by outlayers_transformer; binarise with "
+                                   "fairseq-preprocess --joined-dictionary and use --output-layer tied-all")
+    check_binarised_data(task)
+    fingerprints.check_dictionaries(args, task)
+    if getattr(args, "adaptive_softmax_cutoff", None):
+        raise OutlayersConfigError(
+            "--adaptive-softmax-cutoff replaces the output layer; it cannot be combined with --output-layer "
+            f"{out_spec.name} (drop one of them)"
+        )
+
+
+def check_new_run(args):
+    """The options of a new training run, before any data is read (not for a model rebuilt from a checkpoint)."""
+    check_unused_options(args)
+    check_option_values(args)
+    check_criterion(args)
+    fairseq_compat.check_training_precision(args)
+
+
+def check_resume(args):
+    """A new run that resumes (or fine-tunes) from a checkpoint: against the fingerprints it recorded."""
+    path = fairseq_compat.restore_path(args)
+    checkpoint_args = fairseq_compat.checkpoint_model_args(path) if path else None
+    if checkpoint_args is not None:
+        shape, table = resume_options(args)
+        fingerprints.check_resume_options(args, path, checkpoint_args, shape, table)
+        fingerprints.check_resume(args, path, checkpoint_args)
+
+
+def check_unused_options(args):
+    """An option of a seam that is not selected would be ignored: say so instead (one line)."""
+    out_spec, emb_spec = get_output_layer_spec(args.output_layer), get_embedding_spec(args.embeddings)
+    used = set(spec_options(out_spec)) | set(spec_options(emb_spec))
+    if emb_spec.options_from:  # the options the embeddings read, not those that select them
+        source = get_output_layer_spec(emb_spec.options_from)
+        used |= set(spec_options(source)) - (set(source.selects) if source is not out_spec else set())
+    owners = {}
+    for kind, registry in (("--output-layer", OUTPUT_LAYER_REGISTRY), ("--embeddings", EMBEDDING_REGISTRY)):
+        for spec in registry.values():
+            for dest, (flag, _default) in spec_options(spec).items():
+                owners.setdefault(dest, (flag, kind, spec.name))
+    for dest, _value in given_options(args):
+        if dest == "output_bias":
+            if not out_spec.output_bias:
+                accepting = ", ".join(s.name for s in OUTPUT_LAYER_REGISTRY.values() if s.output_bias)
+                raise OutlayersConfigError(f"--output-bias is an option of --output-layer {accepting}; "
+                                           f"--output-layer {out_spec.name} would ignore it: drop it")
+            continue
+        if dest in used or dest not in owners:
+            continue
+        flag, kind, owner = owners[dest]
+        selected = out_spec.name if kind == "--output-layer" else emb_spec.name
+        raise OutlayersConfigError(f"{flag} needs {kind} {owner}; {kind} {selected} would ignore it: drop {flag}, "
+                                   f"or select {kind} {owner}")
+
+
+def check_option_values(args):
+    """Every option of the selected seams within its declared range (``ranges``: finite, in bounds) and the
+    seams' checks across options (``check_args``: sizes that must fit in memory); one line naming the option, the
+    value, the allowed range and the fix."""
+    for spec in selected_specs(args):
+        flags = {dest: flag for dest, (flag, _default) in spec_options(spec).items()}
+        check_values(spec.ranges, {dest: getattr(args, dest, None) for dest in spec.ranges}, spec.defaults, flags)
+        if spec.check_args is not None:
+            spec.check_args(args, None)
+
+
+def _continuous_criterions():
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    from fairseq_outlayers.criterions.continuous_losses import ContinuousLossCriterion
+
+    return sorted(n for n, c in CRITERION_REGISTRY.items() if isinstance(c, type) and
+                  issubclass(c, ContinuousLossCriterion))
+
+
+def check_criterion(args, criterion=None):
+    """The criterion must suit the output layer: continuous outputs train only with the continuous losses, every
+    other layer never does. ``criterion``: its registered name (default: the training options')."""
+    if criterion is None:
+        criterion = (getattr(args, "criterion", None) if isinstance(args, argparse.Namespace)
+                     else fairseq_compat.root_option(args, "criterion", "_name"))
+    if not criterion or not isinstance(criterion, str):
+        return
+    spec = get_output_layer_spec(args.output_layer)
+    continuous = _continuous_criterions()
+    if spec.criterion_family == "continuous" and criterion not in continuous:
+        raise OutlayersConfigError(
+            f"--criterion {criterion} scores a softmax over the vocabulary, but --output-layer {spec.name} predicts "
+            f"a word vector; use --criterion {', '.join(continuous)}")
+    if spec.criterion_family != "continuous" and criterion in continuous:
+        needing = ", ".join(s.name for s in OUTPUT_LAYER_REGISTRY.values() if s.criterion_family == "continuous")
+        raise OutlayersConfigError(
+            f"--criterion {criterion} needs --output-layer {needing} (a predicted word vector), but --output-layer "
+            f"{spec.name} gives a softmax; use --criterion cross_entropy, label_smoothed_cross_entropy, "
+            f"fused_cross_entropy or sampled_softmax, or --output-layer {needing}")
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    cls = CRITERION_REGISTRY.get(criterion)
+    ranges = getattr(cls, "option_ranges", None)
+    if ranges:  # the package's criterions: their options within range, before any data is read
+        check_values(ranges, {name: fairseq_compat.root_option(args, "criterion", name) for name in ranges},
+                     cls.option_defaults())
+    if criterion == "vmf_nll":  # a loss that cannot train is refused before any data is read
+        from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig, check_vmf_options
+
+        defaults = VMFNLLConfig()
+        check_vmf_options(*(fairseq_compat.root_option(args, "criterion", name, getattr(defaults, name)) for name in
+                            ("vmf_variant", "vmf_lambda1", "vmf_lambda2", "vmf_released_lambda")))
