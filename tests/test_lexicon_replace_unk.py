@@ -25,7 +25,7 @@ def write(path, lines):
 
 
 def pairing_cli(*args, check=True):
-    return run([sys.executable, "-m", "fairseq_outlayers.pairing", *args], check=check)
+    return run([sys.executable, "-m", "fairseq_outlayers.tools.pairing", *args], check=check)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -239,7 +239,7 @@ def test_console_tool(tmp_path, capsys):
     pytest.importorskip("systran_align", reason=NO_ALIGNER)
     s, t, ds, dt = _homograph_corpus(tmp_path)
     out = str(tmp_path / "p.txt")
-    cmd = [sys.executable, "-m", "fairseq_outlayers.pairing", "--src-text", s, "--tgt-text", t, "--src-dict", ds,
+    cmd = [sys.executable, "-m", "fairseq_outlayers.tools.pairing", "--src-text", s, "--tgt-text", t, "--src-dict", ds,
            "--tgt-dict", dt, "-o", out]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

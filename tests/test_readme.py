@@ -55,7 +55,7 @@ def test_the_readme_has_a_block_per_method():
                    "--output-layer continuous"):
         assert sum(option in b for _, b in blocks) == 1, option
     assert "--output-layer tied" in blocks[0][1]
-    assert "fairseq_outlayers.pairing" in text and "train_target_vectors.py" in text
+    assert "outlayers-pairing" in text and "train_target_vectors.py" in text
     for _, block in blocks:
         cmds = commands(block)
         trains = [c for c in cmds if c.startswith("fairseq-train ")]
@@ -113,7 +113,7 @@ def _script(block):
 @pytest.mark.parametrize("title,block", readme_blocks(),
                          ids=[re.sub(r"\W+", "-", t.split(":")[0]).strip("-").lower() for t, _ in readme_blocks()])
 def test_readme_block_runs(title, block, demo_tree):
-    if "fairseq_outlayers.pairing" in block:
+    if "outlayers-pairing" in block:
         pytest.importorskip("systran_align", reason="the pairing's built-in fast_align (Python <= 3.11)")
     if "train_target_vectors.py" in block:
         pytest.importorskip("gensim")

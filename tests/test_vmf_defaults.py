@@ -80,6 +80,7 @@ def test_kappa_alarms_warn_once_on_forced_cases_and_stay_silent_otherwise(caplog
 
     crit = object.__new__(cl.VMFNLLCriterion)  # only the alarm state is needed
     crit.variant, crit.lambda1, crit.lambda2, crit.released_lambda, crit._bounds = "reg1", 0.2, 1.0, 0.2, {}
+    crit._warming = False
     crit._dim = 300
     low, high = crit.kappa_bounds(300)
     cl._WARNED.clear()
@@ -157,7 +158,8 @@ def test_nan_prediction_stops_with_a_clear_message():
 def test_export_trained_output_matrix_round_trips_into_target_vectors(tiny_bin, tiny_vectors, tmp_path):
     from fairseq.data import Dictionary
 
-    from fairseq_outlayers.vectors import load_target_table, main
+    from fairseq_outlayers.tools.vectors import main
+    from fairseq_outlayers.vectors import load_target_table
 
     save = str(tmp_path / "softmax")
     train(tiny_bin, save, TINY_TRANSFORMER, ["--output-layer", "softmax"], max_update=2)
