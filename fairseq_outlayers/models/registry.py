@@ -22,8 +22,8 @@ from fairseq_outlayers.checks import fmt
 class Option:
     """One option of a seam, declared once: its flag, its default, its help and its allowed values.
 
-    The option gets no argparse default (a preset tells an option given from one left out); ``default`` is what
-    ``options.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written here from
+    The option gets no argparse default (a flag is off), so a preset tells it given from left out; ``default`` is
+    what ``options.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written from
     ``default``, or from ``default_text`` where the default is a phrase ("the decoder output size"); an option
     whose default is None and has no ``default_text`` gets no such clause. ``range``: a ``checks.Range``, checked
     when the options are parsed. ``store_true``: a flag (argparse's ``store_true``), off unless given."""
