@@ -279,6 +279,43 @@ def test_methods_are_leaves():
     assert importers == []
 
 
+def test_each_seam_option_is_declared_once():
+    """A seam's argparse options, its defaults and its ranges all come from its ``Option`` declarations, and the
+    help's "(default: X)" is written from the default; the older ``add_args``/``defaults``/``ranges`` keywords
+    still work for a third-party layer, but not mixed with ``options``."""
+    from fairseq_outlayers.checks import Range
+    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, Option, declared
+
+    add, defaults, ranges = declared([
+        Option("--x-size", 8, type=int, metavar="N", help="size", range=Range(1, integer=True)),
+        Option("--x-scale", 10.0, type=float, help="scale"), Option("--x-off", False, store_true=True, help="flag"),
+        Option("--x-file", None, metavar="F", help="file"), Option("--x-dim", None, help="dim", default_text="d")])
+    parser = argparse.ArgumentParser(add_help=False)
+    add(parser)
+    assert {a.dest: a.help for a in parser._actions} == {
+        "x_size": "size (default: 8)", "x_scale": "scale (default: 10)", "x_off": "flag (default: off)",
+        "x_file": "file", "x_dim": "dim (default: d)"}
+    assert vars(parser.parse_args([])) == {"x_size": None, "x_scale": None, "x_off": False, "x_file": None,
+                                           "x_dim": None}  # no argparse default: the architecture fills them
+    assert defaults == {"x_size": 8, "x_scale": 10.0, "x_off": False, "x_file": None, "x_dim": None}
+    assert list(ranges) == ["x_size"]
+
+    def old(parser):
+        parser.add_argument("--y", type=int)
+
+    assert declared((), old, {"y": 1}, None) == (old, {"y": 1}, {})
+    with pytest.raises(ValueError, match="not both"):
+        declared([Option("--z")], add_args=old)
+    for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
+        assert spec.defaults == {o.dest: o.default for o in spec.options}, spec.name
+        assert spec.ranges == {o.dest: o.range for o in spec.options if o.range is not None}, spec.name
+    models = os.path.join(os.path.dirname(__file__), "..", "fairseq_outlayers", "models")
+    for name in ("baselines", "fixed_targets", "joint_output", "continuous_output", "shared_private"):
+        with open(os.path.join(models, name + ".py"), encoding="utf-8") as f:
+            text = f.read()
+        assert "(default:" not in text and "DEFAULTS" not in text and "RANGES" not in text, name
+
+
 def test_every_preset_is_registered_from_presets_py():
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 

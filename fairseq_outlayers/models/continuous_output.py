@@ -17,7 +17,7 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
 
-from .registry import register_embeddings, register_output_layer
+from .registry import Option, register_embeddings, register_output_layer
 
 logger = logging.getLogger(__name__)
 
@@ -28,49 +28,40 @@ FROM_CHECKPOINT = "continuous_table_in_checkpoint"
 MIN_TOPK = 2
 
 
-def add_continuous_args(parser):
-    parser.add_argument("--target-vectors", metavar="FILE",
-                        help="continuous output layer: word vectors of the target language (word2vec/fastText "
-                        ".vec text, or a .bin model read with gensim); unit-normalised, aligned to the target "
-                        "dictionary, frozen and saved in the checkpoint")
-    parser.add_argument("--continuous-dim", type=int, metavar="M",
-                        help="continuous output layer: dimension m of the target vectors (default: read from "
-                        "--target-vectors; when given it must match the file)")
-    parser.add_argument("--continuous-layernorm", action="store_true",
-                        help="continuous output layer: LayerNorm on the decoder features before the linear map "
-                        "to R^m (default: off)")
-    parser.add_argument("--tie-input-to-target-vectors", action="store_true",
-                        help="decoder input embeddings = the frozen target table + a learned linear map to the "
-                        "model size (paper, section 4.4); same as --embeddings target-vectors (default: off)")
-    parser.add_argument("--target-vectors-center", action="store_true",
-                        help="centre the unit target vectors (subtract their mean over the dictionary, "
-                        "renormalise) before use: removes the common direction of vectors trained on small "
-                        "corpora, near which rare words crowd (default: off, as in the paper)")
-    parser.add_argument("--target-vectors-min-coverage", type=float, metavar="F",
-                        help="fail when fewer than this fraction of target dictionary words have a vector "
-                        "(default: 0.5)")
-    parser.add_argument("--continuous-score-scale", type=float, metavar="S",
-                        help="decoding scores: log_softmax(S * cos(ê, e_w)) instead of the vMF log-density "
-                        "log_softmax(ê . e_w); for models trained with cosine/l2/max_margin (default: vMF)")
-    parser.add_argument("--continuous-search", choices=SEARCHES,
-                        help="decoding: how the best words are found; exact: torch (with --continuous-topk, a "
-                        "chunked top-K search), faiss: an exact faiss inner-product index (IndexFlatIP) of the "
-                        "target vectors, built on first use (needs faiss-cpu) (default: exact)")
-    parser.add_argument("--continuous-topk", type=int, metavar="K",
-                        help="decoding: only the K best words and </s> get a finite log-probability, renormalised "
-                        f"over them (default: every word with exact search, {DEFAULT_FAISS_TOPK} with faiss)")
-
-
-DEFAULTS = {"target_vectors": None, "continuous_dim": None, "continuous_layernorm": False,
-            "tie_input_to_target_vectors": False, "target_vectors_center": False, "target_vectors_min_coverage": 0.5,
-            "continuous_score_scale": None, "continuous_search": "exact", "continuous_topk": None}
-RANGES = {
-    "continuous_dim": Range(1, integer=True),
-    "target_vectors_min_coverage": Range(0, 1, why="a fraction of the target dictionary"),
-    "continuous_score_scale": Range(0, 10000, low_open=True, why="an inverse temperature on cosines: past 10^4 "
-                                    "the scores are one-hot"),
-    "continuous_topk": Range(1, integer=True),
-}
+#: ``--continuous-score-scale``: also checked when a model is built (decoding may set it with --model-overrides)
+SCORE_SCALE = Range(0, 10000, low_open=True, why="an inverse temperature on cosines: past 10^4 the scores are one-hot")
+#: the options of the layer and of ``--embeddings target-vectors``: flag, default (filled when left unset), help,
+#: allowed values
+OPTIONS = (
+    Option("--target-vectors", None, metavar="FILE",
+           help="continuous output layer: word vectors of the target language (word2vec/fastText .vec text, or a "
+           ".bin model read with gensim); unit-normalised, aligned to the target dictionary, frozen and saved in the "
+           "checkpoint"),
+    Option("--continuous-dim", None, type=int, metavar="M", range=Range(1, integer=True),
+           help="continuous output layer: dimension m of the target vectors; when given it must match the file",
+           default_text="read from --target-vectors"),
+    Option("--continuous-layernorm", False, store_true=True,
+           help="continuous output layer: LayerNorm on the decoder features before the linear map to R^m"),
+    Option("--tie-input-to-target-vectors", False, store_true=True,
+           help="decoder input embeddings = the frozen target table + a learned linear map to the model size "
+           "(paper, section 4.4); same as --embeddings target-vectors"),
+    Option("--target-vectors-center", False, store_true=True, default_text="off, as in the paper",
+           help="centre the unit target vectors (subtract their mean over the dictionary, renormalise) before use: "
+           "removes the common direction of vectors trained on small corpora, near which rare words crowd"),
+    Option("--target-vectors-min-coverage", 0.5, type=float, metavar="F",
+           range=Range(0, 1, why="a fraction of the target dictionary"),
+           help="fail when fewer than this fraction of target dictionary words have a vector"),
+    Option("--continuous-score-scale", None, type=float, metavar="S", range=SCORE_SCALE, default_text="vMF",
+           help="decoding scores: log_softmax(S * cos(ê, e_w)) instead of the vMF log-density log_softmax(ê . e_w); "
+           "for models trained with cosine/l2/max_margin"),
+    Option("--continuous-search", "exact", choices=SEARCHES,
+           help="decoding: how the best words are found; exact: torch (with --continuous-topk, a chunked top-K "
+           "search), faiss: an exact faiss inner-product index (IndexFlatIP) of the target vectors, built on first "
+           "use (needs faiss-cpu)"),
+    Option("--continuous-topk", None, type=int, metavar="K", range=Range(1, integer=True),
+           default_text=f"every word with exact search, {DEFAULT_FAISS_TOPK} with faiss",
+           help="decoding: only the K best words and </s> get a finite log-probability, renormalised over them"),
+)
 
 
 #: options a resumed checkpoint must share: parameters' shapes, and the transform of the frozen target table
@@ -118,15 +109,13 @@ def decoding_options(args, task):
 
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
-                       add_args=add_continuous_args, defaults=DEFAULTS,
-                       selects={"tie_input_to_target_vectors": "target-vectors"},
-                       ranges=RANGES, shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
+                       options=OPTIONS, selects={"tie_input_to_target_vectors": "target-vectors"},
+                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
                        criterion_family="continuous")
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
     if args.continuous_score_scale is not None:  # also set when decoding (--model-overrides): checked here too
-        RANGES["continuous_score_scale"].check("--continuous-score-scale", args.continuous_score_scale,
-                                               "give a value in that range (e.g. 10 or 40), or leave it out for "
-                                               "the vMF scores")
+        SCORE_SCALE.check("--continuous-score-scale", args.continuous_score_scale, "give a value in that range (e.g. "
+                          "10 or 40), or leave it out for the vMF scores")
     decoding = decoding_options(args, task)
     if isinstance(decoder_embed_tokens, TargetVectorEmbedding):  # one frozen table for input and output
         return ContinuousOutput(None, decoder_embed_tokens.decodable_mask, input_dim,

@@ -9,53 +9,39 @@ from fairseq_outlayers.checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_f
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.fixed_random import INITS, FixedRandomOutput, is_power_of_two
 
-from .registry import register_output_layer
+from .registry import Option, register_output_layer
 
 logger = logging.getLogger(__name__)
 
-DEFAULTS = {
-    "fixed_targets_init": "uniform",  # paper section 3.1
-    "fixed_targets_range": 10.0,  # paper section 3.1: entries drawn from [-10, 10]
-    "fixed_targets_no_normalize": False,  # paper section 3.1: rows divided by their L2 norm for translation
-    "fixed_targets_bias": 0.0,
-    "fixed_targets_dim": None,  # None: the decoder's output size, no projection
-    "fixed_targets_seed": 1,
-    "fixed_targets_learned_scale": False,  # not in the paper: Hoffer et al. (2018)'s learned scalar
-}
-RANGES = {
-    "fixed_targets_range": Range(0, 1000, low_open=True, why="entries are drawn from [-R, R]; with "
-                                 "--fixed-targets-no-normalize larger ones overflow the logits"),
-    "fixed_targets_bias": Range(-100, 100, why="a constant shifts every logit equally, so it never changes the "
-                                "probabilities, and a large one leaves the float logits too coarse to learn"),
-    "fixed_targets_dim": Range(1, integer=True),
-    "fixed_targets_seed": Range(0, 2 ** 63 - 1, integer=True),
-}
-
-
-def add_fixed_args(parser):
-    parser.add_argument("--fixed-targets-init", metavar="{" + ",".join(INITS) + "}",
-                        help="how the fixed classifier is drawn: uniform in [-R, R] (the paper), gaussian with the "
-                        "same variance, or Hadamard rows (needs a power-of-two classifier dimension >= the "
-                        "target vocabulary size) (default: uniform)")
-    parser.add_argument("--fixed-targets-range", type=float, metavar="R",
-                        help="R > 0: uniform entries are drawn from [-R, R]; gaussian/hadamard entries get the "
-                        "same variance R^2/3; no effect on the normalised rows (default: 10)")
-    parser.add_argument("--fixed-targets-no-normalize", action="store_true",
-                        help="keep the drawn rows as they are instead of dividing each by its L2 norm (the paper "
-                        "normalises for translation)")
-    parser.add_argument("--fixed-targets-bias", type=float, metavar="C",
-                        help="value of the fixed (never trained) per-word bias; a constant shifts every logit "
-                        "equally, so it does not change the probabilities (default: 0)")
-    parser.add_argument("--fixed-targets-dim", type=int, metavar="D",
-                        help="dimension of the fixed target vectors; when it differs from the decoder output size "
-                        "a learned bias-free projection maps the decoder output to it (default: the decoder output "
-                        "size, no projection)")
-    parser.add_argument("--fixed-targets-seed", type=int, metavar="N",
-                        help="seed of the fixed classifier's own random generator, independent of --seed, so "
-                        "runs can share one classifier (default: 1)")
-    parser.add_argument("--fixed-targets-learned-scale", action="store_true",
-                        help="multiply the logits by one learned scalar (initial 1; Hoffer et al. 2018), so that "
-                        "they are not bounded by the decoder state's norm; not in the paper (default: off)")
+#: the layer's options: flag, default (filled when left unset), help, allowed values
+OPTIONS = (
+    Option("--fixed-targets-init", "uniform", metavar="{" + ",".join(INITS) + "}",  # paper section 3.1
+           help="how the fixed classifier is drawn: uniform in [-R, R] (the paper), gaussian with the same "
+           "variance, or Hadamard rows (needs a power-of-two classifier dimension >= the target vocabulary size)"),
+    Option("--fixed-targets-range", 10.0, type=float, metavar="R",  # paper section 3.1: entries in [-10, 10]
+           help="R > 0: uniform entries are drawn from [-R, R]; gaussian/hadamard entries get the same variance "
+           "R^2/3; no effect on the normalised rows",
+           range=Range(0, 1000, low_open=True, why="entries are drawn from [-R, R]; with "
+                       "--fixed-targets-no-normalize larger ones overflow the logits")),
+    Option("--fixed-targets-no-normalize", False, store_true=True,  # paper section 3.1: rows of unit L2 norm
+           help="keep the drawn rows as they are instead of dividing each by its L2 norm (the paper normalises "
+           "for translation)"),
+    Option("--fixed-targets-bias", 0.0, type=float, metavar="C",
+           help="value of the fixed (never trained) per-word bias; a constant shifts every logit equally, so it "
+           "does not change the probabilities",
+           range=Range(-100, 100, why="a constant shifts every logit equally, so it never changes the "
+                       "probabilities, and a large one leaves the float logits too coarse to learn")),
+    Option("--fixed-targets-dim", None, type=int, metavar="D", range=Range(1, integer=True),
+           help="dimension of the fixed target vectors; when it differs from the decoder output size a learned "
+           "bias-free projection maps the decoder output to it",
+           default_text="the decoder output size, no projection"),
+    Option("--fixed-targets-seed", 1, type=int, metavar="N", range=Range(0, 2 ** 63 - 1, integer=True),
+           help="seed of the fixed classifier's own random generator, independent of --seed, so runs can share "
+           "one classifier"),
+    Option("--fixed-targets-learned-scale", False, store_true=True,  # not in the paper: Hoffer et al. (2018)
+           help="multiply the logits by one learned scalar (initial 1; Hoffer et al. 2018), so that they are not "
+           "bounded by the decoder state's norm; not in the paper"),
+)
 
 
 #: options a resumed checkpoint must share: the projection's shape, and the draw of the frozen classifier (the range
@@ -77,8 +63,8 @@ def _classifier_dim(args) -> int:
 
 def check_fixed_args(args, num_words=None):
     """--fixed-targets-dim against memory: the learned projection (weights, gradients, Adam's moments) and, once
-    the vocabulary size is known, the frozen |V| x D classifier. The core checks ``RANGES`` when the options are
-    parsed; --fixed-targets-init and --fixed-targets-range are checked again by ``FixedRandomOutput``, fairseq's
+    the vocabulary size is known, the frozen |V| x D classifier. The core checks the options' ranges when they
+    are parsed; --fixed-targets-init and --fixed-targets-range are checked again by ``FixedRandomOutput``, fairseq's
     tying flags and --output-bias by the core (``refuses_tying``, ``output_bias``)."""
     if getattr(args, "fixed_targets_dim", None) is None:
         return
@@ -94,7 +80,7 @@ def check_fixed_args(args, num_words=None):
 
 @register_output_layer("fixed", help="frozen random classifier, uniform [-10, 10] rows normalised to unit length, "
                        "fixed bias (Shalev et al. 2021); options --fixed-targets-*",
-                       add_args=add_fixed_args, defaults=DEFAULTS, ranges=RANGES, check_args=check_fixed_args,
+                       options=OPTIONS, check_args=check_fixed_args,
                        shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
                        refuses_tying="keeps a frozen random classifier")
 def build_fixed(args, task, decoder_embed_tokens, input_dim):

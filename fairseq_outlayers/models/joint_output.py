@@ -1,20 +1,32 @@
 """Registration of ``--output-layer joint`` (Pappas et al. 2018); its ``--arch`` presets are in ``presets.py``.
 
 The layer itself is ``fairseq_outlayers.modules.joint_output.JointOutputLayer``; this file only wires the
-command-line options to it. The core checks the values against ``RANGES`` and ``check_joint_args`` when the options
-are parsed; the layer's constructor checks its arguments again (the core turns its ValueError into a one-line error
-naming ``--output-layer joint``).
+command-line options to it. The core checks the values against the options' ranges and ``check_joint_args`` when
+the options are parsed; the layer's constructor checks its arguments again (the core turns its ValueError into a
+one-line error naming ``--output-layer joint``).
 """
 
 from fairseq_outlayers.checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
 
-from .registry import register_output_layer
+from .registry import Option, register_output_layer
 
-DEFAULTS = {"joint_dim": 512, "joint_activation": "tanh", "joint_structure": "full", "joint_dropout": 0.0,
-            "joint_no_word_bias": False}
-RANGES = {"joint_dim": Range(1, integer=True, why="the paper uses 512, 2048 or 4096"),
-          "joint_dropout": Range(0, 1, high_open=True)}
+#: the layer's options: flag, default (filled when left unset), help, allowed values
+OPTIONS = (
+    Option("--joint-dim", 512, type=int, metavar="N",
+           range=Range(1, integer=True, why="the paper uses 512, 2048 or 4096"),
+           help="size d_j of the joint input-output space (paper grid: 512, 2048, 4096)"),
+    Option("--joint-activation", "tanh", choices=ACTIVATIONS,
+           help="non-linearity sigma of both joint projections"),
+    Option("--joint-structure", "full", choices=STRUCTURES,
+           help="full: sigma(E U + b_u) sigma(V h + b_v) (eq. 15); output: sigma(E W) h (eq. 7a); context: E sigma(W "
+           "h) (eq. 7b); bilinear: E W h (eq. 6); --joint-dim applies to full only"),
+    Option("--joint-dropout", 0.0, type=float, metavar="P", range=Range(0, 1, high_open=True),
+           help="dropout on the projected decoder state in the joint space"),
+    Option("--joint-no-word-bias", False, store_true=True,
+           help="leave out the per-word bias b of eq. 14 (an ablation: the paper learns it; the tied baseline has "
+           "none unless --output-bias)"),
+)
 
 
 #: options a resumed checkpoint must share (their parameters' shapes); --joint-dim matters for the full structure only
@@ -38,26 +50,10 @@ def check_joint_args(args, num_words=None):
                "4096)")
 
 
-def add_joint_args(parser):
-    parser.add_argument("--joint-dim", type=int, metavar="N",
-                        help="size d_j of the joint input-output space (paper grid: 512, 2048, 4096; default: 512)")
-    parser.add_argument("--joint-activation", choices=ACTIVATIONS,
-                        help="non-linearity sigma of both joint projections (default: tanh)")
-    parser.add_argument("--joint-structure", choices=STRUCTURES,
-                        help="full: sigma(E U + b_u) sigma(V h + b_v) (eq. 15); output: sigma(E W) h (eq. 7a); "
-                        "context: E sigma(W h) (eq. 7b); bilinear: E W h (eq. 6); --joint-dim applies to full "
-                        "only (default: full)")
-    parser.add_argument("--joint-dropout", type=float, metavar="P",
-                        help="dropout on the projected decoder state in the joint space (default: 0.0)")
-    parser.add_argument("--joint-no-word-bias", action="store_true", default=None,
-                        help="leave out the per-word bias b of eq. 14 (an ablation: the paper learns it; the tied "
-                        "baseline has none unless --output-bias)")
-
-
 @register_output_layer("joint", help="joint input-output embedding, sigma(E U + b_u) sigma(V h + b_v) + b "
                        "(Pappas et al. 2018; --joint-dim, --joint-activation, --joint-structure, --joint-dropout, "
                        "--joint-no-word-bias)",
-                       add_args=add_joint_args, defaults=DEFAULTS, ranges=RANGES, check_args=check_joint_args,
+                       options=OPTIONS, check_args=check_joint_args,
                        shape_options=SHAPE_OPTIONS, ties_decoder_embedding=True)
 def build_joint(args, task, decoder_embed_tokens, input_dim):
     return JointOutputLayer(decoder_embed_tokens, input_dim, joint_dim=args.joint_dim,

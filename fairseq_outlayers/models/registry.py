@@ -1,8 +1,9 @@
 """Registries behind the model core's two seams: how embeddings are built and which output layer is used.
 
-A method plugs in by registering a builder here; the models never name a method. Each entry may add its own
-command-line options (``add_args``) and declare what it needs from the data (a joined dictionary) so that a bad
-combination fails before any tensor is allocated, with a message that says what to change.
+A method plugs in by registering a builder here; the models never name a method. Each entry may declare its own
+command-line options (``options``: one ``Option`` each, with its default, help and range) and what it needs from
+the data (a joined dictionary) so that a bad combination fails before any tensor is allocated, with a message that
+says what to change.
 
 The builders' contract, the same for both architectures (``core.build_core_output_layer`` /
 ``core.build_core_embeddings`` call them with these keywords):
@@ -12,7 +13,67 @@ The builders' contract, the same for both architectures (``core.build_core_outpu
   decoder_embed)``, where ``make_embedding(dictionary, dim)`` is the architecture's own learned embedding.
 """
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from fairseq_outlayers.checks import fmt
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a seam, declared once: its flag, its default, its help and its allowed values.
+
+    The option gets no argparse default (a flag is off), so a preset tells it given from left out; ``default`` is
+    what ``options.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written from
+    ``default``, or from ``default_text`` where the default is a phrase ("the decoder output size"); an option
+    whose default is None and has no ``default_text`` gets no such clause. ``range``: a ``checks.Range``, checked
+    when the options are parsed. ``store_true``: a flag (argparse's ``store_true``), off unless given."""
+    flag: str
+    default: Any = None
+    help: str = ""
+    type: Optional[Callable] = None
+    metavar: Optional[str] = None
+    choices: Optional[Sequence[str]] = None
+    store_true: bool = False
+    range: Any = None
+    default_text: Optional[str] = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+    def help_text(self) -> str:
+        if self.default_text is not None:
+            text = self.default_text
+        elif isinstance(self.default, bool):
+            text = "on" if self.default else "off"
+        else:
+            text = None if self.default is None else fmt(self.default)
+        return self.help if text is None else f"{self.help} (default: {text})"
+
+    def add_to(self, parser):
+        if self.store_true:
+            parser.add_argument(self.flag, action="store_true", help=self.help_text())
+            return
+        kwargs = {k: v for k, v in (("type", self.type), ("metavar", self.metavar), ("choices", self.choices))
+                  if v is not None}
+        parser.add_argument(self.flag, help=self.help_text(), **kwargs)
+
+
+def declared(options: Sequence[Option], add_args=None, defaults=None, ranges=None):
+    """(add_args, defaults, ranges) of a seam: generated from its ``options``, or as given (the older keywords:
+    ``add_args(parser)``, ``defaults={dest: value}``, ``ranges={dest: checks.Range}``), never both."""
+    if not options:
+        return add_args, dict(defaults or {}), dict(ranges or {})
+    if add_args is not None or defaults or ranges:
+        raise ValueError("declare a seam's options with options=(Option(...), ...) or with add_args, defaults and "
+                         "ranges, not both")
+
+    def add_options(parser):
+        for option in options:
+            option.add_to(parser)
+
+    return (add_options, {o.dest: o.default for o in options},
+            {o.dest: o.range for o in options if o.range is not None})
 
 
 @dataclass
@@ -20,7 +81,7 @@ class OutputLayerSpec:
     name: str
     build: Callable  # build(args, task, *, decoder_embed_tokens, input_dim) -> OutputLayer
     help: str
-    add_args: Optional[Callable] = None  # add_args(parser)
+    add_args: Optional[Callable] = None  # add_args(parser): generated from ``options``
     set_defaults: Optional[Callable] = None  # set_defaults(args): options derived from others (after ``defaults``)
     defaults: Dict[str, Any] = field(default_factory=dict)  # {dest: value} for the options left unset (None)
     requires_joined_dictionary: bool = False
@@ -39,6 +100,7 @@ class OutputLayerSpec:
     # table silently replaces the one they ask for)
     shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
     table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
+    options: Tuple[Option, ...] = ()  # the declarations ``add_args``, ``defaults`` and ``ranges`` come from
 
 
 @dataclass
@@ -54,38 +116,45 @@ class EmbeddingSpec:
     check_args: Optional[Callable] = None
     shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
     table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
+    options: Tuple[Option, ...] = ()
 
 
 OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
 EMBEDDING_REGISTRY: Dict[str, EmbeddingSpec] = {}
 
 
-def register_output_layer(name: str, help: str, add_args=None, set_defaults=None, **flags):
+def register_output_layer(name: str, help: str, add_args=None, set_defaults=None, options=(), defaults=None,
+                          ranges=None, **flags):
     """Decorator registering ``build(args, task, *, decoder_embed_tokens, input_dim)`` as ``--output-layer NAME``.
-    ``defaults={dest: value}`` fills the options the user left unset; ``set_defaults(args)`` only derives options
-    from others. ``ranges={dest: checks.Range}`` and ``check_args(args, num_words)`` are checked by the core when
-    the options are parsed, before any data is read; the layer's module checks its arguments again when built."""
+    ``options=(Option(...), ...)`` declares the layer's own options, each with the default that fills it when the
+    user leaves it unset; ``set_defaults(args)`` only derives options from others. The options' ranges and
+    ``check_args(args, num_words)`` are checked by the core when the options are parsed, before any data is read;
+    the layer's module checks its arguments again when built. ``add_args``, ``defaults`` and ``ranges`` are the
+    older form of ``options``."""
 
     def wrapper(build):
         if name in OUTPUT_LAYER_REGISTRY:
             raise ValueError(f"output layer '{name}' is registered twice")
-        OUTPUT_LAYER_REGISTRY[name] = OutputLayerSpec(name, build, help, add_args, set_defaults, **flags)
+        add, values, allowed = declared(options, add_args, defaults, ranges)
+        OUTPUT_LAYER_REGISTRY[name] = OutputLayerSpec(name, build, help, add, set_defaults, defaults=values,
+                                                      ranges=allowed, options=tuple(options), **flags)
         return build
 
     return wrapper
 
 
-def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None, defaults=None,
-                        ranges=None, check_args=None, shape_options=None, table_options=None):
+def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None, options=(),
+                        defaults=None, ranges=None, check_args=None, shape_options=None, table_options=None):
     """Decorator registering ``build(args, task, *, encoder_dim, decoder_dim, share_all, make_embedding)`` as
-    ``--embeddings NAME``."""
+    ``--embeddings NAME``; its options as for ``register_output_layer``."""
 
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:
             raise ValueError(f"embeddings '{name}' are registered twice")
-        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add_args, set_defaults, options_from,
-                                                 dict(defaults or {}), dict(ranges or {}), check_args,
-                                                 dict(shape_options or {}), dict(table_options or {}))
+        add, values, allowed = declared(options, add_args, defaults, ranges)
+        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add, set_defaults, options_from, values, allowed,
+                                                 check_args, dict(shape_options or {}), dict(table_options or {}),
+                                                 tuple(options))
         return build
 
     return wrapper

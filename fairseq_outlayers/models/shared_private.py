@@ -14,20 +14,20 @@ from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEm
 from fairseq_outlayers.pairing.corpus import special_indices
 from fairseq_outlayers.pairing.pairs import index_maps, lambdas_from_string, read_pairing
 
-from .registry import get_output_layer_spec, register_embeddings
+from .registry import Option, get_output_layer_spec, register_embeddings
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_LAMBDAS = "0.9,0.7,0.5"
-
-
-def add_args(parser):
-    parser.add_argument("--pairing", metavar="PATH",
-                        help="shared-private: pairing file from python -m fairseq_outlayers.tools.pairing (read at "
-                        "training; stored in the checkpoint)")
-    parser.add_argument("--shared-private-lambdas", metavar="LM,WF,UR",
-                        help="shared-private: share of the d features shared by a pair of each category "
-                        f"(lexical meaning, same word form, unrelated), each in [0, 1] (default: {DEFAULT_LAMBDAS})")
+#: the embeddings' options: flag, default (filled when left unset), help
+OPTIONS = (
+    Option("--pairing", None, metavar="PATH",
+           help="shared-private: pairing file from python -m fairseq_outlayers.tools.pairing (read at training; "
+           "stored in the checkpoint)"),
+    Option("--shared-private-lambdas", DEFAULT_LAMBDAS, metavar="LM,WF,UR",
+           help="shared-private: share of the d features shared by a pair of each category (lexical meaning, same "
+           "word form, unrelated), each in [0, 1]"),
+)
 
 
 def _placeholder_pairs(dictionary, sizes):
@@ -50,8 +50,7 @@ def check_shared_private_args(args, num_words=None):
 
 @register_embeddings("shared-private", help="shared-private bilingual embeddings (Liu et al. 2019): paired source "
                      "and target words share their first lambda*d features (needs --pairing)",
-                     add_args=add_args, defaults={"pairing": None, "shared_private_lambdas": DEFAULT_LAMBDAS},
-                     check_args=check_shared_private_args,
+                     options=OPTIONS, check_args=check_shared_private_args,
                      shape_options={"shared_private_lambdas": lambda a: lambdas_from_string(a.shared_private_lambdas)})
 def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary

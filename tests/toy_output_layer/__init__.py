@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import fairseq_outlayers  # noqa: F401  (registers the package's models, before the toy joins their registry)
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models.registry import register_output_layer
+from fairseq_outlayers.models.registry import Option, register_output_layer
 from fairseq_outlayers.modules import FactorisedSoftmaxOutput
 
 DEFAULT_SCALE = 10.0
@@ -40,13 +40,10 @@ class ScaledCosineOutput(FactorisedSoftmaxOutput):
         return F.normalize(weight, dim=-1), None
 
 
-def add_toy_args(parser):
-    parser.add_argument("--toy-cosine-scale", type=float, metavar="S",
-                        help=f"scale s of the cosine logits, fixed (default: {DEFAULT_SCALE:g})")
-
-
 @register_output_layer("toy-cosine", help="scaled-cosine softmax s * cos(h, w_v) (a toy, registered from tests/); "
-                       "option --toy-cosine-scale", add_args=add_toy_args, defaults={"toy_cosine_scale": DEFAULT_SCALE})
+                       "option --toy-cosine-scale",
+                       options=[Option("--toy-cosine-scale", DEFAULT_SCALE, type=float, metavar="S",
+                                       help="scale s of the cosine logits, fixed")])
 def build_toy_cosine(args, task, decoder_embed_tokens, input_dim):
     scale = float(args.toy_cosine_scale)
     if not (scale > 0 and math.isfinite(scale)):
