@@ -10,6 +10,10 @@ import sys
 
 from fairseq_outlayers.checks import Range
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.pairing.corpus import load_dictionary
+from fairseq_outlayers.tools.export_vectors import add_export_parser, export_target_vectors
+from fairseq_outlayers.tools.random_vectors import add_random_parser, write_random_vectors
+from fairseq_outlayers.vectors import load_target_table
 
 
 def main(argv=None):
@@ -22,39 +26,27 @@ def main(argv=None):
     rep.add_argument("--min-coverage", type=Range(0, 1), default=0.5,
                      help="fail below this fraction of dictionary words with a vector (default: 0.5)")
     rep.add_argument("--center", action="store_true", help="centre the vectors as --target-vectors-center does")
-    from fairseq_outlayers.tools.export_vectors import add_export_parser, export_target_vectors
-    from fairseq_outlayers.tools.random_vectors import add_random_parser, write_random_vectors
-    from fairseq_outlayers.vectors import load_target_table
-
     add_export_parser(sub)
     add_random_parser(sub)
     args = parser.parse_args(argv)
-    if args.command == "random":
-        try:
-            n = write_random_vectors(args.dictionary, args.output, args.dim, args.seed, args.force)
-        except OutlayersConfigError as e:
-            print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
-            return 1
-        print(f"wrote {n:,} random unit vectors of size {args.dim} to {args.output}")
-        return 0
-    if args.command == "export":
-        try:
-            n = export_target_vectors(args.checkpoint, args.output, args.matrix, args.data, args.force)
-        except OutlayersConfigError as e:
-            print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
-            return 1
-        print(f"wrote {n:,} vectors to {args.output}")
-        return 0
-    from fairseq_outlayers.pairing.corpus import load_dictionary
-
     try:
-        table = load_target_table(load_dictionary(args.dictionary), args.vectors, args.min_coverage,
-                                  center=args.center)
+        print(_run(args))
     except OutlayersConfigError as e:
         print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
         return 1
-    print("\n".join(table.report.lines()))
     return 0
+
+
+def _run(args) -> str:
+    """One subcommand; what it prints."""
+    if args.command == "random":
+        n = write_random_vectors(args.dictionary, args.output, args.dim, args.seed, args.force)
+        return f"wrote {n:,} random unit vectors of size {args.dim} to {args.output}"
+    if args.command == "export":
+        n = export_target_vectors(args.checkpoint, args.output, args.matrix, args.data, args.force)
+        return f"wrote {n:,} vectors to {args.output}"
+    table = load_target_table(load_dictionary(args.dictionary), args.vectors, args.min_coverage, center=args.center)
+    return "\n".join(table.report.lines())
 
 
 if __name__ == "__main__":
