@@ -175,7 +175,8 @@ def _parse_scaled(text):
 
 
 def _mean(values):
-    values = [v for v in values if v is not None]
+    """Mean of the values known: None and NaN (e.g. the speed of a run resumed after its last update) are left out."""
+    values = [v for v in values if v is not None and v == v]
     return sum(values) / len(values) if values else None
 
 
