@@ -20,9 +20,14 @@ def check_seams(args, task):
     """The selected specs against the task's dictionaries and fairseq's own options."""
     try:
         out_spec = get_output_layer_spec(args.output_layer)
-        get_embedding_spec(args.embeddings)
+        emb_spec = get_embedding_spec(args.embeddings)
     except ValueError as e:
         raise OutlayersConfigError(str(e)) from None
+    if out_spec.ties_decoder_embedding and emb_spec.no_word_matrix:
+        raise OutlayersConfigError(
+            f"--output-layer {out_spec.name} ties its word rows to the decoder input embedding, but --embeddings "
+            f"{emb_spec.name} {emb_spec.no_word_matrix}; use --output-layer continuous with them, or another "
+            "--embeddings")
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     if out_spec.requires_joined_dictionary and src_dict != tgt_dict:
         raise OutlayersConfigError(

@@ -128,7 +128,8 @@ def build_continuous(args, task, decoder_embed_tokens, input_dim):
 
 @register_embeddings("target-vectors", help="decoder input embeddings = the frozen --target-vectors table + a "
                      "learned linear map to the model size (Kumar & Tsvetkov 2019, section 4.4)",
-                     options_from="continuous")
+                     options_from="continuous", no_word_matrix="are a frozen vector table and a learned m x d map, "
+                     "with no word matrix to tie to")
 def build_target_vector_embeddings(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
     if share_all:
         raise OutlayersConfigError("--embeddings target-vectors ties the decoder input to the target vectors; it "

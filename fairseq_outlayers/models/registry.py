@@ -117,6 +117,8 @@ class EmbeddingSpec:
     shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
     table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
     options: Tuple[Option, ...] = ()
+    #: why the decoder's input embedding has no (V, d) word matrix that an output layer could tie to, or None
+    no_word_matrix: Optional[str] = None
 
 
 OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
@@ -144,9 +146,11 @@ def register_output_layer(name: str, help: str, add_args=None, set_defaults=None
 
 
 def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None, options=(),
-                        defaults=None, ranges=None, check_args=None, shape_options=None, table_options=None):
+                        defaults=None, ranges=None, check_args=None, shape_options=None, table_options=None,
+                        no_word_matrix=None):
     """Decorator registering ``build(args, task, *, encoder_dim, decoder_dim, share_all, make_embedding)`` as
-    ``--embeddings NAME``; its options as for ``register_output_layer``."""
+    ``--embeddings NAME``; its options as for ``register_output_layer``. ``no_word_matrix``: why the decoder
+    embedding has no (V, d) word matrix, so that a layer that ties to one is refused with it."""
 
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:
@@ -154,7 +158,7 @@ def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, 
         add, values, allowed = declared(options, add_args, defaults, ranges)
         EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add, set_defaults, options_from, values, allowed,
                                                  check_args, dict(shape_options or {}), dict(table_options or {}),
-                                                 tuple(options))
+                                                 tuple(options), no_word_matrix)
         return build
 
     return wrapper
