@@ -52,7 +52,7 @@ if [ ! -s work/multi30k/vectors.word.en.300d.vec ]; then
 fi
 if [ ! -s "$DATA/pairs.de-en.txt" ]; then
   log "pairing source and target words with fast_align (shared-private row)"
-  "$PY" -m fairseq_outlayers.pairing --src-text work/multi30k/bpe/train.de --tgt-text work/multi30k/bpe/train.en \
+  "$PY" -m fairseq_outlayers.tools.pairing --src-text work/multi30k/bpe/train.de --tgt-text work/multi30k/bpe/train.en \
     --src-dict "$DATA/dict.de.txt" --tgt-dict "$DATA/dict.en.txt" -o "$DATA/pairs.de-en.txt"
 fi
 

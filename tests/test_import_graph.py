@@ -83,3 +83,41 @@ def test_loading_the_plugin_imports_no_tool_and_no_lab_module():
              "print(sorted(m for m in sys.modules if m.startswith(('fairseq_outlayers.tools', 'fairseq_outlayers.lab'))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_module_command_written_in_the_repository_runs():
+    """``python -m fairseq_outlayers.X`` written in a script, the Makefile, a document or an error message names a
+    module that ``python -m`` can run (a package with ``__main__.py`` or a module with a ``__main__`` guard): a
+    command left behind by a move fails here, not on a user's machine."""
+    import re
+
+    pattern = re.compile(r"-m\s+\"?\s*(fairseq_outlayers(?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
+    skip = {".venv", "work", ".git", "runs", "expected"}  # records keep the commands they were made with
+    # this file, and the ledger's tables (rendered from the records' descriptions)
+    left_out = {os.path.abspath(__file__), os.path.join(REPO, "docs", "results", "ledger.md")}
+    found = {}
+    for top, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in skip and not d.startswith(".")]
+        for name in files:
+            if (not name.endswith((".py", ".sh", ".md", ".args", ".yaml")) and name != "Makefile"
+                    or os.path.join(top, name) in left_out):
+                continue
+            path = os.path.join(top, name)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            # a message split over two string literals: "... python -m " "fairseq_outlayers.x ..."
+            text = re.sub(r"-m\s*\"\s*\n\s*f?\"", "-m ", text)
+            for m in pattern.finditer(text):
+                found.setdefault(m.group(1).rstrip("."), f"{os.path.relpath(path, REPO)}:"
+                                 f"{text[:m.start()].count(chr(10)) + 1}")
+    assert "fairseq_outlayers.lab.ledger" in found and "fairseq_outlayers.tools.pairing" in found
+    broken = []
+    for module, where in sorted(found.items()):
+        rel = module.replace(".", os.sep)
+        package_main = os.path.join(REPO, rel, "__main__.py")
+        single = os.path.join(REPO, rel + ".py")
+        runnable = os.path.isfile(package_main) or (
+            os.path.isfile(single) and "__name__ == \"__main__\"" in open(single, encoding="utf-8").read())
+        if not runnable:
+            broken.append(f"{where}: python -m {module} cannot run")
+    assert not broken, "\n".join(broken)

@@ -170,8 +170,8 @@ def _header_fields(value: str) -> Dict[str, str]:
 def read_pairing(path: str) -> Pairing:
     """Parse and validate a pairing file (format, categories, scores, one-to-one); errors name file:line."""
     if not os.path.isfile(path):
-        raise OutlayersConfigError(f"pairing file '{path}' does not exist; make it with python -m "
-                                   "fairseq_outlayers.pairing (see docs/shared-private.md)")
+        raise OutlayersConfigError(f"pairing file '{path}' does not exist; make it with "
+                                   "outlayers-pairing (see docs/shared-private.md)")
     pairs: List[Pair] = []
     header: Dict[str, str] = {}
     seen_src: Dict[str, int] = {}
@@ -258,8 +258,8 @@ def index_maps(pairing: Pairing, src_dict, tgt_dict, path: str = "pairing",
         if dictionary_hash(d) != h:
             raise OutlayersConfigError(
                 f"the {side} dictionary ({name}, {len(d)} symbols) is not the one '{path}' was made for "
-                f"({n} symbols, different sha256); the data was re-preprocessed since pairing: re-run python -m "
-                "fairseq_outlayers.pairing with the current dictionaries"
+                f"({n} symbols, different sha256); the data was re-preprocessed since pairing: re-run "
+                "outlayers-pairing with the current dictionaries"
             )
     maps: Dict[str, Tuple[List[int], List[int]]] = {c: ([], []) for c in CATEGORIES}
     missing = {"source": [], "target": []}

@@ -49,8 +49,8 @@ def read_lexicon(path: str) -> Dict[str, str]:
     """{source unit: target word} from a lexicon file (two or more whitespace-separated columns per line, as
     fairseq's ``load_align_dict`` reads them; blank lines are skipped)."""
     if not os.path.isfile(path):
-        raise OutlayersConfigError(f"--replace-unk lexicon '{path}' does not exist; build one with python -m "
-                                   "fairseq_outlayers.pairing lexicon --src-text ... --tgt-text ... --out FILE")
+        raise OutlayersConfigError(f"--replace-unk lexicon '{path}' does not exist; build one with "
+                                   "outlayers-pairing lexicon --src-text ... --tgt-text ... --out FILE")
     out: Dict[str, str] = {}
     width = None  # columns of the first entry
     with open(path, "rb") as f:
