@@ -1,19 +1,25 @@
-"""The continuous-output sweep of docs/continuous-outputs.md: one word-level Multi30k model per row file and seed,
-each decoded at several beam sizes, with the criterion's validation figures (κ, cos, nn_acc, κ alarms).
+"""The continuous-output sweep of docs/continuous-outputs.md: quick rows trained by the results ledger's runner and
+set in one table with the continuous criterions' validation figures (κ, cos, nn_acc, κ alarms).
 
-    python scripts/vmf_sweep.py --rows "configs/vmf-sweep/*.args" --seeds 1 2 --out work/vmf-sweep
+    python scripts/vmf_sweep.py --rows "configs/vmf-sweep/*.args" --seeds 1 2 3 [--jobs 2 --threads 1]
+    python scripts/vmf_sweep.py --render-only --rows "configs/vmf-sweep/*.args" --seeds 1 2 3
 
-Every row trains the same model at the same budget as the continuous rows of docs/results.md (the demo
-Transformer of ``configs/demo-base.args``, 800 updates, lr 0.003) through the real ``fairseq-train``;
-its last checkpoint is translated with ``fairseq-generate`` at ``--beams`` (default 1, the paper's
-nearest-neighbour decoding, and 5) and scored with sacreBLEU against the raw references, exactly as
-``make results`` does (``fairseq_outlayers.tools.evaluation.scoring``). A finished run (its ``meta.json``) is reused,
-so the sweep resumes where it stopped; ``--jobs N`` trains N runs at once (each with ``--threads`` torch threads; on CUDA each sees one GPU, the N slots
-taking the visible GPUs in turn: ``fairseq_outlayers/lab/gpus.py``). The table
-(mean over seeds, then each seed) is written to ``OUT/sweep.md`` and ``OUT/sweep.json`` after every run.
+A row file is a row of the ledger's format (``fairseq_outlayers/lab/ledger/rows.py``): ``# base:
+configs/demo-base.args`` (the demo Transformer), ``# budget: 800`` updates, ``# beam: 1`` (nearest-neighbour
+decoding) and ``# decodes: 5 5@40`` (beam 5, and beam 5 with score scale 40 for continuous rows). Each run is the
+ledger's (``ledger/runner.py``): ``fairseq-train``, the last checkpoint translated on the test split at the row's
+beam and its decodes and on the validation split at the row's beam (the figure rows are chosen by), scored with
+sacreBLEU against the raw references, recorded in ``--records``/runs. The same runs come from
+``python -m fairseq_outlayers.lab.ledger run --rows ... --ledger docs/continuous-sweep/runs --work work/vmf-sweep``.
+
+The sweep's first records (``--records``/ROW.seedN.json, one JSON object per run, from before the sweep ran on the
+ledger's runner) are read as they are: a row x seed with one is not run again. ``--jobs N`` trains N runs at once
+(``--threads`` torch threads each; on CUDA each sees one GPU: ``fairseq_outlayers/lab/gpus.py``). The table (mean
+over seeds, then each seed) is written to ``OUT/sweep.md`` and ``OUT/sweep.json`` after every run.
 """
 import argparse
 import concurrent.futures
+import dataclasses
 import glob
 import json
 import os
@@ -27,151 +33,60 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from fairseq_outlayers import checks
-from fairseq_outlayers.lab import fairseq_runs  # noqa: E402
-from fairseq_outlayers.lab import compare  # noqa: E402
-from fairseq_outlayers.lab import gpus  # noqa: E402
-from fairseq_outlayers.tools.evaluation.scoring import score_subset  # noqa: E402
+from fairseq_outlayers import checks  # noqa: E402
+from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402
+from fairseq_outlayers.lab import compare, fairseq_runs, gpus  # noqa: E402
+from fairseq_outlayers.lab.ledger import runner  # noqa: E402
+from fairseq_outlayers.lab.ledger.rows import decode_key, read_ledger_row, read_row  # noqa: E402
 
-#: the validation figures read from the last "valid on" line of a training log
+#: the validation figures read from the last validation of a run
 VALID_FIELDS = ("loss", "cos", "norm", "nn_acc", "kappa_low", "kappa_high")
-
-
-def last_valid(log_path):
-    """The figures of the last validation in a fairseq-train log (floats), {} if none."""
-    found = fairseq_runs.validations(log_path)
-    return {k: v for k, v in found[-1].items() if k in VALID_FIELDS} if found else {}
-
-
-def run_one(row, seed, args, base_args, ref_path, lock, free=None):
-    """One row x seed (trained, decoded and recorded unless recorded already); ``free``: the GPU slots
-    (``gpus.slots``), one taken for this run's fairseq processes and given back at its end, or None."""
-    gpu = free.get() if free is not None else None
-    try:
-        return _run_one(row, seed, args, base_args, ref_path, lock, gpus.slot_env(gpu))
-    finally:
-        if gpu is not None:
-            free.put(gpu)
-
-
-def _run_one(row, seed, args, base_args, ref_path, lock, env):
-    run_dir = os.path.join(args.out, f"{row['name']}.seed{seed}")
-    meta_path = os.path.join(run_dir, "meta.json")
-    record = os.path.join(args.records, f"{row['name']}.seed{seed}.json")
-    for done in (record, meta_path):
-        if os.path.exists(done):
-            meta = json.load(open(done))
-            if meta.get("args") == row["args"]:
-                if not os.path.exists(record):  # a run finished before records were kept
-                    _write_json(record, meta)
-                if not args.render_only:
-                    _valid_decodes(meta, row, run_dir, args, (meta_path, record), lock, env)
-                    _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock, env)
-                return meta
-            raise SystemExit(f"vmf_sweep: {done} was run with other options ('{meta.get('args')}'); rename the "
-                             f"row or move the record away")
-    if args.render_only:
-        return None
-    os.makedirs(run_dir, exist_ok=True)
-    log_path = os.path.join(run_dir, "train.log")
-    with lock:
-        fairseq_runs.log(f"{row['name']} seed {seed}: training")
-    seconds = compare.train_row(row["data_bin"], run_dir, base_args, row["train_args"], seed, args.max_update,
-                                log_path, env)
-    ckpt = os.path.join(run_dir, "checkpoint_last.pt")
-    meta = {"row": row["name"], "seed": seed, "args": row["args"], "seconds": seconds,
-            "speed": fairseq_runs.training_speed(log_path), "valid": last_valid(log_path), "bleu": {},
-            "params": fairseq_runs.parameter_counts(ckpt)}
-    for beam in args.beams:
-        scores = score_subset(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.hyp"), ref_path, beam,
-                              args.lenpen, args.batch_size, lowercase=args.lowercase, env=env)
-        meta["bleu"][str(beam)], meta["signature"] = scores["sacrebleu"], scores["sacrebleu_signature"]
-    meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    cwd=ROOT).stdout.strip()
-    meta["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.jobs} job(s) x {args.threads} thread(s)"
-    for path in (meta_path, record):
-        _write_json(path, meta)
-    _valid_decodes(meta, row, run_dir, args, (meta_path, record), lock, env)
-    _scaled_decodes(meta, row, run_dir, args, ref_path, (meta_path, record), lock, env)
-    if not args.keep_checkpoints:
-        for name in os.listdir(run_dir):
-            if name.endswith(".pt") and name != "checkpoint_last.pt":
-                os.remove(os.path.join(run_dir, name))
-    with lock:
-        fairseq_runs.log(f"{row['name']} seed {seed}: BLEU " + " / ".join(
-            f"beam {b} {meta['bleu'][str(b)]:.2f}" for b in args.beams) + f", valid {meta['valid']}")
-    return meta
-
-
-def _write_json(path, meta):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(meta, f, indent=2)
-    os.replace(path + ".tmp", path)
+#: the name of the test split in the records
+TEST = "test2016"
 
 
 def scaled_key(beam, scale):
     """The ``bleu`` key of a decode at ``beam`` with ``--continuous-score-scale scale``: ``"5@40"``."""
-    return f"{beam}@{scale:g}"
+    return decode_key(beam, scale)
 
 
-def _valid_decodes(meta, row, run_dir, args, paths, lock, env=None):
-    """Add the validation BLEU at ``--valid-beams`` that a run lacks (its checkpoint must still be there): the
-    figure rows are chosen by, since the test set never chooses anything."""
-    ckpt = os.path.join(run_dir, "checkpoint_last.pt")
-    valid = meta.setdefault("valid_bleu", {})
-    missing = [b for b in args.valid_beams if str(b) not in valid]
-    if not missing:
-        return
-    if not os.path.exists(ckpt):
-        with lock:
-            fairseq_runs.log(f"{row['name']} seed {meta['seed']}: no checkpoint in {run_dir}; validation decodes "
-                             "skipped")
-        return
-    for beam in missing:
-        scores = score_subset(row["data_bin"], ckpt, os.path.join(run_dir, f"valid.beam{beam}.hyp"),
-                              args.valid_ref, beam, args.lenpen, args.batch_size, subset="valid",
-                              lowercase=args.lowercase, env=env)
-        valid[str(beam)] = scores["sacrebleu"]
-        with lock:
-            fairseq_runs.log(f"{row['name']} seed {meta['seed']}: validation beam {beam}: BLEU {valid[str(beam)]:.2f}")
-    for path in paths:
-        _write_json(path, meta)
+def legacy_record(records_dir, row, seed):
+    """The sweep's first-format record of ``row`` x ``seed`` (its options the row file's own), or None."""
+    path = os.path.join(records_dir, f"{row.name}.seed{seed}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        meta = json.load(f)
+    own = " ".join(read_row(row.path)[1])
+    if meta.get("args") != own:
+        raise SystemExit(f"vmf_sweep: {path} was run with other options ('{meta.get('args')}') than {row.path} "
+                         f"gives ('{own}'); rename the row or move the record away")
+    return meta
 
 
-def _scaled_decodes(meta, row, run_dir, args, ref_path, paths, lock, env=None):
-    """Add the ``--scaled-decodes`` BLEU figures a run lacks (its checkpoint must still be there); the scale
-    replaces κ in the beam-search scores (``--model-overrides``), chosen on validation beforehand with
-    scripts/tune_continuous_decoding.py."""
-    ckpt = os.path.join(run_dir, "checkpoint_last.pt")
-    missing = [(b, s) for b, s in args.scaled_decodes if scaled_key(b, s) not in meta["bleu"]]
-    if not missing or "--output-layer continuous" not in row["args"]:
-        return
-    if not os.path.exists(ckpt):
-        with lock:
-            fairseq_runs.log(f"{row['name']} seed {meta['seed']}: no checkpoint in {run_dir}; scaled decodes skipped")
-        return
-    for beam, scale in missing:
-        scores = score_subset(row["data_bin"], ckpt, os.path.join(run_dir, f"test.beam{beam}.scale{scale:g}.hyp"),
-                              ref_path, beam, args.lenpen, args.batch_size, lowercase=args.lowercase,
-                              extra=["--model-overrides", repr({"continuous_score_scale": scale})], env=env)
-        meta["bleu"][scaled_key(beam, scale)] = scores["sacrebleu"]
-        with lock:
-            fairseq_runs.log(f"{row['name']} seed {meta['seed']}: beam {beam}, scale {scale:g}: BLEU "
-                        f"{meta['bleu'][scaled_key(beam, scale)]:.2f}")
-    for path in paths:
-        _write_json(path, meta)
+def sweep_figures(record):
+    """A ledger record as the table reads a run: {"bleu": {decode: sacreBLEU}, "valid": {last validation's
+    figures}, "valid_bleu": {beam: sacreBLEU}, "speed": tokens/s}."""
+    beam = str(record["decoding"]["beam"])
+    bleu = {beam: record["test"][TEST]["sacrebleu"], **(record.get("decodes") or {}).get(TEST, {})}
+    last = (record.get("curve") or [{}])[-1]
+    valid_bleu = record["validation"].get("bleu")
+    return {"row": record["row"], "seed": record["seed"], "bleu": bleu,
+            "valid": {k: last[k] for k in VALID_FIELDS if last.get(k) is not None},
+            "valid_bleu": {} if valid_bleu is None else {beam: valid_bleu},
+            "speed": record.get("tokens_per_second"), "record": True}
 
 
-def _parse_scaled(text):
+def run_one(row, seed, settings, free=None):
+    """One row x seed through the ledger's runner; ``free``: the GPU slots (``gpus.slots``), one taken for this
+    run's fairseq processes and given back at its end, or None."""
+    gpu = free.get() if free is not None else None
     try:
-        beam, scale = text.split(":")
-        beam, scale = int(beam), float(scale)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not BEAM:SCALE (e.g. 5:40)") from None
-    if beam < 1 or not scale > 0:
-        raise argparse.ArgumentTypeError(f"'{text}': the beam must be >= 1 and the scale > 0")
-    return beam, scale
+        record, _ = runner.run(row, seed, dataclasses.replace(settings, env=gpus.slot_env(gpu)))
+        return sweep_figures(record)
+    finally:
+        if gpu is not None:
+            free.put(gpu)
 
 
 def _mean(values):
@@ -210,17 +125,17 @@ def table(rows, metas, seeds, beams, scaled=(), valid_beams=()):
     return "\n".join(lines)
 
 
-def write_report(path, rows, metas, args, base_args, ref_path):
+def write_report(path, rows, metas, args, beams, scaled, valid_beams):
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip() or "unknown"
-    md = [f"# Continuous-output sweep ({args.max_update} updates, seeds {' '.join(map(str, args.seeds))})", "",
+    md = [f"# Continuous-output sweep (seeds {' '.join(map(str, args.seeds))})", "",
           f"Date {time.strftime('%Y-%m-%d')}, commit {commit}, {platform.machine()}, {os.cpu_count()} CPU cores, "
           f"{args.jobs} run(s) at a time with {args.threads} torch thread(s) each.", "",
-          f"Base options: `{' '.join(base_args)}`; BLEU: sacreBLEU on detokenised output against `{ref_path}`"
-          f"{' (lowercased)' if args.lowercase else ''}; validation BLEU against `{args.valid_ref}`. Validation "
-          "figures (κ, cos, nn_acc, κ alarms) are the last validation of each run, averaged over seeds.", "",
-          table(rows, metas, args.seeds, args.beams, args.scaled_decodes, args.valid_beams), "", "Rows:", ""]
-    md += [f"- **{r['name']}**: `{r['args']}`" for r in rows]
+          f"BLEU: sacreBLEU on detokenised output against `{args.test_ref}`; validation BLEU against "
+          f"`{args.valid_ref}`. Validation figures (κ, cos, nn_acc, κ alarms) are the last validation of each run, "
+          f"averaged over seeds. Records: `{args.ledger}` (and the sweep's first records in `{args.records}`).", "",
+          table(rows, metas, args.seeds, beams, scaled, valid_beams), "", "Rows:", ""]
+    md += [f"- **{r['name']}**: `{r['args']}` ({r['budget']} updates)" for r in rows]
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(md) + "\n")
@@ -238,78 +153,98 @@ def main(argv=None):
                         help="default data of a row that names none")
     parser.add_argument("--raw-dir", default="work/multi30k/raw")
     parser.add_argument("--test-prefix", default="test_2016_flickr")
-    parser.add_argument("--no-lowercase", dest="lowercase", action="store_false",
-                        help="the data was not lowercased (default: lowercase the references, as the recipes do)")
-    parser.add_argument("--seeds", type=checks.NON_NEGATIVE_INT, nargs="+", default=[1, 2])
-    parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=800)
-    parser.add_argument("--beams", type=checks.BEAM, nargs="+", default=[1, 5])
-    parser.add_argument("--valid-beams", type=checks.BEAM, nargs="*", default=[1],
-                        help="beams of the validation decodes that rows are chosen by (default: 1; none: skip)")
     parser.add_argument("--valid-prefix", default="val", help="raw validation file name without the language")
-    parser.add_argument("--scaled-decodes", type=_parse_scaled, nargs="+", default=[], metavar="BEAM:SCALE",
-                        help="also decode continuous rows at BEAM with --continuous-score-scale SCALE (chosen on "
-                             "validation with scripts/tune_continuous_decoding.py), added to finished runs too")
+    parser.add_argument("--seeds", type=checks.NON_NEGATIVE_INT, nargs="+", default=[1, 2])
+    parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=None,
+                        help="every row's budget (default: each row's '# budget: N')")
     parser.add_argument("--lenpen", type=checks.FINITE, default=1.0)
     parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
-    parser.add_argument("--base-args", default=None, help="fairseq-train options of every row (default: the "
-                        "options in configs/demo-base.args)")
+    parser.add_argument("--base-args", default=None, help="fairseq-train options of every row (default: a row's "
+                        "'# base: FILE', else configs/demo-base.args)")
     parser.add_argument("--jobs", type=checks.POSITIVE_INT, default=1, help="runs trained at the same time")
-    parser.add_argument("--threads", type=checks.POSITIVE_INT, default=None, help="torch threads per run (default: cores/jobs)")
-    parser.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint_best.pt as well")
-    parser.add_argument("--out", default="work/vmf-sweep", help="checkpoints, logs, translations")
+    parser.add_argument("--threads", type=checks.POSITIVE_INT, default=None, help="torch threads per run (default: "
+                        "cores/jobs)")
+    parser.add_argument("--out", default="work/vmf-sweep", help="checkpoints, logs, translations, sweep.md")
     parser.add_argument("--records", default=os.path.join(ROOT, "docs", "continuous-sweep"),
-                        help="one small JSON record per finished run (committed: a rerun skips what is recorded)")
+                        help="the sweep's records: the first ones in it, the ledger records in its runs/ "
+                             "(committed: a rerun skips what is recorded)")
     parser.add_argument("--render-only", action="store_true", help="write the table from the records; train nothing")
     args = parser.parse_args(argv)
 
-    ref_path = os.path.join(args.raw_dir, f"{args.test_prefix}.en")
+    args.test_ref = os.path.join(args.raw_dir, f"{args.test_prefix}.en")
     args.valid_ref = os.path.join(args.raw_dir, f"{args.valid_prefix}.en")
-    for path in (ref_path, args.valid_ref) if args.valid_beams else (ref_path,):
-        if not os.path.isfile(path):
-            parser.error(f"reference file '{path}' does not exist; run scripts/prepare-multi30k.sh first")
+    args.ledger = os.path.join(args.records, "runs")
+    if not args.render_only:
+        for path in (args.test_ref, args.valid_ref):
+            if not os.path.isfile(path):
+                parser.error(f"reference file '{path}' does not exist; run scripts/prepare-multi30k.sh first")
     files = sorted(set(f for p in args.rows for f in (glob.glob(p) or [p])))
     rows = []
-    for f in files:
-        if not os.path.isfile(f):
-            parser.error(f"row file '{f}' does not exist")
-        name, row_args = compare.read_row(f)
-        data_bin, train_args = compare.row_data_bin(row_args, args.data_bin)
-        if not os.path.isdir(data_bin):
-            parser.error(f"{f}: data '{data_bin}' is not a directory; run scripts/prepare-multi30k.sh "
+    try:
+        for f in files:
+            if not os.path.isfile(f):
+                parser.error(f"row file '{f}' does not exist")
+            row = read_ledger_row(f, args.data_bin, budget=args.max_update)
+            if args.base_args:
+                row.base_args = shlex.split(args.base_args)
+            elif not row.base_args:
+                row.base_args = compare.demo_base_args()
+            if row.budget is None:
+                parser.error(f"{f}: a sweep row needs '# budget: N' (or give --max-update)")
+            if row.beam is None:
+                row.beam = 1  # the paper's nearest-neighbour decoding
+            rows.append(row)
+    except OutlayersConfigError as e:
+        parser.error(str(e))
+    for row in rows:
+        if not args.render_only and not os.path.isdir(row.data_bin):
+            parser.error(f"{row.path}: data '{row.data_bin}' is not a directory; run scripts/prepare-multi30k.sh "
                          "--word-target first")
-        for token in train_args:
-            if (token.endswith((".vec", ".txt", ".bin")) and not token.startswith("-") and not os.path.exists(token)
-                    and not args.render_only):
-                parser.error(f"{f}: file '{token}' does not exist")
-        rows.append({"name": name, "args": " ".join(row_args), "data_bin": data_bin, "train_args": train_args})
-    if len({r["name"] for r in rows}) != len(rows):
+    if len({r.name for r in rows}) != len(rows):
         parser.error("two row files have the same name (after the NN- prefix)")
     threads = args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    base_args = shlex.split(args.base_args) if args.base_args else compare.demo_base_args()
     os.makedirs(args.out, exist_ok=True)
+    settings = runner.Settings(ledger=args.ledger, work=args.out, test_ref=args.test_ref, test_name=TEST,
+                               lenpen=args.lenpen, batch_size=args.batch_size, valid_ref=args.valid_ref)
+    beams = sorted({r.decoding_beam(1) for r in rows} | {b for r in rows for b, sc in r.decodes if sc is None})
+    scaled = sorted({(b, sc) for r in rows for b, sc in r.decodes if sc is not None})
+    valid_beams = sorted({r.decoding_beam(1) for r in rows})
+    shown = [{"name": r.name, "args": " ".join(read_row(r.path)[1]), "budget": r.budget} for r in rows]
     report = os.path.join(args.out, "sweep.md")
     lock = threading.Lock()
-    metas = {}
-    jobs = [(row, seed) for seed in args.seeds for row in rows]  # every row with the first seed first
+    metas, jobs = {}, []
+    for seed in args.seeds:  # every row with the first seed first
+        for row in rows:
+            old = legacy_record(args.records, row, seed)
+            if old is not None:
+                metas[(row.name, seed)] = old
+            elif args.render_only:
+                path = os.path.join(args.ledger, f"{row.name}.seed{seed}.json")
+                if os.path.exists(path):
+                    from fairseq_outlayers.lab.ledger.records import load_record
+
+                    metas[(row.name, seed)] = sweep_figures(load_record(path))
+            else:
+                jobs.append((row, seed))
     free = gpus.slots(args.jobs, gpus.visible_gpus())  # one GPU per run: fairseq would train on all it sees
+    failed = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_one, row, seed, args, base_args, ref_path, lock, free): (row["name"], seed)
-                   for row, seed in jobs}
-        failed = []
+        futures = {pool.submit(run_one, row, seed, settings, free): (row.name, seed) for row, seed in jobs}
         for fut in concurrent.futures.as_completed(futures):
             key = futures[fut]
             try:
-                result = fut.result()
-                if result is not None:
-                    metas[key] = result
+                metas[key] = fut.result()
+            except OutlayersConfigError:
+                raise
             except (SystemExit, Exception) as exc:  # one failed row must not stop the others
                 failed.append(key)
                 with lock:
                     fairseq_runs.log(f"{key[0]} seed {key[1]} FAILED: {exc}")
             with lock:
-                write_report(report, rows, metas, args, base_args, ref_path)
-    print(table(rows, metas, args.seeds, args.beams, args.scaled_decodes, args.valid_beams))
+                write_report(report, shown, metas, args, beams, scaled, valid_beams)
+    write_report(report, shown, metas, args, beams, scaled, valid_beams)
+    print(table(shown, metas, args.seeds, beams, scaled, valid_beams))
     fairseq_runs.log(f"wrote {report}")
     if failed:
         raise SystemExit(f"vmf_sweep: {len(failed)} run(s) failed: {failed}")

@@ -1,4 +1,5 @@
-"""The comparison runner behind `make demo`: option merging, speed parsing, the table and the plot."""
+"""The demo table behind `make demo`: quick rows of the ledger's row format, run by the ledger's runner; option
+merging, speed parsing, the table and the plot."""
 import glob
 import json
 import os
@@ -6,11 +7,19 @@ import os
 import pytest
 
 from fairseq_outlayers.lab import compare
-from fairseq_outlayers.lab.compare import (demo_base_args, format_table, merge_args, read_row, row_data_bin,
-                                           training_speed, write_plot)
+from fairseq_outlayers.lab.compare import demo_base_args, format_table, write_plot
+from fairseq_outlayers.lab.fairseq_runs import training_speed
+from fairseq_outlayers.lab.ledger import runner
+from fairseq_outlayers.lab.ledger.rows import LedgerRow, merge_args, read_row, row_data_bin, row_options
 from harness import REPO
 
 BASE = os.path.join(REPO, "configs", "demo-base.args")
+
+
+@pytest.fixture
+def in_repo(monkeypatch):
+    """Row files name their base file from the repository's root, where the Makefile and CI run."""
+    monkeypatch.chdir(REPO)
 
 
 def test_row_with_its_own_criterion_drops_the_base_criterion():
@@ -21,39 +30,46 @@ def test_row_with_its_own_criterion_drops_the_base_criterion():
     assert merge_args(base, ["--output-layer", "tied"]) == base + ["--output-layer", "tied"]
 
 
-def test_every_row_trains_with_the_same_command_as_before(monkeypatch):
+def _flags(cmd):
+    """{flag: [values]} of a fairseq-train command after its data directory, as argparse reads it: in any order, the
+    last of a repeated flag winning (a row's own --arch over its base's)."""
+    out, flag = {}, None
+    for token in cmd[2:]:
+        if token.startswith("--"):
+            flag = token
+            out[flag] = []
+        else:
+            out[flag].append(token)
+    return out
+
+
+def test_every_row_trains_with_the_same_command_as_before(in_repo):
     """tests/expected/demo_rows.json holds the fairseq-train command of every demo / results / sweep row (default
-    base, seed 1, 200 updates) from when the base options were a constant in compare.py: unchanged, to the letter."""
+    base, seed 1, 200 updates) from when the base options were a constant in compare.py and each runner built its
+    own command. Built now by the ledger's runner from the row files (``# base:`` and a 200-update budget): the same
+    program, data and options to the letter, in the runner's order."""
     with open(os.path.join(REPO, "tests", "expected", "demo_rows.json"), encoding="utf-8") as f:
         expected = json.load(f)
     rows = [os.path.relpath(p, REPO) for d in ("demo", "continuous", "vmf-sweep")
             for p in glob.glob(os.path.join(REPO, "configs", d, "*.args"))]
     assert sorted(rows) == sorted(expected)
-    commands = []
-    monkeypatch.setattr(compare, "run_training", lambda cmd, log_path, what, env=None: commands.append(cmd) or 0.0)
-    for row in sorted(rows):
-        name, row_args = read_row(os.path.join(REPO, row))
-        data_bin, train_args = row_data_bin(row_args, "work/multi30k/data-bin/de-en")
-        compare.train_row(data_bin, "{save_dir}", demo_base_args(BASE), train_args, 1, 200, os.devnull)
-        cmd = commands.pop()
+    for path, row in zip(sorted(rows), compare.quick_rows(sorted(rows), "work/multi30k/data-bin/de-en", 200)):
+        cmd = runner.train_command(row_options(row, 1, 5, 50, 5), "{save_dir}")
         cmd[0], cmd[cmd.index("--user-dir") + 1] = os.path.basename(cmd[0]), "{user_dir}"
-        assert {"name": name, "command": cmd} == expected[row], row
+        want = expected[path]
+        assert row.name == want["name"] and cmd[:2] == want["command"][:2], path
+        assert _flags(cmd) == _flags(want["command"]), path
 
 
 def test_the_demo_trains_and_translates_on_one_gpu(monkeypatch):
     """fairseq-train would train each demo row data-parallel over every GPU it sees (a k-times batch, not the
-    documented quick tables): the runner, one run at a time, gives its fairseq processes the first visible GPU,
-    and sets nothing without CUDA."""
+    documented quick tables): the demo, one run at a time, gives its runs the first visible GPU, and sets nothing
+    without CUDA."""
     from fairseq_outlayers.lab import gpus
 
     assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": "3,4"}) == {"CUDA_VISIBLE_DEVICES": "3"}
     assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": "GPU-9f,GPU-2c"}) == {"CUDA_VISIBLE_DEVICES": "GPU-9f"}
     assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": ""}) == {} and gpus.slot_env(None) == {}
-    seen = []
-    monkeypatch.setattr(compare, "run_training", lambda cmd, log_path, what, env=None: seen.append(env) or 0.0)
-    compare.train_row("data", "save", demo_base_args(BASE), ["--output-layer", "tied"], 1, 10, os.devnull,
-                      {"CUDA_VISIBLE_DEVICES": "3"})
-    assert seen == [{"CUDA_VISIBLE_DEVICES": "3"}]
 
 
 def test_training_speed_is_tokens_over_time(tmp_path):
@@ -88,12 +104,7 @@ def test_a_row_can_name_its_own_data():
 
 
 def _demo_rows(data_bin="work/multi30k/data-bin/de-en"):
-    rows = []
-    for path in sorted(glob.glob(os.path.join(REPO, "configs", "demo", "*.args"))):
-        name, row_args = read_row(path)
-        data, train_args = row_data_bin(row_args, data_bin)
-        rows.append({"name": name, "data_bin": data, "train_args": train_args})
-    return rows
+    return compare.quick_rows(sorted(glob.glob(os.path.join("configs", "demo", "*.args"))), data_bin, 200)
 
 
 def test_demo_table_shows_the_ledgers_converged_figure_or_none_yet(tmp_path):
@@ -105,9 +116,9 @@ def test_demo_table_shows_the_ledgers_converged_figure_or_none_yet(tmp_path):
 
     params = {"total": 10, "trained": 8, "embedding": 4, "output": 2}
     base = ["--arch", "outlayers_transformer_tiny", "--lr", "0.003"]
-    rows = [{"name": n, "data_bin": "data", "train_args": ["--output-layer", n]} for n in ("softmax", "tied")]
+    rows = [LedgerRow(n, f"{n}.args", "data", ["--output-layer", n], base_args=base) for n in ("softmax", "tied")]
     ledger = str(tmp_path / "runs")
-    assert ledger_figures(ledger, rows, base) == {}  # no ledger yet
+    assert ledger_figures(ledger, rows) == {}  # no ledger yet
     for seed, bleu in ((1, 33.0), (2, 34.0), (4, 50.0)):  # seed 4: outside the protocol's seeds
         rec = fake_record(ledger, "tiny-softmax", seed, bleu, HYP_A, table="multi30k")
     for seed, bleu in ((1, 40.0), (2, 41.0)):  # the same method on another model
@@ -120,9 +131,9 @@ def test_demo_table_shows_the_ledgers_converged_figure_or_none_yet(tmp_path):
                           "--seed", str(rec["seed"])]
         with open(path, "w", encoding="utf-8") as f:
             json.dump(rec, f)
-    converged = ledger_figures(ledger, rows, base)
+    converged = ledger_figures(ledger, rows)
     assert converged == {"softmax": "33.50 ± 0.71 (2 seeds, tiny-softmax)"}
-    quick = [dict(r, bleu=[20.0], speed=[100.0], time=[5], params=params) for r in rows]
+    quick = [dict(name=r.name, bleu=[20.0], speed=[100.0], time=[5], params=params) for r in rows]
     table = format_table(quick, converged)
     # the quick figures are unchanged; the converged one is beside them
     assert "| softmax | 1 | 20.00 | 10 | 8 | 4 | 2 | 100 | 5 | 33.50 ± 0.71 (2 seeds, tiny-softmax) |" in table
@@ -130,12 +141,12 @@ def test_demo_table_shows_the_ledgers_converged_figure_or_none_yet(tmp_path):
     assert format_table(quick) == format_table(quick, None) and "converged" not in format_table(quick)
 
 
-def test_make_demo_shows_the_tiny_transformer_figures_of_the_committed_ledger():
+def test_make_demo_shows_the_tiny_transformer_figures_of_the_committed_ledger(in_repo):
     """Each demo row (the tiny Transformer) gets the converged figure of the tiny Transformer on the same data and
     with the same method: not the LSTM's, the English -> German table's, a sampled or bias-fitted variant's."""
     from fairseq_outlayers.lab.compare import ledger_figures
 
-    got = ledger_figures(os.path.join(REPO, "docs", "results", "runs"), _demo_rows(), demo_base_args(BASE))
+    got = ledger_figures(os.path.join(REPO, "docs", "results", "runs"), _demo_rows())
     assert got == {
         "softmax": "39.13 ± 0.53 (3 seeds, tiny-softmax)",
         "tied": "39.02 ± 0.90 (3 seeds, tiny-tied)",
@@ -148,7 +159,7 @@ def test_make_demo_shows_the_tiny_transformer_figures_of_the_committed_ledger():
 
 def test_the_demo_prints_its_table_once(tmp_path, monkeypatch, capsys):
     """One seed: the table is printed once (it used to come twice); two seeds: once after the first seed and
-    once at the end."""
+    once at the end. Each run is the ledger runner's, as a quick row at the demo's budget on the first GPU."""
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "test_2016_flickr.en").write_text("a b\n")
@@ -156,20 +167,25 @@ def test_the_demo_prints_its_table_once(tmp_path, monkeypatch, capsys):
     data.mkdir()
     row = tmp_path / "10-tied.args"
     row.write_text("--output-layer tied\n")
-    monkeypatch.setattr(compare, "train_row", lambda *a, **k: 1.0)
-    monkeypatch.setattr(compare, "score_subset", lambda *a, **k: {"sacrebleu": 20.0, "sacrebleu_signature": "s",
-                                                                   "tokenized_bleu": 21.0})
-    monkeypatch.setattr(compare, "training_speed", lambda path: 100.0)
-    monkeypatch.setattr(compare, "parameter_counts", lambda ckpt: {"total": 10, "trained": 8, "embedding": 4,
-                                                                    "output": 2})
+    calls = []
+
+    def fake_run(row, seed, settings):
+        calls.append((row.name, seed, row.budget, settings.env, settings.ledger))
+        return ({"test": {"test2016": {"sacrebleu": 20.0, "sacrebleu_signature": "s"}}, "tokens_per_second": 100.0,
+                 "wall_seconds": 1.0, "params": {"total": 10, "trained": 8, "embedding": 4, "output": 2}}, False)
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(compare.gpus, "first_gpu_env", lambda: {"CUDA_VISIBLE_DEVICES": "3"})
     monkeypatch.setattr(compare, "write_plot", lambda results, path: False)
     for seeds, times in ((["1"], 1), (["1", "2"], 2)):
         out = tmp_path / f"out{len(seeds)}"
         compare.main(["--data-bin", str(data), "--raw-dir", str(raw), "--rows", str(row), "--out", str(out),
-                      "--seeds", *seeds, "--ledger", str(tmp_path / "no-ledger")])
+                      "--seeds", *seeds, "--ledger", str(tmp_path / "no-ledger"), "--max-update", "30"])
         printed = capsys.readouterr().out
         assert printed.count("| method | seeds |") == times, printed
         assert "| tied | " in printed and "none yet" in printed and "docs/results/ledger.md" in printed
+    assert calls[0] == ("tied", 1, 30, {"CUDA_VISIBLE_DEVICES": "3"}, str(tmp_path / "out1" / "records"))
 
 
 def test_an_abort_at_exit_after_fairseq_finished_is_not_a_failure_and_any_other_failure_is(tmp_path):

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import re
+from dataclasses import replace as dataclasses_replace
 
 import numpy as np
 import pytest
@@ -440,6 +441,35 @@ def test_rows_directives_and_protocol(tmp_path):
             read_ledger_row(str(row))
 
 
+def test_quick_row_directives_base_budget_decodes(tmp_path):
+    """``# base:`` puts a file's options under the row's (a row's own criterion drops the base's), ``# budget:``
+    makes a quick row (``--max-update`` alone, no early stopping), ``# decodes:`` lists further test decodes; each
+    mistake is one line naming the file and line."""
+    base = tmp_path / "base.args"
+    base.write_text("# shared\n--arch outlayers_transformer_tiny --criterion label_smoothed_cross_entropy "
+                    "--label-smoothing 0.1 --lr 0.003\n")
+    f = tmp_path / "10-vmf.args"
+    f.write_text(f"# quick vMF\n# base: {base}\n# budget: 800\n# decodes: 5 5@40\n"
+                 "--data-bin d --output-layer continuous --criterion vmf_nll\n")
+    r = read_ledger_row(str(f))
+    assert r.description == "quick vMF" and (r.budget, r.decodes) == (800, [(5, None), (5, 40.0)])
+    assert r.options() == ["--arch", "outlayers_transformer_tiny", "--lr", "0.003", "--output-layer", "continuous",
+                           "--criterion", "vmf_nll"]
+    assert row_options(r, 2, 5, 50, 5) == ["d", *r.options(), "--max-update", "800", "--seed", "2"]
+    assert read_ledger_row(str(f), budget=30).budget == 30  # the demo's budget wins
+    step = tmp_path / "11-vmf-fitbias.args"
+    step.write_text("# from: vmf\n# after: fit-output-bias\n")
+    s = read_ledger_row(str(step))
+    assert s.budget == 800 and s.options() == r.options() and s.data_bin == "d"
+    for directives, said in [("# base: nowhere.args", "2: '# base: nowhere.args' does not exist"),
+                             ("# budget: 0", "2: '# budget: 0': the budget must be a positive integer"),
+                             ("# budget: 8\n# patience: 3", "3: '# patience:' is early stopping"),
+                             ("# decodes: 5@x", "2: '# decodes: 5@x': '5@x' is not BEAM or BEAM@SCALE")]:
+        f.write_text(f"# quick\n{directives}\n--data-bin d --output-layer tied\n")
+        with pytest.raises(OutlayersConfigError, match=re.escape(f"{f}:{said}")):
+            read_ledger_row(str(f))
+
+
 def test_rows_of_one_table_stopped_by_another_patience_than_their_baseline_are_warned_of(tmp_path):
     from fairseq_outlayers.lab.ledger.rows import check_rows
 
@@ -860,6 +890,31 @@ def test_every_committed_row_file_is_a_valid_fairseq_train_command():
                                            cmd + ["--user-dir", os.path.join(repo, "fairseq_outlayers"), "--cpu"])
         assert args.seed == 1 and args.patience == row.stopping_patience(5) and args.max_epoch == 50, row.path
         assert args.best_checkpoint_metric == ("bleu" if row.validate == "bleu" else "loss"), row.path
+
+
+def test_every_quick_row_file_is_a_valid_fairseq_train_command(monkeypatch):
+    """The demo's, ``make results``' and the continuous sweep's row files are rows of the same format, run by the
+    same runner: each (with its ``# base:``, from the repository's root) is a whole fairseq-train command; a sweep
+    row is a quick row of its own budget, decoded greedily and at its further decodes."""
+    import glob as globmod
+
+    from fairseq import options
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.chdir(repo)
+    files = sorted(globmod.glob(os.path.join("configs", "*", "*.args")))
+    files = [f for f in files if f.split(os.sep)[1] in ("demo", "continuous", "vmf-sweep")]
+    assert len(files) >= 30
+    for path in files:
+        row = read_ledger_row(path, "work/multi30k/data-bin/de-en")
+        assert row.base_args, path  # every quick row names its base
+        sweep = path.split(os.sep)[1] == "vmf-sweep"
+        assert (row.budget, row.beam) == ((800, 1) if sweep else (None, None)), path
+        assert not sweep or row.decodes == [(5, None), (5, 40.0)], path
+        cmd = row_options(dataclasses_replace(row, budget=row.budget or 200), 1, 5, 50, 5)
+        args = options.parse_args_and_arch(options.get_training_parser(),
+                                           cmd + ["--user-dir", os.path.join(repo, "fairseq_outlayers"), "--cpu"])
+        assert args.max_update == (row.budget or 200) and args.patience == -1 and not args.eval_bleu, path
 
 
 def test_status_says_recorded_partial_not_started_and_other_options(tmp_path, capsys):

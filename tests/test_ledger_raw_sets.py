@@ -238,3 +238,59 @@ def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, 
     again = json.load(open(os.path.join(ledger, "tied-fitbias.seed1.json")))
     assert again["after"]["parent_record_matches"] is True and again["wall_seconds"] > 0
     assert again["after"]["as_trained"]["test2016"]["sacrebleu"] == tied["test"]["test2016"]["sacrebleu"]
+
+
+def test_one_runner_a_quick_row_through_the_ledger_the_sweep_and_the_demo(prepared, tmp_path, capsys):
+    """One row file, one runner: a quick row (``# base:``, ``# budget:``, ``# beam:``, ``# decodes:``) trained by
+    ``ledger run`` is recorded with its budget, its validation BLEU and its further decodes; the sweep's table reads
+    that record without training again; ``ledger render`` renders it; the demo runs the same row file with the
+    same runner at its own budget."""
+    from harness import load_script
+
+    from fairseq_outlayers.lab import compare
+
+    raw = prepared["raw"]
+    base = tmp_path / "base.args"
+    base.write_text("# shared\n" + " ".join(TINY_TRANSFORMER + [
+        "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "600", "--cpu", "--num-workers", "0",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]) + "\n")
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    row = rows / "20-tied.args"
+    row.write_text(f"# tiny tied Transformer, quick\n# base: {base}\n# budget: 6\n# beam: 1\n# decodes: 2 2@40\n"
+                   f"--data-bin {prepared['data']} --output-layer tied\n")
+    records_dir, work = tmp_path / "sweep-records", tmp_path / "work"
+    ledger = str(records_dir / "runs")
+    args = ["run", "--rows", str(row), "--seeds", "1", "--test-ref", os.path.join(raw, "test.en"),
+            "--valid-ref", os.path.join(raw, "valid.en"), "--ledger", ledger, "--work", str(work)]
+    assert ledger_main(args) == 0
+    record = records.load_record(os.path.join(ledger, "tied.seed1.json"))
+    assert record["updates"] == 6 and record["options"][-4:] == ["--max-update", "6", "--seed", "1"]
+    assert "--patience" not in record["options"] and "--eval-bleu" not in record["options"]
+    assert record["options"].count("--criterion") == 1 and "--label-smoothing" in record["options"]
+    v = record["validation"]
+    assert v["metric"] == "budget" and v["budget"] == 6 and isinstance(v["bleu"], float)
+    assert record["decoding"]["beam"] == 1 and list(record["decodes"]["test2016"]) == ["2"]  # no scale: not continuous
+    assert record["best_epoch"] == record["epochs"]  # the last checkpoint is the model
+    capsys.readouterr()
+    assert ledger_main(args) == 0
+    assert "recorded already: tied seed 1" in capsys.readouterr().out
+
+    assert ledger_main(["render", "--ledger", ledger, "--out", "-"]) == 0
+    assert "6 updates, last checkpoint; beam 1" in capsys.readouterr().out
+
+    sweep = load_script("vmf_sweep.py")
+    sweep.main(["--rows", str(row), "--seeds", "1", "--records", str(records_dir), "--out", str(work),
+                "--raw-dir", raw, "--test-prefix", "test", "--valid-prefix", "valid"])
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| tied |")][0]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:4] == [f"{v['bleu']:.2f}", f"{record['test']['test2016']['sacrebleu']:.2f}",
+                          f"{record['decodes']['test2016']['2']:.2f}"]
+
+    demo = tmp_path / "demo"
+    compare.main(["--data-bin", prepared["data"], "--raw-dir", raw, "--test-prefix", "test", "--rows", str(row),
+                  "--out", str(demo), "--max-update", "4"])
+    quick = records.load_record(os.path.join(demo, "records", "tied.seed1.json"))
+    assert quick["updates"] == 4 and quick["validation"]["budget"] == 4 and quick["options"][1:-4] == \
+        record["options"][1:-4]
+    assert "| tied | 1 |" in capsys.readouterr().out and os.path.isfile(demo / "results.md")

@@ -545,7 +545,7 @@ def _tool_mains():
     ("synthetic", "--vocab", "0", "must be a positive integer, got 0"),
     ("tune_continuous_decoding", "--lenpens", "nan", "must be a finite number, got nan"),
     ("tune_continuous_decoding", "--beam", "-1", "must be a positive integer, got -1"),
-    ("vmf_sweep", "--beams", "0", "must be a positive integer, got 0"),
+    ("vmf_sweep", "--max-update", "0", "must be a positive integer, got 0"),
     ("vmf_sweep", "--jobs", "0", "must be a positive integer, got 0"),
     ("probe_output_bias", "--lr", "inf", "must be in (0, 10], got inf (Adam moves each value"),
     ("probe_output_bias", "--epochs", "0", "must be a positive integer, got 0"),

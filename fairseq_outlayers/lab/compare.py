@@ -1,50 +1,38 @@
-"""Train one model per output-layer configuration at the same budget, translate, score, and print a table.
+"""The demo table: every row trained at the same short budget, translated, scored, set in one table.
 
     python -m fairseq_outlayers.lab.compare --data-bin work/multi30k/data-bin/de-en \\
         --raw-dir work/multi30k/raw --rows configs/demo/*.args --out work/demo
 
-Each row file holds extra ``fairseq-train`` options (e.g. ``--output-layer tied``) added to one shared base
-command (``--base-args``, default: the options in ``configs/demo-base.args``, the demo Transformer). For every row and seed this runs the real CLIs:
-``fairseq-train --user-dir ...`` -> ``fairseq-generate`` (``--remove-bpe``) -> sacremoses detokenisation ->
-sacreBLEU against the raw references. It reports BLEU (with sacreBLEU's signature), total / trained / embedding
-/ output-layer parameters, training target tokens/s and wall time, prints the table as it goes and writes it to
-``OUT/results.md`` (and ``OUT/results.json``). A row already finished (its checkpoint and translation exist) is
-reused, so an interrupted run resumes where it stopped (all rows run with the first seed before any runs with
-the second, so a run cut short still has every row). A row may name its own data with ``--data-bin PATH`` (e.g.
-word-level targets for continuous outputs, next to the BPE baselines); the references are the same raw files.
+Each row file is a row of the results ledger's format (``ledger/rows.py``); here every row is a quick row of
+``--max-update`` updates (no early stopping, the last checkpoint tested) and a row without ``# base: FILE`` takes
+its shared options from ``--base-args`` (default: ``configs/demo-base.args``, the demo Transformer). The runs are the
+ledger's own (``ledger/runner.py``: ``fairseq-train --user-dir ...`` -> ``fairseq-generate`` -> sacremoses
+detokenisation -> sacreBLEU against the raw references), recorded in ``OUT/records`` with their checkpoints in
+``OUT/ROW.seedN``: a finished run is reused, so an interrupted demo resumes where it stopped (every row with the
+first seed before any with the second). The table gives BLEU (sacreBLEU, with its signature), total / trained /
+embedding / output-layer parameters, training target tokens/s and wall time; it is printed and written to
+``OUT/results.md`` (and ``OUT/results.json``). ``python -m fairseq_outlayers.lab.ledger render --ledger OUT/records
+--out -`` gives the same runs with the ledger's statistics.
 """
 import argparse
+import dataclasses
 import glob
 import json
 import os
 import platform
-import re
 import shlex
-import subprocess
 import time
 
 from fairseq_outlayers import checks
+from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab import gpus
-from fairseq_outlayers.tools.evaluation.scoring import score_subset
-from fairseq_outlayers.lab.fairseq_runs import log, parameter_counts, run_training, training_speed
-from fairseq_outlayers.tools.commands import executable, user_dir
+from fairseq_outlayers.lab.fairseq_runs import log
+from fairseq_outlayers.lab.ledger import runner
+from fairseq_outlayers.lab.ledger.rows import read_ledger_row, read_options
 from fairseq_outlayers.outfiles import write_text
 
 #: the rows' shared options, from the repository root (a checkout: ``make install`` installs it editable)
 DEMO_BASE_FILE = os.path.join("configs", "demo-base.args")
-#: base options that belong to the base criterion (each takes one value)
-CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
-
-
-def read_options(path):
-    """The options of an ``.args`` file: its lines without ``#`` comments, split as the shell would."""
-    with open(path, encoding="utf-8") as f:
-        return shlex.split(" ".join(line.split("#", 1)[0] for line in f))
-
-
-def read_row(path):
-    name = re.sub(r"^\d+-", "", os.path.splitext(os.path.basename(path))[0])
-    return name, read_options(path)
 
 
 def demo_base_args(path=DEMO_BASE_FILE):
@@ -56,45 +44,18 @@ def demo_base_args(path=DEMO_BASE_FILE):
     return read_options(path)
 
 
-def row_data_bin(row_args, default):
-    """A row's own ``--data-bin PATH`` (taken out of its fairseq-train options), else ``default``."""
-    rest, data_bin = [], default
-    args = iter(row_args)
-    for arg in args:
-        if arg == "--data-bin":
-            data_bin = next(args, None)
-            if data_bin is None:
-                raise SystemExit("compare: --data-bin in a row file needs a path")
-        elif arg.startswith("--data-bin="):
-            data_bin = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-    return data_bin, rest
-
-
-def merge_args(base_args, row_args):
-    """Row options on top of the base ones; a row that picks its own ``--criterion`` drops the base criterion and
-    its options (the label smoothing of the cross-entropy criterion means nothing to a continuous loss)."""
-    if "--criterion" not in row_args:
-        return list(base_args) + list(row_args)
-    merged, skip = [], 0
-    for i, arg in enumerate(base_args):
-        if skip:
-            skip -= 1
-            continue
-        if arg in CRITERION_OPTIONS:
-            skip = 1
-            continue
-        merged.append(arg)
-    return merged + list(row_args)
-
-
-def train_row(data_bin, save_dir, base_args, row_args, seed, max_update, log_path, env=None):
-    """One row's fairseq-train (``env``: variables for it only, e.g. its GPU: ``gpus.py``); its wall seconds."""
-    cmd = [executable("fairseq-train"), data_bin, "--user-dir", user_dir(), *merge_args(base_args, row_args),
-           "--seed", str(seed), "--max-update", str(max_update), "--save-dir", save_dir,
-           "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
-    return run_training(cmd, log_path, save_dir, env=env)
+def quick_rows(row_files, data_bin, budget, base_args=None):
+    """The ``LedgerRow`` of each row file as a quick row of ``budget`` updates; ``base_args`` (a list) replaces
+    every row's base, else a row without ``# base:`` takes ``configs/demo-base.args``."""
+    rows = []
+    for path in row_files:
+        row = read_ledger_row(path, data_bin, budget=budget)
+        if base_args is not None:
+            row.base_args = list(base_args)
+        elif not row.base_args:
+            row.base_args = demo_base_args()
+        rows.append(row)
+    return rows
 
 
 def format_table(rows, converged=None):
@@ -142,7 +103,7 @@ def _setting(options):
             pairs.get("--output-layer") or "softmax", pairs.get("--embeddings") or "standard")
 
 
-def ledger_figures(ledger, rows, base_args, test="test2016", seeds=(1, 2, 3)):
+def ledger_figures(ledger, rows, test="test2016", seeds=(1, 2, 3)):
     """{quick row name: "39.13 ± 0.53 (3 seeds, tiny-softmax)"}: for each quick row of ``rows`` the results ledger's
     row trained on the same data with the same model, direction and seams, the one whose options differ least
     from the quick row's (a row with a step after training, ``# after:``, only where nothing else matches);
@@ -159,8 +120,8 @@ def ledger_figures(ledger, rows, base_args, test="test2016", seeds=(1, 2, 3)):
             by_row.setdefault(rec["row"], []).append(rec)
     out = {}
     for row in rows:
-        options = merge_args(base_args, row["train_args"])
-        want_data = os.path.normpath(row["data_bin"])
+        options = row.options()
+        want_data = os.path.normpath(row.data_bin)
         want = _setting(options)
         mine = set(_option_pairs(options).items())
         best = None
@@ -176,7 +137,7 @@ def ledger_figures(ledger, rows, base_args, test="test2016", seeds=(1, 2, 3)):
             _, name, recs = best
             mean, sd = mean_sd([r["test"][test]["sacrebleu"] for r in recs])
             n = len(recs)
-            out[row["name"]] = (f"{mean:.2f}{'' if sd is None else f' ± {sd:.2f}'} "
+            out[row.name] = (f"{mean:.2f}{'' if sd is None else f' ± {sd:.2f}'} "
                                 f"({n} seed{'s' if n > 1 else ''}, {name})")
     return out
 
@@ -218,21 +179,41 @@ def write_plot(results, path):
     return True
 
 
+def table_rows(rows, records, test):
+    """The table's rows: per row its seeds' BLEU on ``test``, speed and time and its parameters, from the runs'
+    records."""
+    out = []
+    for row in rows:
+        runs = records.get(row.name, [])
+        if not runs:
+            continue
+        first = runs[0]
+        out.append({"name": row.name, "args": " ".join(shlex.quote(a) for a in row.train_args),
+                    "bleu": [r["test"][test]["sacrebleu"] for r in runs],
+                    "speed": [r.get("tokens_per_second") or 0.0 for r in runs],
+                    "time": [r.get("wall_seconds") or 0.0 for r in runs], "params": first["params"],
+                    "signature": first["test"][test]["sacrebleu_signature"]})
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--data-bin", required=True, help="binarised data (fairseq-preprocess output)")
     parser.add_argument("--raw-dir", required=True, help="raw (untokenised) text with test references")
     parser.add_argument("--test-prefix", default="test_2016_flickr", help="raw reference file prefix")
+    parser.add_argument("--test-name", default="test2016", help="name of the test split in the records (the "
+                        "ledger's)")
     parser.add_argument("--src", default="de")
     parser.add_argument("--tgt", default="en")
-    parser.add_argument("--lowercase", action="store_true", help="the data was lowercased: lowercase references")
+    parser.add_argument("--lowercase", action="store_true", help="ignored: the case is read from the data "
+                        "directory's .done, as every runner of the package does")
     parser.add_argument("--rows", nargs="+", required=True, help="row files (*.args), one configuration each")
-    parser.add_argument("--out", required=True, help="output directory (checkpoints, logs, results.md)")
-    parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=1200)
+    parser.add_argument("--out", required=True, help="output directory (records, checkpoints, logs, results.md)")
+    parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=1200, help="every row's budget")
     parser.add_argument("--seeds", type=checks.NON_NEGATIVE_INT, nargs="+", default=[1])
     parser.add_argument("--base-args", default=None, help="fairseq-train options shared by every row "
-                        f"(default: the options in {DEMO_BASE_FILE})")
-    parser.add_argument("--beam", type=checks.BEAM, default=5)
+                        f"(default: a row's '# base: FILE', else the options in {DEMO_BASE_FILE})")
+    parser.add_argument("--beam", type=checks.BEAM, default=5, help="beam of a row without '# beam: N'")
     parser.add_argument("--lenpen", type=checks.FINITE, default=1.0)
     parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
     parser.add_argument("--title", default="Output-layer comparison")
@@ -245,66 +226,44 @@ def main(argv=None):
     ref_path = os.path.join(args.raw_dir, f"{args.test_prefix}.{args.tgt}")
     if not os.path.isfile(ref_path):
         parser.error(f"reference file '{ref_path}' does not exist; check --raw-dir/--test-prefix/--tgt")
-    base_args = shlex.split(args.base_args) if args.base_args else demo_base_args()
     row_files = sorted(set(f for pattern in args.rows for f in (glob.glob(pattern) or [pattern])))
     for f in row_files:
         if not os.path.isfile(f):
             parser.error(f"row file '{f}' does not exist")
-    os.makedirs(args.out, exist_ok=True)
-
-    rows = []
-    for row_file in row_files:
-        name, row_args = read_row(row_file)
-        data_bin, train_args = row_data_bin(row_args, args.data_bin)
-        if not os.path.isdir(data_bin):
-            parser.error(f"{row_file}: --data-bin '{data_bin}' is not a directory; prepare that data first")
-        rows.append({"name": name, "args": " ".join(row_args), "data_bin": data_bin, "train_args": train_args,
-                     "bleu": [], "speed": [], "time": [], "params": None})
-    names = [r["name"] for r in rows]
+    try:
+        rows = quick_rows(row_files, args.data_bin, args.max_update,
+                          shlex.split(args.base_args) if args.base_args else None)
+    except OutlayersConfigError as e:
+        parser.error(str(e))
+    for row in rows:
+        if not os.path.isdir(row.data_bin):
+            parser.error(f"{row.path}: --data-bin '{row.data_bin}' is not a directory; prepare that data first")
+    names = [r.name for r in rows]
     if len(set(names)) != len(names):
         parser.error(f"two row files have the same name (after the NN- prefix): {names}")
+    os.makedirs(args.out, exist_ok=True)
 
-    converged = None if args.ledger is None else ledger_figures(args.ledger, rows, base_args)
+    converged = None if args.ledger is None else ledger_figures(args.ledger, rows)
     started = time.time()
-    env = gpus.first_gpu_env()  # one run at a time, on one GPU: fairseq would train on every GPU it sees
+    # one run at a time, on one GPU: fairseq would train on every GPU it sees
+    settings = runner.Settings(ledger=os.path.join(args.out, "records"), work=args.out, test_ref=ref_path,
+                               test_name=args.test_name, beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size,
+                               env=gpus.first_gpu_env())
+    done = {}
     for seed in args.seeds:
         for n, row in enumerate(rows, start=1):
-            name = row["name"]
-            run_dir = os.path.join(args.out, f"{name}.seed{seed}")
-            os.makedirs(run_dir, exist_ok=True)
-            ckpt = os.path.join(run_dir, "checkpoint_last.pt")
-            hyp_path = os.path.join(run_dir, "test.hyp")
-            log_path = os.path.join(run_dir, "train.log")
-            log(f"[{n}/{len(rows)}] {name} (seed {seed})")
-            meta_path = os.path.join(run_dir, "meta.json")
-            if os.path.exists(meta_path) and os.path.exists(hyp_path):
-                meta = json.load(open(meta_path))
+            log(f"[{n}/{len(rows)}] {row.name} (seed {seed})")
+            record, reused = runner.run(row, seed, dataclasses.replace(settings))
+            if reused:
                 log("  already done; reusing")
-            else:
-                seconds = train_row(row["data_bin"], run_dir, base_args, row["train_args"], seed, args.max_update,
-                                    log_path, env)
-                # the hypotheses fairseq-generate writes (RUN_DIR/test.generate/), scored by the package's one
-                # evaluation path; the tokenised hypotheses go to RUN_DIR/test.hyp
-                scores = score_subset(row["data_bin"], ckpt, hyp_path, ref_path, args.beam, args.lenpen,
-                                      args.batch_size, lowercase=True if args.lowercase else None, src=args.src,
-                                      tgt=args.tgt, env=env)
-                meta = {"bleu": scores["sacrebleu"], "signature": scores["sacrebleu_signature"],
-                        "tokenized_bleu": scores["tokenized_bleu"], "seconds": seconds,
-                        "speed": training_speed(log_path), "params": parameter_counts(ckpt)}
-                write_text(meta_path, json.dumps(meta, indent=2))
-            log(f"  BLEU {meta['bleu']:.2f}  trained params {meta['params']['trained']:,}  "
-                f"{meta['speed']:,.0f} tok/s")
-            row["bleu"].append(meta["bleu"])
-            row["speed"].append(meta["speed"])
-            row["time"].append(meta["seconds"])
-            row["params"] = meta["params"]
-            row["signature"] = meta["signature"]
+            done.setdefault(row.name, []).append(record)
+            log(f"  BLEU {record['test'][args.test_name]['sacrebleu']:.2f}  trained params {record['params']['trained']:,}  "
+                f"{record.get('tokens_per_second') or 0:,.0f} tok/s")
         if seed != args.seeds[-1]:  # the table so far; the last seed's is the final one, printed once below
-            print(format_table([r for r in rows if r["bleu"]], converged), flush=True)
-    results = [{k: v for k, v in r.items() if k != "train_args"} for r in rows]
+            print(format_table(table_rows(rows, done, args.test_name), converged), flush=True)
+    results = table_rows(rows, done, args.test_name)
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    commit = runner.git_commit()
     table = format_table(results, converged)
     hardware = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
     try:
@@ -318,17 +277,16 @@ def main(argv=None):
           f"Date {time.strftime('%Y-%m-%d')}, commit {commit}, hardware: {hardware}, total wall time "
           f"{time.time() - started:.0f} s.", "",
           f"Data: `{args.data_bin}`; {args.max_update} updates per run; seeds {args.seeds}; beam {args.beam}.",
-          f"Base options: `{' '.join(base_args)}`", "", table, "",
-          f"BLEU: sacreBLEU on detokenised output against `{ref_path}`"
-          f"{' (lowercased)' if args.lowercase else ''}; signature `{results[0].get('signature', '')}`.", "",
+          f"Base options: `{' '.join(rows[0].base_args)}`", "", table, "",
+          f"BLEU: sacreBLEU on detokenised output against `{ref_path}`; signature "
+          f"`{results[0].get('signature', '')}`. Records: `{settings.ledger}`.", "",
           "Rows:", ""] + [f"- **{r['name']}**: `{r['args']}`" for r in results]
     if converged is not None:
         md += ["", CONVERGED_NOTE.format(ledger=args.ledger)]
     if write_plot(results, os.path.join(args.out, "results.png")):
         md += ["", "![BLEU against trained parameters](results.png)"]
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
-    json.dump(results, open(os.path.join(args.out, "results.json"), "w"), indent=2)
+    write_text(os.path.join(args.out, "results.md"), "\n".join(md) + "\n")
+    write_text(os.path.join(args.out, "results.json"), json.dumps(results, indent=2) + "\n")
     print("\n" + table)
     if converged is not None:
         print("\n" + CONVERGED_NOTE.format(ledger=args.ledger))

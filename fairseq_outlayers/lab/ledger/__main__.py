@@ -8,7 +8,8 @@
         [--ledger docs/results/runs]
     python -m fairseq_outlayers.lab.ledger status [--rows "configs/ledger/*/*.args"] [--seeds 1 2 3]
 
-``run`` trains every row with the first seed before any row with the next one (``--jobs N``: N at a time, started
+A row runs the converged protocol, or with ``# budget: N`` a quick run of N updates (``make demo`` and the
+continuous sweep are such tables: ``rows.py``). ``run`` trains every row with the first seed before any row with the next one (``--jobs N``: N at a time, started
 in that order), skips each run already recorded (and stops, before training anything, when a record was made with
 other options, or when a row's data directory now holds other data than its table's records were trained on:
 ``records.check_data``), and writes one record per finished run; a failed run is reported and the others go on.
@@ -61,6 +62,9 @@ def _run(args) -> int:
                                max_epoch=args.max_epoch, beam=args.beam, lenpen=args.lenpen,
                                batch_size=args.batch_size)
     test_refs = {} if args.dry_run else {row.path: _test_ref(args.test_ref, row) for row in rows}
+    # quick rows (``# budget:``) are chosen by their validation BLEU: the validation split's raw reference
+    valid_refs = {} if args.dry_run or not args.valid_ref else {
+        row.path: _test_ref(args.valid_ref, row, "--valid-ref") for row in rows if row.budget is not None}
     # every row with a seed before the next seed; step rows (``# from:``) after every training row, so that with
     # --jobs N none waits on the lock of a training its parent row is still running
     runs = ([(row, seed) for seed in args.seeds for row in rows if not row.trained_as]
@@ -97,7 +101,7 @@ def _run(args) -> int:
         env = gpus.slot_env(gpu)
         try:
             record, skipped = runner.run(row, seed, dataclasses.replace(settings, test_ref=test_refs[row.path],
-                                                                        env=env))
+                                                                        valid_ref=valid_refs.get(row.path), env=env))
         except OutlayersConfigError:
             raise  # bad input: stop
         except (SystemExit, Exception) as exc:  # one failed run must not stop the others
@@ -137,8 +141,8 @@ def _status(args) -> int:
     return 0
 
 
-def _test_ref(template: str, row) -> str:
-    """The raw test reference of a row: ``{tgt}`` in the template is the row's target language (its
+def _test_ref(template: str, row, option: str = "--test-ref") -> str:
+    """The raw test (or validation) reference of a row: ``{tgt}`` in the template is the row's target language (its
     ``--target-lang``, else the target of its data directory); a plain path must end in that language."""
     from fairseq_outlayers.tools.rawtext import data_languages
 
@@ -148,12 +152,13 @@ def _test_ref(template: str, row) -> str:
     else:
         ref, suffix = template, os.path.splitext(template)[1].lstrip(".")
         if target and len(suffix) == 2 and suffix != target:
-            raise OutlayersConfigError(f"{row.path} translates into '{target}' but --test-ref '{ref}' reads as "
-                                       f"'{suffix}'; run the rows of each direction with their own --test-ref, "
+            raise OutlayersConfigError(f"{row.path} translates into '{target}' but {option} '{ref}' reads as "
+                                       f"'{suffix}'; run the rows of each direction with their own {option}, "
                                        "or write the language as {tgt} in it")
     if not os.path.isfile(ref):
-        raise OutlayersConfigError(f"{row.path}: test reference '{ref}' does not exist; give the raw reference of "
-                                   "the data's test split with --test-ref (scripts/prepare-multi30k.sh writes "
+        split = "validation" if option == "--valid-ref" else "test"
+        raise OutlayersConfigError(f"{row.path}: {split} reference '{ref}' does not exist; give the raw reference of "
+                                   f"the data's {split} split with {option} (scripts/prepare-multi30k.sh writes "
                                    "work/multi30k/raw/)")
     return ref
 
@@ -219,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="raw (untokenised) reference of the data's test split; {tgt} is each row's target "
                    "language, so rows of both directions run in one call")
     p.add_argument("--test-name", default="test2016", help="name of that test set in the records")
+    p.add_argument("--valid-ref", default="work/multi30k/raw/val.{tgt}",
+                   help="raw reference of the data's validation split, which rows with '# budget: N' are translated "
+                   "on (the figure quick rows are chosen by; '': none)")
     p.add_argument("--test-set", nargs="*", default=[], metavar="NAME=SRC_FILE,REF_FILE",
                    help="extra raw test sets, prepared with each row's own tokeniser, case and BPE")
     p.add_argument("--patience", type=int, default=5, help="fairseq --patience: validations without improvement "

@@ -131,7 +131,7 @@ def stop_losses(rows: Dict[str, Dict[int, Dict]]) -> Tuple[List[float], int, int
         for r in runs.values():
             curve = [c for c in r.get("curve") or [] if c.get("loss") is not None]
             best = [c for c in curve if c["epoch"] == r.get("best_epoch")]
-            if r.get("after") or not best:
+            if r.get("after") or not best or (r.get("validation") or {}).get("metric") == "budget":
                 continue
             counted += 1
             last = curve[-1]

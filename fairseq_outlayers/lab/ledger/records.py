@@ -257,12 +257,16 @@ SCHEMA = {
               "a list of objects with an integer 'epoch' and numbers", False),
     "decoding": (*_OBJECT, False),
     "after": (*_OBJECT, False),
+    "decodes": ((lambda v: isinstance(v, dict) and all(
+        isinstance(d, dict) and all(_finite(x) for x in d.values()) for d in v.values())),
+                "an object of test sets, each {decode: sacreBLEU}", False),
 }
 PARAMS = {"total": (*_COUNT, True), "trained": (*_COUNT, True), "embedding": (*_COUNT, True),
           "output": (*_COUNT, False), "frozen": (*_COUNT, False), "output_trained": (*_COUNT, False)}
-VALIDATION = {"metric": ((lambda v: v in ("bleu", "loss")), "'bleu' or 'loss'", True),
+VALIDATION = {"metric": ((lambda v: v in ("bleu", "loss", "budget")),
+                         "'bleu' or 'loss' (early stopping) or 'budget' (a quick row)", True),
               "best": (*_NUMBER_OR_NONE, False), "patience": (*_COUNT, False), "max_epoch": (*_COUNT, False),
-              "reason": (*_TEXT, False)}
+              "reason": (*_TEXT, False), "budget": (*_COUNT, False), "bleu": (*_NUMBER_OR_NONE, False)}
 TEST_SET = {"sacrebleu": (*_NUMBER, True), "tokenized_bleu": (*_NUMBER, True), "sacrebleu_signature": (*_TEXT, True),
             "hypotheses": (*_FILE, True), "reference": (*_FILE, True), "sentences": (*_COUNT, False),
             "tokenized_bleu_signature": (*_TEXT, False)}

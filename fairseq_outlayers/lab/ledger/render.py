@@ -320,8 +320,10 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
                     + _before_step(ledger, protocol.get(row, {}), protocol.get(trained, {}), table_seeds, test,
                                    trained, cache)
                     if after else "")
-            md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; early stopping on validation "
-                      f"{v['metric']}{why}" + (f"; beam {beam}" if beam else "") + step)
+            stop = (f"{v.get('budget')} updates, last checkpoint" if v["metric"] == "budget"
+                    else f"early stopping on validation {v['metric']}{why}")
+            md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; {stop}"
+                      + (f"; beam {beam}" if beam else "") + step)
         md.append("")
     return "\n".join(md)
 

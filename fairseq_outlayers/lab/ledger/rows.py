@@ -1,7 +1,8 @@
-"""Ledger row files and the converged-protocol fairseq-train command built from them.
+"""Row files -- the one row format of every experiment table (the results ledger, ``make demo``, the continuous
+sweep) -- and the fairseq-train command built from them.
 
-A row file is a ``configs/demo/*.args`` file (the options after ``#`` are ignored by fairseq) whose comment lines
-may hold directives ``# key: value``::
+A row file holds ``fairseq-train`` options (text after ``#`` is a comment); its comment lines may hold directives
+``# key: value``::
 
     # fixed random targets on the attention LSTM (Shalev et al. 2021, Table 2)
     # baseline: lstm-softmax
@@ -20,24 +21,98 @@ may hold directives ``# key: value``::
   ``fit-output-bias --train-sentences 10000``);
 * ``from: ROW``: with ``after``, the row is ROW's trained models with the step: it has no options line of its own
   (ROW's, a row file of the same folder, are used) and shares ROW's run directories, so each seed is trained once
-  and the two rows' records are the same model before and after the step.
+  and the two rows' records are the same model before and after the step;
+* ``base: FILE``: options shared by several rows (``configs/demo-base.args``, read from the working directory),
+  under the row's own (``merge_args``: a row that picks its own ``--criterion`` drops the base criterion's options);
+* ``budget: N``: a quick row: N updates, no early stopping, the last checkpoint tested (the demo and the sweep);
+  without it the row runs the converged protocol (``protocol_options``);
+* ``decodes: B B@S ...``: further test decodes recorded beside the row's own (``decodes`` in the record): beam B,
+  and for a continuous-output row beam B with ``--continuous-score-scale S``.
 
-The first comment line that is not a directive describes the row. The options line is complete (architecture,
-optimiser, criterion, data): the runner adds only the protocol (``protocol_options``), the seed and paths.
+The first comment line that is not a directive describes the row. The options (with the base's) are complete
+(architecture, optimiser, criterion, data): the runner adds only the protocol, the seed and paths.
 """
 import json
 import os
 import re
 import glob
+import shlex
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from fairseq_outlayers.lab.compare import read_row, row_data_bin
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger.steps import parse_step
 
-DIRECTIVES = ("baseline", "method", "table", "validate", "beam", "patience", "after", "from")
+DIRECTIVES = ("baseline", "method", "table", "validate", "beam", "patience", "after", "from", "base", "budget",
+              "decodes")
 DIRECTIVE = re.compile(r"^#\s*([a-z]+)\s*:\s*(.*?)\s*$")
+#: base options that belong to the base criterion (each takes one value)
+CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
+
+
+def read_options(path: str) -> List[str]:
+    """The options of an ``.args`` file: its lines without ``#`` comments, split as the shell would."""
+    with open(path, encoding="utf-8") as f:
+        return shlex.split(" ".join(line.split("#", 1)[0] for line in f))
+
+
+def read_row(path: str) -> Tuple[str, List[str]]:
+    """(row name: the file name without its ``NN-`` prefix, the row's own options)."""
+    name = re.sub(r"^\d+-", "", os.path.splitext(os.path.basename(path))[0])
+    return name, read_options(path)
+
+
+def row_data_bin(row_args: List[str], default: Optional[str]) -> Tuple[Optional[str], List[str]]:
+    """A row's own ``--data-bin PATH`` (taken out of its fairseq-train options), else ``default``."""
+    rest, data_bin = [], default
+    args = iter(row_args)
+    for arg in args:
+        if arg == "--data-bin":
+            data_bin = next(args, None)
+            if data_bin is None:
+                raise SystemExit("rows: --data-bin in a row file needs a path")
+        elif arg.startswith("--data-bin="):
+            data_bin = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return data_bin, rest
+
+
+def merge_args(base_args: List[str], row_args: List[str]) -> List[str]:
+    """Row options on top of the base ones; a row that picks its own ``--criterion`` drops the base criterion and
+    its options (the label smoothing of the cross-entropy criterion means nothing to a continuous loss)."""
+    if "--criterion" not in row_args:
+        return list(base_args) + list(row_args)
+    merged, skip = [], 0
+    for arg in base_args:
+        if skip:
+            skip -= 1
+            continue
+        if arg in CRITERION_OPTIONS:
+            skip = 1
+            continue
+        merged.append(arg)
+    return merged + list(row_args)
+
+
+def parse_decodes(text: str) -> List[Tuple[int, Optional[float]]]:
+    """``"5 5@40"`` -> [(5, None), (5, 40.0)]: beams, and beams with a continuous-output score scale."""
+    out = []
+    for item in text.split():
+        beam, _, scale = item.partition("@")
+        try:
+            b, sc = int(beam), (float(scale) if scale else None)
+        except ValueError:
+            raise ValueError(f"'{item}' is not BEAM or BEAM@SCALE (e.g. 5 or 5@40)") from None
+        if b < 1 or (sc is not None and not 0 < sc < float("inf")):
+            raise ValueError(f"'{item}': the beam must be >= 1 and the scale a positive number")
+        out.append((b, sc))
+    return out
+
+
+def decode_key(beam: int, scale: Optional[float]) -> str:
+    """The record's key of a decode: ``"5"``, or ``"5@40"`` with a score scale."""
+    return str(beam) if scale is None else f"{beam}@{scale:g}"
 
 
 @dataclass
@@ -56,6 +131,13 @@ class LedgerRow:
     patience: Optional[int] = None
     after: List[str] = field(default_factory=list)
     trained_as: Optional[str] = None  # the row whose trained checkpoints this one uses (``from:``)
+    base_args: List[str] = field(default_factory=list)  # the ``# base:`` file's options, under ``train_args``
+    budget: Optional[int] = None  # updates of a quick row (no early stopping); None: the converged protocol
+    decodes: List[Tuple[int, Optional[float]]] = field(default_factory=list)
+
+    def options(self) -> List[str]:
+        """The row's fairseq-train options after its data directory: the base's, then its own."""
+        return merge_args(self.base_args, self.train_args)
 
     def training_name(self) -> str:
         """The name of the run directories this row trains in (``work/NAME.seedN``)."""
@@ -71,10 +153,11 @@ class LedgerRow:
         """(source, target) named by the row's ``--source-lang``/``-s`` and ``--target-lang``/``-t`` (a row that
         trains the other direction of its data directory), else (None, None): the data directory's pair."""
         found = {}
-        for i, arg in enumerate(self.train_args[:-1]):
+        options = self.options()
+        for i, arg in enumerate(options[:-1]):
             key = {"-s": "src", "--source-lang": "src", "-t": "tgt", "--target-lang": "tgt"}.get(arg)
             if key:
-                found[key] = self.train_args[i + 1]
+                found[key] = options[i + 1]
         if len(found) == 1:
             raise OutlayersConfigError(f"{self.path}: give both --source-lang and --target-lang (or neither)")
         return found.get("src"), found.get("tgt")
@@ -127,7 +210,20 @@ def _check_text(path: str):
                                    "fairseq-train options)")
 
 
-def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
+def _read_base(path: str, value: str, lineno: int) -> List[str]:
+    if not os.path.isfile(value):
+        raise OutlayersConfigError(f"{path}:{lineno}: '# base: {value}' does not exist (a base file is named from "
+                                   "the working directory: run from the repository's root)")
+    try:
+        return read_options(value)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise OutlayersConfigError(f"{path}:{lineno}: '# base: {value}' cannot be read as options ({e})") from None
+
+
+def read_ledger_row(path: str, default_data: Optional[str] = None, default_base: Optional[List[str]] = None,
+                    budget: Optional[int] = None) -> LedgerRow:
+    """The row of a row file. ``default_base``: the base options of a row without ``# base:``; ``budget``: a quick
+    run of N updates whatever the file says (``make demo`` at the updates it is given)."""
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"row file '{path}' does not exist")
     _check_text(path)
@@ -149,7 +245,7 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
         if args:
             raise OutlayersConfigError(f"{path}: a row with '# from: {parent}' trains with {parent}'s options; "
                                        "remove its options line")
-        for key in ("validate", "beam", "patience"):
+        for key in ("validate", "beam", "patience", "base", "budget"):
             if key in found:
                 raise OutlayersConfigError(f"{path}:{found[key][1]}: '# {key}:' of a row with '# from: {parent}' "
                                            f"is {parent}'s (the same training); remove it")
@@ -158,7 +254,7 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
             raise OutlayersConfigError(f"{path}:{lineno}: '# from: {parent}': {parent} is itself a step row "
                                        f"('# from: {source.trained_as}'); name {source.trained_as} and give both "
                                        "steps in one '# after:'")
-        args, trained_as = ["--data-bin", source.data_bin, *source.train_args], source.name
+        args, trained_as = ["--data-bin", source.data_bin, *source.options()], source.name
         found.setdefault("baseline", (parent, lineno))  # by default, compared with the same models before the step
         found.setdefault("method", (source.method, lineno))
     try:
@@ -175,6 +271,16 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
             row.after = parse_step(value)
         except ValueError as e:
             raise OutlayersConfigError(f"{path}:{lineno}: '# after: {value}': {e}") from None
+    if "base" in found:
+        row.base_args = _read_base(path, *found["base"])
+    elif default_base:
+        row.base_args = list(default_base)
+    if "decodes" in found:
+        value, lineno = found["decodes"]
+        try:
+            row.decodes = parse_decodes(value)
+        except ValueError as e:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# decodes: {value}': {e}") from None
     row.baseline = found.get("baseline", (None,))[0] or None
     row.method = found.get("method", (name,))[0] or name
     row.table = found.get("table", ("",))[0] or os.path.basename(os.path.dirname(os.path.abspath(path)))
@@ -189,16 +295,23 @@ def read_ledger_row(path: str, default_data: Optional[str] = None) -> LedgerRow:
             raise OutlayersConfigError(f"{path}:{lineno}: '# validate: loss' needs the reason BLEU validation "
                                        "is not used, e.g. '# validate: loss -- ...'")
         row.validate, row.validate_reason = metric, reason
-    for key in ("beam", "patience"):
+    for key in ("beam", "patience", "budget"):
         if key in found:
             value, lineno = found[key]
             if not value.isdigit() or int(value) < 1:
                 raise OutlayersConfigError(f"{path}:{lineno}: '# {key}: {value}': the {key} must be a positive "
                                            "integer")
             setattr(row, key, int(value))
+    if row.budget is not None:
+        for key in ("validate", "patience"):
+            if key in found:
+                raise OutlayersConfigError(f"{path}:{found[key][1]}: '# {key}:' is early stopping, which a row with "
+                                           "'# budget:' does not do; remove one of the two")
     if trained_as:
         row.validate, row.validate_reason = source.validate, source.validate_reason
-        row.beam, row.patience = source.beam, source.patience
+        row.beam, row.patience, row.budget = source.beam, source.patience, source.budget
+    if budget is not None:
+        row.budget = budget
     return row
 
 
@@ -209,7 +322,10 @@ def target_is_bpe(data_bin: str) -> bool:
 
 def protocol_options(row: LedgerRow, patience: int, max_epoch: int, beam: int) -> List[str]:
     """Early stopping with fairseq's own ``--patience`` (validations without improvement; the row's own when it
-    gives one) on validation BLEU (or loss), within ``--max-epoch``; ``checkpoint_best.pt`` is the selected model."""
+    gives one) on validation BLEU (or loss), within ``--max-epoch``; ``checkpoint_best.pt`` is the selected model.
+    A row with a budget: ``--max-update N`` alone, and its last checkpoint is tested."""
+    if row.budget is not None:
+        return ["--max-update", str(row.budget)]
     opts = ["--patience", str(row.stopping_patience(patience)), "--max-epoch", str(max_epoch)]
     if row.validate == "loss":
         return opts + ["--best-checkpoint-metric", "loss"]
@@ -223,7 +339,7 @@ def protocol_options(row: LedgerRow, patience: int, max_epoch: int, beam: int) -
 
 def row_options(row: LedgerRow, seed: int, patience: int, max_epoch: int, beam: int) -> List[str]:
     """The machine-independent part of the run's fairseq-train command (what a record is checked against)."""
-    return [row.data_bin, *row.train_args, *protocol_options(row, patience, max_epoch, beam), "--seed", str(seed)]
+    return [row.data_bin, *row.options(), *protocol_options(row, patience, max_epoch, beam), "--seed", str(seed)]
 
 
 def check_rows(rows: List[LedgerRow]) -> List[str]:

@@ -14,6 +14,11 @@ against the row's options), else after:
    raw test set (``NAME=SRC_FILE,REF_FILE``, prepared with the training data's tokeniser, case and BPE);
 4. the record and the detokenised hypotheses written into the ledger (``records.write_record``).
 
+A row with ``# budget: N`` (``make demo``, the continuous sweep) trains N updates with no early stopping and is
+tested on ``checkpoint_last.pt``; with ``--valid-ref`` its validation split is translated too (the figure quick rows
+are chosen by: ``validation.bleu``). A row's ``# decodes:`` are further test decodes (``decodes`` in the record),
+added to a recorded run as well while its checkpoint is in ``--work``.
+
 A row with ``# after: STEP`` is tested on the step applied to ``checkpoint_best.pt`` (``steps.py``; written to
 ``work/ROW.seedN/checkpoint_after.pt``), with the test score of ``checkpoint_best.pt`` itself kept beside it; with
 ``# from: PARENT`` it trains (or finds trained) in PARENT's run directory, under a lock, so both rows share one
@@ -35,7 +40,7 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.tools.evaluation.scoring import evaluate
 from fairseq_outlayers.lab.fairseq_runs import log
 from fairseq_outlayers.lab.ledger import records, resume, steps
-from fairseq_outlayers.lab.ledger.rows import LedgerRow, row_options
+from fairseq_outlayers.lab.ledger.rows import LedgerRow, decode_key, row_options
 from fairseq_outlayers.outfiles import write_text
 from fairseq_outlayers.tools.commands import executable, user_dir
 from fairseq_outlayers.tools.rawtext import Preparation
@@ -57,6 +62,7 @@ class Settings:
     lenpen: float = 1.0
     batch_size: int = 128
     env: Dict[str, str] = field(default_factory=dict)  # for this run's fairseq processes only (its GPU: gpus.py)
+    valid_ref: Optional[str] = None  # raw reference of the validation split: quick rows are decoded on it
 
 
 def machine() -> Tuple[str, str]:
@@ -110,8 +116,9 @@ def finite(value: float):
     return round(value, 1) if value == value and abs(value) != float("inf") else None
 
 
-#: the validation figures a record keeps per epoch
-CURVE_FIELDS = ("num_updates", "loss", "nll_loss", "bleu")
+#: the validation figures a record keeps per epoch (the continuous criterions' κ, cos and nearest-neighbour
+#: accuracy where they log them)
+CURVE_FIELDS = ("num_updates", "loss", "nll_loss", "bleu", "cos", "norm", "nn_acc", "kappa_low", "kappa_high")
 
 
 def curve(log_path: str) -> List[Dict]:
@@ -120,7 +127,8 @@ def curve(log_path: str) -> List[Dict]:
     out = []
     for v in fairseq_runs.validations(log_path):
         point = {"epoch": v["epoch"]}
-        point.update({k: (int(v[k]) if k == "num_updates" else v[k]) for k in CURVE_FIELDS if k in v})
+        point.update({k: (int(v[k]) if k == "num_updates" else v[k]) for k in CURVE_FIELDS
+                      if k in v and v[k] == v[k] and abs(v[k]) != float("inf")})
         out.append(point)
     return out
 
@@ -135,6 +143,13 @@ def _locked(run_dir: str):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def train_command(options: List[str], run_dir: str) -> List[str]:
+    """The fairseq-train command of a run's options (``rows.row_options``) saving into ``run_dir``."""
+    return [executable("fairseq-train"), options[0], "--user-dir", user_dir(), *options[1:],
+            "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
+            "--no-progress-bar"]
 
 
 def train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: str,
@@ -176,18 +191,17 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
                                        "or remove that directory to start afresh")
     write_text(files_file, json.dumps(files, sort_keys=True) + "\n")
     log_path = os.path.join(run_dir, "train.log")
-    cmd = [executable("fairseq-train"), options[0], "--user-dir", user_dir(), *options[1:],
-           "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
-           "--no-progress-bar"]
+    cmd = train_command(options, run_dir)
     last_ckpt = os.path.join(run_dir, "checkpoint_last.pt")
     resumed = os.path.exists(last_ckpt)
     # fairseq forgets its --patience count on a resume: carry it over from the log (resume.py), and do not train
     # at all when the protocol had already stopped the run (killed between fairseq's stop and the record)
     saved = checkpoint_state(last_ckpt) if resumed else None
     state = (resume.early_stopping_state(log_path, row.validate, saved["epoch"])
-             if resumed and os.path.exists(log_path) else None)
+             if resumed and os.path.exists(log_path) and row.budget is None else None)
     if (state is not None and state[1] >= row.stopping_patience(s.patience)) or (
-            finished_updates is not None and saved is not None and saved.get("updates") == finished_updates):
+            finished_updates is not None and saved is not None and saved.get("updates") == finished_updates) or (
+            row.budget is not None and saved is not None and saved["updates"] >= row.budget):
         seconds = 0.0
     else:
         seconds = fairseq_runs.run_training(cmd if state is None else resume.command(cmd, state), log_path, run_dir,
@@ -202,7 +216,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
     done = records.recorded(s.ledger, row.name, seed, options, row.path, after=row.after)
     if done is not None:
-        return done, True
+        return add_decodes(row, done, s), True
     commit = git_commit()  # the code this call runs (read now: the checkout may change while it trains)
     train_dir = os.path.join(s.work, f"{row.training_name()}.seed{seed}")
     # a step row's training is its parent's: the parent's record (if any) says when it is finished
@@ -211,6 +225,8 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     seconds, digest, files, cmd, log_path = (trained[k] for k in ("seconds", "data_digest", "file_digests",
                                                                   "command", "log"))
     last_ckpt, best_ckpt = (os.path.join(train_dir, f"checkpoint_{k}.pt") for k in ("last", "best"))
+    if row.budget is not None:  # a quick row: its last checkpoint is the model
+        best_ckpt = last_ckpt
     last, best = checkpoint_state(last_ckpt), checkpoint_state(best_ckpt)
     run_dir, test_ckpt, after = os.path.join(s.work, f"{row.name}.seed{seed}"), best_ckpt, None
     if row.after:  # the step, on the selected checkpoint, into this row's own directory
@@ -251,14 +267,17 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
                     f"made with (best at update {best['updates']} vs {parent['best_updates']}, {name} "
                     f"{before.get('sacrebleu')} vs {parent['test'].get(name, {}).get('sacrebleu')}): compare the "
                     "two rows with that in mind", "ledger")
+    validation = {"metric": row.validate, "reason": row.validate_reason,
+                  "patience": row.stopping_patience(s.patience), "max_epoch": s.max_epoch, "best": best["best"]}
+    if row.budget is not None:
+        validation = {"metric": "budget", "budget": row.budget, "best": None,
+                      "bleu": _valid_bleu(row, test_ckpt, run_dir, prep, beam, direction, s)}
     desc, device = machine()
     record = {
         "row": row.name, "seed": seed, "table": row.table, "method": row.method, "baseline": row.baseline,
         "row_file": _relative_to_cwd(row.path),
         "description": row.description,
-        "validation": {"metric": row.validate, "reason": row.validate_reason,
-                       "patience": row.stopping_patience(s.patience),
-                       "max_epoch": s.max_epoch, "best": best["best"]},
+        "validation": validation,
         "options": options,
         "command": " ".join(shlex.quote(c) for c in cmd),
         **({"after": after} if after is not None else {}),
@@ -276,12 +295,64 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     records.write_record(s.ledger, record, hyps, refs, as_trained)
-    return record, False
+    return add_decodes(row, record, s), False
+
+
+def _valid_bleu(row: LedgerRow, ckpt: str, run_dir: str, prep: Preparation, beam: int, direction: List[str],
+                s: Settings) -> Optional[float]:
+    """sacreBLEU of ``ckpt`` on the data's validation split at ``beam`` against ``s.valid_ref`` (None without one)."""
+    if not s.valid_ref:
+        return None
+    scores, _, _, _ = evaluate(prep, row.data_bin, ckpt, os.path.join(run_dir, "eval-valid"), s.valid_ref, None, beam,
+                               s.lenpen, s.batch_size, subset="valid", extra=direction, env=s.env)
+    return scores["sacrebleu"]
+
+
+def add_decodes(row: LedgerRow, record: Dict, s: Settings) -> Dict:
+    """``record`` with the row's ``# decodes:`` it lacks on the main test set (sacreBLEU under ``decodes``), made
+    from the tested checkpoint while it is in ``--work``; a decode with a score scale only for continuous outputs.
+    The record file is rewritten (atomically) when one is added."""
+    test = s.test_name
+    continuous = "continuous" in _option_value(record["options"], "--output-layer")
+    wanted = [(b, sc) for b, sc in row.decodes if sc is None or continuous]
+    have = (record.get("decodes") or {}).get(test, {})
+    missing = [(b, sc) for b, sc in wanted if decode_key(b, sc) not in have]
+    if not missing:
+        return record
+    train_dir = os.path.join(s.work, f"{row.training_name()}.seed{record['seed']}")
+    run_dir = os.path.join(s.work, f"{row.name}.seed{record['seed']}")
+    ckpt = (os.path.join(run_dir, "checkpoint_after.pt") if row.after
+            else os.path.join(train_dir, "checkpoint_last.pt" if row.budget is not None else "checkpoint_best.pt"))
+    if not os.path.exists(ckpt):
+        log(f"{row.name} seed {record['seed']}: {ckpt} is gone; decodes {' '.join(decode_key(*d) for d in missing)} "
+            "not made", "ledger")
+        return record
+    src_lang, tgt_lang = row.languages()
+    prep = Preparation.from_data(row.data_bin, src_lang, tgt_lang)
+    direction = ["--source-lang", src_lang, "--target-lang", tgt_lang] if src_lang else []
+    ref = record["test"][test].get("reference_file") or s.test_ref
+    added = dict(have)
+    for beam, scale in missing:
+        key = decode_key(beam, scale)
+        extra = direction + (["--model-overrides", repr({"continuous_score_scale": scale})] if scale else [])
+        scores, _, _, _ = evaluate(prep, row.data_bin, ckpt, os.path.join(run_dir, f"eval-{test}-beam{key}"), ref,
+                                   None, beam, s.lenpen, s.batch_size, extra=extra, env=s.env)
+        added[key] = scores["sacrebleu"]
+        log(f"{row.name} seed {record['seed']}: {test} beam {key}: sacreBLEU {added[key]}", "ledger")
+    record = dict(record, decodes=dict(record.get("decodes") or {}, **{test: added}))
+    write_text(records.record_path(s.ledger, row.name, record["seed"]), json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _option_value(options: List[str], flag: str) -> str:
+    """The value of ``flag`` in a fairseq-train option list ("" when absent)."""
+    return next((v for k, v in zip(options, options[1:]) if k == flag), "")
 
 
 def summary(record: Dict, test_name: str) -> str:
-    scores = record["test"].get(test_name, {})
+    scores, v = record["test"].get(test_name, {}), record["validation"]
+    valid = (f"validation BLEU {v.get('bleu')}" if v["metric"] == "budget"
+             else f"best valid {v['metric']} {v['best']}")
     return (f"{record['row']} seed {record['seed']}: sacreBLEU {scores.get('sacrebleu')} (tokenised "
-            f"{scores.get('tokenized_bleu')}), {record['epochs']} epochs, {record['updates']} updates, best valid "
-            f"{record['validation']['metric']} {record['validation']['best']}")
+            f"{scores.get('tokenized_bleu')}), {record['epochs']} epochs, {record['updates']} updates, {valid}")
 

@@ -67,6 +67,11 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
         return {"state": "other options",
                 "text": f"{run_dir} holds a partial run with other options: remove it to start this one"}
     validations = fairseq_runs.validations(log) if os.path.exists(log) else []
+    if row.budget is not None:  # a quick row: how far through its updates
+        done = int(max([v.get("num_updates", 0) for v in validations] or [0]))
+        state = "trained" if done >= row.budget else "partial"
+        return {"state": state, "text": f"{'trained, not recorded' if done >= row.budget else 'partial'}: "
+                                        f"{done} of {row.budget} updates at the last validation ({run_dir})"}
     metric = "bleu" if row.validate == "bleu" else "loss"
     scored = [v for v in validations if metric in v]
     if not scored:
