@@ -330,6 +330,7 @@ def _criterion_checks(model, task):
          vmf.vmf_released_loss(pred, vecs, 0.2, approximate=True)),
         (CosineCriterion(task, False), 1 - (F.normalize(pred, dim=-1) * vecs).sum(-1)),
         (L2Criterion(task, False), (pred - vecs).norm(dim=-1)),
+        (MaxMarginCriterion(task, False, margin_negative="synthetic"), vmf.synthetic_margin_loss(pred, vecs, 0.5)),
         (MaxMarginCriterion(task, False), vmf.max_margin_loss(pred, ids, table, 0.5, layer.decodable)),
     ]
     # --vmf-warmup-updates 3: the cosine loss before update 3 (no κ alarm counted), the released vMF loss from it
@@ -372,22 +373,55 @@ def _criterion_checks(model, task):
         VMFNLLCriterion(task, False, vmf_lambda2=0.0)
     with pytest.raises(OutlayersConfigError, match=r"--margin must be in \(0, 2\], got 0"):
         MaxMarginCriterion(task, False, margin=0.0)
+    with pytest.raises(OutlayersConfigError, match=r"--margin must be in \(0, 1\], got 1.5 \(with --margin-negative "):
+        MaxMarginCriterion(task, False, margin=1.5, margin_negative="synthetic")
+    MaxMarginCriterion(task, False, margin=1.5)  # the informative negative's gap can reach 2
     from fairseq_outlayers.criterions.continuous_losses import continuous_output_layer
 
     with pytest.raises(OutlayersConfigError, match="need --output-layer continuous --target-vectors FILE"):
         continuous_output_layer(torch.nn.Linear(2, 2))
 
 
-def test_lstm_tied_max_margin_and_errors(tiny_bin, tiny_vectors, tmp_path):
+def test_max_margin_default_negative_is_unchanged():
+    """Without --margin-negative (or with informative) max_margin computes exactly what it did before the option:
+    max_margin_loss with the searched negative, bit for bit; synthetic is syn-margin on the target rows."""
+    from types import SimpleNamespace
+
+    from fairseq_outlayers.criterions.continuous_losses import MaxMarginCriterion
+    from fairseq_outlayers.modules.vmf_losses import max_margin_loss, synthetic_margin_loss
+
+    gen = torch.Generator().manual_seed(3)
+    table = F.normalize(torch.randn(50, M, generator=gen), dim=-1)
+    table[1] = 0.0  # padding
+    decodable = torch.ones(50, dtype=torch.bool)
+    decodable[[0, 1, 7]] = False
+    layer = SimpleNamespace(target_table=table, decodable=decodable, chunk_size=16)
+    e_hat = torch.randn(30, M, generator=gen) * 4
+    ids = torch.randint(2, 50, (30,), generator=gen)
+    vecs = table.index_select(0, ids)
+    expected = max_margin_loss(e_hat, ids, table, 0.3, candidates=decodable, chunk_size=16)
+    for criterion in (MaxMarginCriterion(None, False, margin=0.3),
+                      MaxMarginCriterion(None, False, margin=0.3, margin_negative="informative")):
+        assert torch.equal(criterion.token_losses(e_hat, ids, vecs, layer), expected)
+    synthetic = MaxMarginCriterion(None, False, margin=0.3, margin_negative="synthetic")
+    got = synthetic.token_losses(e_hat, ids, vecs, layer)
+    assert torch.equal(got, synthetic_margin_loss(e_hat, vecs, 0.3)) and not torch.allclose(got, expected)
+
+
+@pytest.mark.parametrize("negative", ["informative", "synthetic"])
+def test_lstm_tied_max_margin_and_errors(tiny_bin, tiny_vectors, tmp_path, negative):
     save = str(tmp_path / "ckpt")
+    extra = [] if negative == "informative" else ["--margin-negative", negative]  # the default: no option
     proc = train(tiny_bin, save, TINY_LSTM, ["--output-layer", "continuous", "--target-vectors", tiny_vectors,
-                                             "--tie-input-to-target-vectors", "--criterion", "max_margin"],
+                                             "--tie-input-to-target-vectors", "--criterion", "max_margin"] + extra,
                  max_update=8)
     losses = logged_losses(proc.stdout + proc.stderr)
     assert len(losses) == 8 and all(np.isfinite(losses)) and min(losses[-3:]) < losses[0], losses
     state = torch.load(os.path.join(save, "checkpoint_last.pt"), map_location="cpu")["model"]
     assert "decoder.embed_tokens.table" in state and "decoder.output_projection.table" not in state
     assert state["decoder.embed_tokens.proj.weight"].shape == (32, M)
+    if negative != "informative":
+        return
     # a vector file that covers 2 of the 40 words: one line naming the file, no traceback
     few = str(write_vec(tmp_path / "few.vec", [("T5", [1.0, 0.0]), ("T6", [0.0, 1.0])]))
     proc = train(tiny_bin, str(tmp_path / "x"), TINY_LSTM, ["--output-layer", "continuous", "--target-vectors",

@@ -213,6 +213,8 @@ def test_criterion_options_parse_iff_in_range(data):
 @pytest.mark.parametrize("extra, message", [
     (["--output-layer", "continuous", "--criterion", "max_margin", "--margin", "inf"],
      "--margin must be in (0, 2], got inf (the gap between two cosines is at most 2"),
+    (["--output-layer", "continuous", "--criterion", "max_margin", "--margin-negative", "synthetic", "--margin", "1.5"],
+     "--margin must be in (0, 1], got 1.5 (with --margin-negative synthetic the gap cos θ - sin θ is at most 1"),
     (["--output-layer", "continuous", "--criterion", "cosine", "--continuous-score-scale", "inf"],
      "--continuous-score-scale must be in (0, 10000], got inf"),
     (["--output-layer", "continuous", "--criterion", "vmf_nll", "--vmf-lambda1", "inf"],
@@ -257,6 +259,9 @@ def test_the_defaults_and_the_papers_values_still_parse():
     parse("--output-layer", "continuous", "--criterion", "vmf_nll", "--vmf-released-lambda", "0.2")
     parse("--output-layer", "continuous", "--criterion", "max_margin", "--margin", "0.5",
           "--continuous-score-scale", "40")
+    parse("--output-layer", "continuous", "--criterion", "max_margin", "--margin-negative", "synthetic",
+          "--margin", "1")
+    parse("--output-layer", "continuous", "--criterion", "max_margin", "--margin", "1.5")  # informative: up to 2
     parse("--output-layer", "tied", "--criterion", "sampled_softmax", "--sample-ratio", "0.05")
 
 

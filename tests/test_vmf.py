@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from fairseq_outlayers.modules.bessel import (FAST_MIN_DIM, bessel_iv_ratio, log_bessel_iv, log_cm, log_cm_approx,
                                               log_cm_at_zero, log_cm_fast, log_cm_float64)
 from fairseq_outlayers.modules.nn_search import nearest_neighbours
-from fairseq_outlayers.modules.vmf_losses import (cosine_loss, l2_loss, max_margin_loss, most_informative_negatives,
-                                                  vmf_nll_loss, vmf_released_loss)
+from fairseq_outlayers.modules.vmf_losses import (cosine_loss, cosine_similarity, l2_loss, max_margin_loss,
+                                                  most_informative_negatives, synthetic_margin_loss,
+                                                  synthetic_negatives, vmf_nll_loss, vmf_released_loss)
 
 DIMS = [32, 64, 128, 300, 512, 1024]
 KAPPAS = [10 ** (e / 4) for e in range(-16, 21)]  # 1e-4 .. 1e5, four points per decade
@@ -201,6 +202,70 @@ def test_max_margin_against_brute_force():
         assert negs.tolist() == expected_neg
         loss = max_margin_loss(*args, gamma=gamma, candidates=torch.tensor(candidates), chunk_size=chunk)
         assert np.allclose(loss.numpy(), expected_loss, rtol=0, atol=1e-13)
+
+
+def test_synthetic_margin_against_hand_computation():
+    """syn-margin (Bhat, Kumar & Tsvetkov 2019): u_orth = the part of ê orthogonal to e(w), normalised; the loss
+    max(0, γ + cos(ê, u_orth) - cos(ê, e(w))), here on 3-4-5 and 5-12-13 triangles (float64, exact numbers)."""
+    target = torch.tensor([[1.0, 0, 0]] * 6 + [[0, 0.6, 0.8], [0, 1.2, 1.6]], dtype=torch.float64)
+    e_hat = torch.tensor([[3.0, 4, 0],      # cos 0.6, sin 0.8: 0.5 + 0.8 - 0.6
+                          [4, 3, 0],        # cos 0.8, sin 0.6: 0.5 + 0.6 - 0.8
+                          [2, 0, 0],        # parallel: u_orth = 0, max(0, 0.5 + 0 - 1)
+                          [5, 0, 12],       # cos 5/13, sin 12/13
+                          [0, 0, 0],        # zero prediction: both cosines 0
+                          [-1, 0, 0],       # opposite: 0.5 + 0 + 1
+                          [1, 0.6, 0.8],    # 45 degrees: sin = cos, the loss is γ
+                          [1, 0.6, 0.8]],   # the same with a target of norm 2: projected on e(w)/|e(w)|
+                         dtype=torch.float64)
+    expected = [0.7, 0.3, 0.0, 0.5 + 7 / 13, 0.5, 1.5, 0.5, 0.5]
+    assert np.allclose(synthetic_margin_loss(e_hat, target, 0.5).numpy(), expected, rtol=0, atol=1e-15)
+    neg = synthetic_negatives(e_hat, target)
+    assert np.allclose(neg.numpy(), [[0, 1, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0], [0, 0, 0], [1, 0, 0],
+                                     [1, 0, 0]], rtol=0, atol=1e-15)
+    assert synthetic_margin_loss(e_hat, target, 0.2)[:2].tolist() == pytest.approx([0.4, 0.0], abs=1e-15)
+
+
+def test_synthetic_margin_special_cases_and_gradients():
+    """The loss is a function of the angle only, max(0, γ + sin θ - cos θ); it is the max-margin loss whose one
+    candidate negative is u_orth; its gradient is the one through u_orth, and the one with u_orth held fixed."""
+    rng = np.random.default_rng(7)
+    n, m, gamma = 40, 9, 0.3
+    target = torch.tensor(_unit(rng.standard_normal((n, m))))
+    direction = _unit(rng.uniform(-1, 4, (n, 1)) * target.numpy() + rng.standard_normal((n, m)) / 3)
+    e_hat = torch.tensor(direction * rng.uniform(0.1, 20, (n, 1)))  # angles from near 0 to near 180 degrees
+    loss = synthetic_margin_loss(e_hat, target, gamma)
+    cos = cosine_similarity(e_hat, target)
+    assert torch.allclose(loss, torch.clamp(gamma + (1 - cos ** 2).sqrt() - cos, min=0), rtol=0, atol=1e-14)
+    assert 0 < (loss > 0).sum() < n  # both sides of the hinge
+    neg = synthetic_negatives(e_hat, target)
+    for i in range(n):  # the table [e(w), u_orth]: the most informative (only) negative is u_orth
+        table = torch.stack([target[i], neg[i]])
+        args = (e_hat[i:i + 1], torch.tensor([0]), table)
+        assert most_informative_negatives(*args).tolist() == [1]
+        assert torch.allclose(max_margin_loss(*args, gamma=gamma), loss[i:i + 1], rtol=0, atol=1e-14)
+    grads = []
+    for held in (None, False, True):  # the function; autograd through u_orth; u_orth held fixed
+        pred = e_hat.clone().requires_grad_(True)
+        if held is None:
+            out = synthetic_margin_loss(pred, target, gamma)
+        else:
+            u = synthetic_negatives(pred, target)
+            u = u.detach() if held else u
+            out = torch.clamp(gamma + cosine_similarity(pred, u) - cosine_similarity(pred, target), min=0)
+        out.sum().backward()
+        grads.append(pred.grad)
+    assert torch.allclose(grads[0], grads[1], rtol=0, atol=1e-12)
+    assert torch.allclose(grads[0], grads[2], rtol=0, atol=1e-12)
+    # finite gradients at the degenerate predictions, float32 included: zero, parallel, opposite, almost parallel
+    unit = torch.tensor([0.6, 0.8, 0.0])
+    for dtype in (torch.float64, torch.float32):
+        pred = torch.stack([torch.zeros(3), 3 * unit, -unit, 5 * unit + torch.tensor([0, 0, 1e-7]),
+                            torch.tensor([1e-30, 0, 0])]).to(dtype).requires_grad_(True)
+        out = synthetic_margin_loss(pred, unit.expand(5, 3).to(dtype), 1.0)
+        out.sum().backward()
+        assert torch.isfinite(out).all() and torch.isfinite(pred.grad).all(), dtype
+        assert pred.grad[1:4].abs().max() < 1  # no 1/|ê - (êᵀe)e| blow-up at or near the target direction
+        assert out[0].item() == 1.0 and out[1].item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_nearest_neighbours_chunked_equals_full_argmax():

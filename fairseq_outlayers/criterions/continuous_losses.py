@@ -21,11 +21,13 @@ from fairseq_outlayers.checks import Range, check_values, config_defaults, fmt
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput
 from fairseq_outlayers.modules.vmf_losses import (cosine_loss, cosine_similarity, kappa_alarm_bounds, l2_loss,
-                                                  max_margin_loss, vmf_nll_loss, vmf_released_loss)
+                                                  max_margin_loss, synthetic_margin_loss, vmf_nll_loss,
+                                                  vmf_released_loss)
 
 logger = logging.getLogger(__name__)
 
 VMF_VARIANTS = ChoiceEnum(["reg1+reg2", "reg1", "reg2", "plain", "released"])
+MARGIN_NEGATIVES = ChoiceEnum(["informative", "synthetic"])
 #: share of the tokens (over one logged interval or one validation) above which a κ alarm warns
 KAPPA_ALARM_SHARE = 0.5
 #: fewer tokens than this in a reduction: no alarm (one tiny batch says little)
@@ -45,6 +47,9 @@ VMF_RANGES = {
 }
 MARGIN_RANGES = {"margin": Range(0, 2, low_open=True, why="the gap between two cosines is at most 2, so a larger "
                                  "margin is never met and only shifts the loss")}
+#: --margin with --margin-negative synthetic, whose loss is γ + sin θ - cos θ
+SYNTHETIC_MARGIN_RANGE = Range(0, 1, low_open=True, why="with --margin-negative synthetic the gap cos θ - sin θ is at "
+                               "most 1, so a larger margin is never met and only shifts the loss")
 #: the --vmf-variant values that read each λ
 VMF_USED_BY = {"vmf_lambda1": ("reg1", "reg1+reg2"), "vmf_lambda2": ("reg2", "reg1+reg2"),
                "vmf_released_lambda": ("released",)}
@@ -68,6 +73,15 @@ def check_vmf_options(variant, lambda1, lambda2, released_lambda):
             f"--vmf-variant reg1+reg2 with --vmf-lambda1 {lambda1} >= --vmf-lambda2 {lambda2} cannot train: its "
             f"κ-derivative A_m(κ) + λ1 - λ2·cos is > 0 for every cosine, so |ê| collapses to 0; use the default "
             f"--vmf-variant released, or reg1+reg2 with --vmf-lambda1 below --vmf-lambda2 (e.g. 0.02)")
+
+
+def check_margin_options(negative, margin):
+    """One-line errors for max_margin options out of range; called when the criterion is built and, earlier, by
+    the model core when the command line is checked."""
+    check_values(MARGIN_RANGES, {"margin": margin}, MaxMarginCriterion.option_defaults())
+    if str(negative) == "synthetic":
+        SYNTHETIC_MARGIN_RANGE.check("--margin", margin, "give --margin in that range, or leave it out for its "
+                                     "default 0.5")
 
 
 @dataclass
@@ -96,7 +110,14 @@ class VMFNLLConfig(ContinuousLossConfig):
 
 @dataclass
 class MaxMarginConfig(ContinuousLossConfig):
-    margin: float = field(default=0.5, metadata={"help": "margin γ of the max-margin loss (paper: 0.5), in (0, 2]"})
+    margin: float = field(default=0.5, metadata={"help": "margin γ of the max-margin loss (paper: 0.5), in (0, 2]; "
+                                                 "in (0, 1] with --margin-negative synthetic"})
+    margin_negative: MARGIN_NEGATIVES = field(
+        default="informative",
+        metadata={"help": "the negative e_neg: informative (default): the word argmax_(j≠w) cos(ê, e_j) - "
+                  "cos(e(w), e_j), an O(V) search per token (Kumar & Tsvetkov 2019, after Lazaridou et al. 2015); "
+                  "synthetic: u_orth, the component of ê orthogonal to e(w), normalised, so the loss is "
+                  "max(0, γ + sin θ - cos θ) and reads no other row (syn-margin, Bhat, Kumar & Tsvetkov 2019)"})
 
 
 def continuous_output_layer(model) -> ContinuousOutput:
@@ -273,7 +294,8 @@ class L2Criterion(ContinuousLossCriterion):
 @register_criterion("max_margin", dataclass=MaxMarginConfig)
 class MaxMarginCriterion(ContinuousLossCriterion):
     """max(0, γ + cos(ê, e_neg) - cos(ê, e(w))) with the most informative negative (Kumar & Tsvetkov 2019,
-    section 4.2, after Lazaridou et al. 2015). Its negative search costs O(V) per token."""
+    section 4.2, after Lazaridou et al. 2015), whose search costs O(V) per token, or with --margin-negative
+    synthetic the syn-margin loss of Bhat, Kumar & Tsvetkov (2019): e_neg = u_orth, no search."""
 
     option_ranges = MARGIN_RANGES
 
@@ -281,11 +303,14 @@ class MaxMarginCriterion(ContinuousLossCriterion):
     def option_defaults(cls):
         return config_defaults(MaxMarginConfig)
 
-    def __init__(self, task, sentence_avg, margin=0.5):
+    def __init__(self, task, sentence_avg, margin=0.5, margin_negative="informative"):
         super().__init__(task, sentence_avg)
-        check_values(self.option_ranges, {"margin": margin}, self.option_defaults())
+        check_margin_options(margin_negative, margin)
         self.margin = margin
+        self.synthetic = str(margin_negative) == "synthetic"
 
     def token_losses(self, e_hat, target_ids, target_vectors, layer):
+        if self.synthetic:
+            return synthetic_margin_loss(e_hat, target_vectors, self.margin)
         return max_margin_loss(e_hat, target_ids, layer.target_table, self.margin, candidates=layer.decodable,
                                chunk_size=layer.chunk_size)

@@ -150,6 +150,12 @@ def check_criterion(args, criterion=None):
     if ranges:  # the package's criterions: their options within range, before any data is read
         check_values(ranges, {name: fairseq_compat.root_option(args, "criterion", name) for name in ranges},
                      cls.option_defaults())
+    if criterion == "max_margin":
+        from fairseq_outlayers.criterions.continuous_losses import MaxMarginConfig, check_margin_options
+
+        defaults = MaxMarginConfig()
+        check_margin_options(*(fairseq_compat.root_option(args, "criterion", name, getattr(defaults, name)) for name in
+                               ("margin_negative", "margin")))
     if criterion == "vmf_nll":  # a loss that cannot train is refused before any data is read
         from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig, check_vmf_options
 

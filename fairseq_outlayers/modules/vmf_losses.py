@@ -1,6 +1,6 @@
-"""The training losses of continuous outputs (Kumar & Tsvetkov 2019, sections 3 and 4.2) and what κ says about
-the cosine under each vMF loss (the κ alarms). Per token: ``e_hat`` (N, m) predictions, ``target`` (N, m) unit
-target vectors, a loss (N,). log C_m(κ) comes from ``bessel.py``.
+"""The training losses of continuous outputs (Kumar & Tsvetkov 2019, sections 3 and 4.2; syn-margin: Bhat, Kumar &
+Tsvetkov 2019) and what κ says about the cosine under each vMF loss (the κ alarms). Per token: ``e_hat`` (N, m)
+predictions, ``target`` (N, m) unit target vectors, a loss (N,). log C_m(κ) comes from ``bessel.py``.
 """
 import math
 from typing import Optional, Tuple
@@ -106,6 +106,31 @@ def max_margin_loss(e_hat: torch.Tensor, target_ids: torch.Tensor, table: torch.
     pos = cosine_similarity(e_hat, table.index_select(0, target_ids).to(e_hat.dtype))
     neg = cosine_similarity(e_hat, table.index_select(0, negatives).to(e_hat.dtype))
     return torch.clamp(gamma + neg - pos, min=0.0)
+
+
+def synthetic_negatives(e_hat: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The synthetic negative of Bhat, Kumar & Tsvetkov (WNGT 2019, figure 1, "by projection"): the component of
+    ê orthogonal to e(w), normalised, ``u_orth = (ê - (êᵀe)e) / ‖ê - (êᵀe)e‖`` with e = e(w)/‖e(w)‖. The zero
+    vector where ê is parallel to e(w) or zero (no NaN)."""
+    unit = F.normalize(target.to(e_hat.dtype), dim=-1)
+    return F.normalize(e_hat - (e_hat * unit).sum(-1, keepdim=True) * unit, dim=-1)
+
+
+def synthetic_margin_loss(e_hat: torch.Tensor, target: torch.Tensor, gamma: float = 0.5) -> torch.Tensor:
+    """syn-margin (Bhat, Kumar & Tsvetkov, WNGT 2019): the max-margin loss with the synthetic negative u_orth of
+    ``synthetic_negatives`` in place of a searched word,
+
+    ``max(0, γ + cos(ê, u_orth) - cos(ê, e(w)))`` = ``max(0, γ + sin θ - cos θ)``, θ the angle between ê and e(w).
+
+    No vocabulary search: it reads the target row only. cos(ê, u_orth) is computed as ‖ê - (êᵀe)e‖ / ‖ê‖, its
+    value. The gradient is the one through u_orth, and also the one with u_orth held constant (êᵀ∂u_orth = 0),
+    without normalising a near-zero vector when ê is almost parallel to e(w). A zero prediction gives γ (no NaN).
+    """
+    unit = F.normalize(target.to(e_hat.dtype), dim=-1)
+    dot = (e_hat * unit).sum(-1)
+    kappa = torch.linalg.vector_norm(e_hat, dim=-1).clamp_min(1e-12)
+    sin = torch.linalg.vector_norm(e_hat - dot.unsqueeze(-1) * unit, dim=-1) / kappa  # cos(ê, u_orth)
+    return torch.clamp(gamma + sin - dot / kappa, min=0.0)
 
 
 
