@@ -265,22 +265,17 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, default_base:
         raise OutlayersConfigError(f"{path}: the row names no --data-bin and no --data was given; add "
                                    "'--data-bin DIR' to the row")
     row = LedgerRow(name, path, data_bin, train_args, description, trained_as=trained_as)
-    if "after" in found:
-        value, lineno = found["after"]
-        try:
-            row.after = parse_step(value)
-        except ValueError as e:
-            raise OutlayersConfigError(f"{path}:{lineno}: '# after: {value}': {e}") from None
+    for key, parse, attr in (("after", parse_step, "after"), ("decodes", parse_decodes, "decodes")):
+        if key in found:
+            value, lineno = found[key]
+            try:
+                setattr(row, attr, parse(value))
+            except ValueError as e:
+                raise OutlayersConfigError(f"{path}:{lineno}: '# {key}: {value}': {e}") from None
     if "base" in found:
         row.base_args = _read_base(path, *found["base"])
     elif default_base:
         row.base_args = list(default_base)
-    if "decodes" in found:
-        value, lineno = found["decodes"]
-        try:
-            row.decodes = parse_decodes(value)
-        except ValueError as e:
-            raise OutlayersConfigError(f"{path}:{lineno}: '# decodes: {value}': {e}") from None
     row.baseline = found.get("baseline", (None,))[0] or None
     row.method = found.get("method", (name,))[0] or name
     row.table = found.get("table", ("",))[0] or os.path.basename(os.path.dirname(os.path.abspath(path)))
