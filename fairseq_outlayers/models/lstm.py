@@ -24,6 +24,9 @@ from .core import (
 from .options import SEAM_DEFAULTS, add_core_args, fill_defaults
 from .registry import get_output_layer_spec
 
+#: the Luong attention score of ``--attention-type`` when none is given (Luong et al. 2015's "general")
+ATTENTION_DEFAULT = "general"
+
 
 class OutlayersLSTMEncoder(LSTMEncoder):
     """fairseq's LSTM encoder whose final states cover every decoder layer: when the decoder is deeper (the
@@ -46,11 +49,11 @@ class OutlayersLSTMEncoder(LSTMEncoder):
 class OutlayersLSTMDecoder(LSTMDecoder):
     """fairseq's LSTM decoder with Luong attention and an output layer from the core."""
 
-    def __init__(self, dictionary, output_layer=None, attention_type="general", **kwargs):
+    def __init__(self, dictionary, output_layer=None, attention_type=None, **kwargs):
         # share_input_output_embed=True keeps the parent from allocating an fc_out we would replace
         super().__init__(dictionary, attention=True, share_input_output_embed=True, **kwargs)
         self.attention = LuongAttention(self.hidden_size, self.encoder_output_units, self.hidden_size,
-                                        score=attention_type)
+                                        score=attention_type or ATTENTION_DEFAULT)
         self.share_input_output_embed = False
         self.output_projection = output_layer
 
@@ -69,7 +72,7 @@ class OutlayersLSTMModel(OutputLayerModelMixin, LSTMModel):
     def add_args(cls, parser):
         LSTMModel.add_args(parser)
         parser.add_argument("--attention-type", choices=LuongAttention.SCORES,
-                            help="Luong attention score: dot or general (default: general)")
+                            help=f"Luong attention score: dot or general (default: {ATTENTION_DEFAULT})")
         add_core_args(parser)
 
     @classmethod
@@ -123,7 +126,7 @@ class OutlayersLSTMModel(OutputLayerModelMixin, LSTMModel):
 def outlayers_lstm(args):
     """Bidirectional 1+1-layer LSTM, 512 units, general attention; fairseq's LSTM defaults otherwise."""
     args.encoder_bidirectional = getattr(args, "encoder_bidirectional", True)
-    args.attention_type = getattr(args, "attention_type", None) or "general"
+    args.attention_type = getattr(args, "attention_type", None) or ATTENTION_DEFAULT
     args.adaptive_softmax_cutoff = None  # the output layer seam replaces adaptive softmax
     args.max_source_positions = getattr(args, "max_source_positions", 1024)
     args.max_target_positions = getattr(args, "max_target_positions", 1024)

@@ -77,7 +77,7 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
                   f"the softmax, 6 N H m for the continuous layer (m = {args.continuous_dim}; the loss is O(N m)).",
                   ""]
         lines += layer_tables(layer_rows, args.vocab, args.dims, args.tokens, args.continuous_dim)
-        lines += ["", "Targets of issue 6:", ""] + target_verdicts(layer_rows, args.vocab, args.dims) + [""]
+        lines += ["", "Targets:", ""] + target_verdicts(layer_rows, args.vocab, args.dims) + [""]
     if train is not None:
         lines += [
             "## 2. Whole-model training speed, and 3. decoding speed",

@@ -1,8 +1,8 @@
-"""The Markdown tables of scripts/bench_continuous.py, one per part, with the verdicts on the targets of issue 6."""
+"""The Markdown tables of scripts/bench_continuous.py, one per part, with the verdicts on their targets."""
 import benchlib
 from continuous_layer import LAYER_METHODS, MiB, softmax_peak_model
 
-# issue 6 targets
+# the targets the verdicts check
 TARGET_SPEEDUP = {50000: 100.0, 300000: 500.0}  # vmf_nll fwd+bwd, softmax time / continuous time
 TARGET_MEMORY_300K = 0.05  # continuous peak / softmax peak at V = 300k
 TARGET_TRAIN_SPEEDUP = 2.0  # whole-model training tokens/s, continuous / softmax
@@ -148,7 +148,7 @@ def model_tables(train, decode, args):
         x = benchlib.ratio(t["continuous"]["tok_s"], s["tok_s"])
         verdicts.append(f"- {arch}: whole-model training tokens/s >= {TARGET_TRAIN_SPEEDUP:.0f}x softmax: "
                         f"{x:.2f}x -> {met(x >= TARGET_TRAIN_SPEEDUP)}")
-    lines += ["", "Target of issue 6:", ""] + verdicts + [""]
+    lines += ["", "Target:", ""] + verdicts + [""]
     if decode:
         lines += ["Decoding (part 3):", "",
                   "| arch | beam | model | batch seconds (median) | sentences/s | ratio continuous / softmax |",
