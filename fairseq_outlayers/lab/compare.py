@@ -277,7 +277,8 @@ def main(argv=None):
           f"Date {time.strftime('%Y-%m-%d')}, commit {commit}, hardware: {hardware}, total wall time "
           f"{time.time() - started:.0f} s.", "",
           f"Data: `{args.data_bin}`; {args.max_update} updates per run; seeds {args.seeds}; beam {args.beam}.",
-          f"Base options: `{' '.join(rows[0].base_args)}`", "", table, "",
+          (f"Base options: `{' '.join(rows[0].base_args)}`" if all(r.base_args == rows[0].base_args for r in rows)
+           else "Base options: each row's own (its `# base:` file)"), "", table, "",
           f"BLEU: sacreBLEU on detokenised output against `{ref_path}`; signature "
           f"`{results[0].get('signature', '')}`. Records: `{settings.ledger}`.", "",
           "Rows:", ""] + [f"- **{r['name']}**: `{r['args']}`" for r in results]

@@ -220,10 +220,9 @@ def _read_base(path: str, value: str, lineno: int) -> List[str]:
         raise OutlayersConfigError(f"{path}:{lineno}: '# base: {value}' cannot be read as options ({e})") from None
 
 
-def read_ledger_row(path: str, default_data: Optional[str] = None, default_base: Optional[List[str]] = None,
-                    budget: Optional[int] = None) -> LedgerRow:
-    """The row of a row file. ``default_base``: the base options of a row without ``# base:``; ``budget``: a quick
-    run of N updates whatever the file says (``make demo`` at the updates it is given)."""
+def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optional[int] = None) -> LedgerRow:
+    """The row of a row file; ``budget``: a quick run of N updates whatever the file says (``make demo`` at the
+    updates it is given)."""
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"row file '{path}' does not exist")
     _check_text(path)
@@ -274,8 +273,6 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, default_base:
                 raise OutlayersConfigError(f"{path}:{lineno}: '# {key}: {value}': {e}") from None
     if "base" in found:
         row.base_args = _read_base(path, *found["base"])
-    elif default_base:
-        row.base_args = list(default_base)
     row.baseline = found.get("baseline", (None,))[0] or None
     row.method = found.get("method", (name,))[0] or name
     row.table = found.get("table", ("",))[0] or os.path.basename(os.path.dirname(os.path.abspath(path)))
