@@ -47,10 +47,11 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
                 return {"state": "other data",
                         "text": f"recorded with another '{name}' (digest {before}) than the one there now "
                                 f"({digests[name]}): restore the file that run used ({path})"}
-        score = record["test"].get(test, {}).get("sacrebleu")
-        return {"state": "recorded",
-                "text": f"recorded: {test} {score:.2f}, best valid {record['validation']['best']}, "
-                        f"{record['epochs']} epochs" if score is not None else "recorded"}
+        score, v = record["test"].get(test, {}).get("sacrebleu"), record["validation"]
+        valid = (f"{v.get('budget')} updates, validation BLEU {v.get('bleu')}" if v["metric"] == "budget"
+                 else f"best valid {v['best']}, {record['epochs']} epochs")
+        return {"state": "recorded", "text": f"recorded: {test} {score:.2f}, {valid}" if score is not None
+                else "recorded"}
     run_dir = os.path.join(work, f"{row.training_name()}.seed{seed}")  # a step row's: the row it is ``from``
     claim, log = os.path.join(run_dir, "options.json"), os.path.join(run_dir, "train.log")
     if not os.path.exists(claim):
