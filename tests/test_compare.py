@@ -28,6 +28,12 @@ def test_row_with_its_own_criterion_drops_the_base_criterion():
     assert merged.count("--criterion") == 1 and merged[-1] == "vmf_nll"
     assert "--label-smoothing" not in merged and "0.1" not in merged[merged.index("--max-tokens"):][:2]
     assert merge_args(base, ["--output-layer", "tied"]) == base + ["--output-layer", "tied"]
+    # an option the row gives replaces the base's, values and all: each option once in the command
+    merged = merge_args(base, ["--arch", "outlayers_lstm", "--adam-betas=(0.9,0.999)", "--lr", "0.001"])
+    assert merged.count("--arch") == merged.count("--lr") == 1 and "(0.9,0.98)" not in merged
+    assert merged[-5:] == ["--arch", "outlayers_lstm", "--adam-betas=(0.9,0.999)", "--lr", "0.001"]
+    assert merged[: merged.index("--arch")] == [a for a in base if a not in (
+        "--arch", "outlayers_transformer_tiny", "--adam-betas", "(0.9,0.98)", "--lr", "0.003")]
 
 
 def _flags(cmd):

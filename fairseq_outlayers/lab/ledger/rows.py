@@ -79,19 +79,17 @@ def row_data_bin(row_args: List[str], default: Optional[str]) -> Tuple[Optional[
 
 
 def merge_args(base_args: List[str], row_args: List[str]) -> List[str]:
-    """Row options on top of the base ones; a row that picks its own ``--criterion`` drops the base criterion and
-    its options (the label smoothing of the cross-entropy criterion means nothing to a continuous loss)."""
-    if "--criterion" not in row_args:
-        return list(base_args) + list(row_args)
-    merged, skip = [], 0
+    """Row options on top of the base ones: an option the row gives replaces the base's (with its values), so each
+    option is given once; a row that picks its own ``--criterion`` drops the base criterion's options too (the label
+    smoothing of the cross-entropy criterion means nothing to a continuous loss)."""
+    own = {a.split("=", 1)[0] for a in row_args if a.startswith("--")}
+    drop = own | (set(CRITERION_OPTIONS) if "--criterion" in own else set())
+    merged, dropping = [], False
     for arg in base_args:
-        if skip:
-            skip -= 1
-            continue
-        if arg in CRITERION_OPTIONS:
-            skip = 1
-            continue
-        merged.append(arg)
+        if arg.startswith("--"):
+            dropping = arg.split("=", 1)[0] in drop
+        if not dropping:
+            merged.append(arg)
     return merged + list(row_args)
 
 
