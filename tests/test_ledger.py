@@ -461,10 +461,14 @@ def test_quick_row_directives_base_budget_decodes(tmp_path):
     step.write_text("# from: vmf\n# after: fit-output-bias\n")
     s = read_ledger_row(str(step))
     assert s.budget == 800 and s.options() == r.options() and s.data_bin == "d"
+    bad = tmp_path / "with-data.args"
+    bad.write_text("--data-bin elsewhere --lr 0.1\n")
     for directives, said in [("# base: nowhere.args", "2: '# base: nowhere.args' does not exist"),
                              ("# budget: 0", "2: '# budget: 0': the budget must be a positive integer"),
                              ("# budget: 8\n# patience: 3", "3: '# patience:' is early stopping"),
-                             ("# decodes: 5@x", "2: '# decodes: 5@x': '5@x' is not BEAM or BEAM@SCALE")]:
+                             ("# decodes: 5@x", "2: '# decodes: 5@x': '5@x' is not BEAM or BEAM@SCALE"),
+                             (f"# base: {tmp_path}", f"2: '# base: {tmp_path}' does not exist"),
+                             (f"# base: {bad}", f"2: '# base: {bad}' names --data-bin")]:
         f.write_text(f"# quick\n{directives}\n--data-bin d --output-layer tied\n")
         with pytest.raises(OutlayersConfigError, match=re.escape(f"{f}:{said}")):
             read_ledger_row(str(f))

@@ -213,9 +213,13 @@ def _read_base(path: str, value: str, lineno: int) -> List[str]:
         raise OutlayersConfigError(f"{path}:{lineno}: '# base: {value}' does not exist (a base file is named from "
                                    "the working directory: run from the repository's root)")
     try:
-        return read_options(value)
+        options = read_options(value)
     except (ValueError, UnicodeDecodeError) as e:
         raise OutlayersConfigError(f"{path}:{lineno}: '# base: {value}' cannot be read as options ({e})") from None
+    if any(a.split("=", 1)[0] == "--data-bin" for a in options):
+        raise OutlayersConfigError(f"{path}:{lineno}: '# base: {value}' names --data-bin; a base holds the shared "
+                                   "options only (give --data-bin in each row, or --data to the runner)")
+    return options
 
 
 def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optional[int] = None) -> LedgerRow:
