@@ -9,8 +9,9 @@ configs/demo-base.args`` (the demo Transformer), ``# budget: 800`` updates, ``# 
 decoding) and ``# decodes: 5 5@40`` (beam 5, and beam 5 with score scale 40 for continuous rows). Each run is the
 ledger's (``ledger/runner.py``): ``fairseq-train``, the last checkpoint translated on the test split at the row's
 beam and its decodes and on the validation split at the row's beam (the figure rows are chosen by), scored with
-sacreBLEU against the raw references, recorded in ``--records``/runs. The same runs come from
-``python -m fairseq_outlayers.lab.ledger run --rows ... --ledger docs/continuous-sweep/runs --work work/vmf-sweep``.
+sacreBLEU against the raw references, recorded in ``--records``/runs. For rows without records of the first
+format (below), ``python -m fairseq_outlayers.lab.ledger run --rows ... --ledger docs/continuous-sweep/runs --work
+work/vmf-sweep`` makes the same runs; it does not read those first records, so it would train their rows again.
 
 The sweep's first records (``--records``/ROW.seedN.json, one JSON object per run, from before the sweep ran on the
 ledger's runner) are read as they are: a row x seed with one is not run again. ``--jobs N`` trains N runs at once
@@ -27,7 +28,6 @@ import platform
 import shlex
 import subprocess
 import sys
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,23 +37,21 @@ from fairseq_outlayers import checks  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402
 from fairseq_outlayers.lab import compare, fairseq_runs, gpus  # noqa: E402
 from fairseq_outlayers.lab.ledger import runner  # noqa: E402
-from fairseq_outlayers.lab.ledger.rows import decode_key, read_ledger_row, read_row  # noqa: E402
+from fairseq_outlayers.lab.ledger.rows import decode_key, read_row  # noqa: E402
 
 #: the validation figures read from the last validation of a run
 VALID_FIELDS = ("loss", "cos", "norm", "nn_acc", "kappa_low", "kappa_high")
 #: the name of the test split in the records
 TEST = "test2016"
-
-
-def scaled_key(beam, scale):
-    """The ``bleu`` key of a decode at ``beam`` with ``--continuous-score-scale scale``: ``"5@40"``."""
-    return decode_key(beam, scale)
+#: the budget of every run of the sweep's first records
+LEGACY_BUDGET = 800
 
 
 def legacy_record(records_dir, row, seed):
-    """The sweep's first-format record of ``row`` x ``seed`` (its options the row file's own), or None."""
+    """The sweep's first-format record of ``row`` x ``seed`` (its options the row file's own, trained
+    ``LEGACY_BUDGET`` updates), or None."""
     path = os.path.join(records_dir, f"{row.name}.seed{seed}.json")
-    if not os.path.exists(path):
+    if not os.path.exists(path) or row.budget != LEGACY_BUDGET:
         return None
     with open(path, encoding="utf-8") as f:
         meta = json.load(f)
@@ -102,7 +100,7 @@ def _fmt(v, digits=2):
 def table(rows, metas, seeds, beams, scaled=(), valid_beams=()):
     """Markdown table: per row the mean over the seeds that finished (and each seed's BLEU); the validation BLEU
     (``valid_beams``) first, as rows are chosen by it."""
-    keys = [str(b) for b in beams] + [scaled_key(b, s) for b, s in scaled]
+    keys = [str(b) for b in beams] + [decode_key(b, s) for b, s in scaled]
     names = [f"beam {b}" for b in beams] + [f"beam {b}, scale {s:g}" for b, s in scaled]
     head = (["row"] + [f"valid BLEU beam {b} (mean)" for b in valid_beams] + [f"BLEU {n} (mean)" for n in names]
             + [f"{n} per seed" for n in names]
@@ -179,23 +177,19 @@ def main(argv=None):
             if not os.path.isfile(path):
                 parser.error(f"reference file '{path}' does not exist; run scripts/prepare-multi30k.sh first")
     files = sorted(set(f for p in args.rows for f in (glob.glob(p) or [p])))
-    rows = []
+    for f in files:
+        if not os.path.isfile(f):
+            parser.error(f"row file '{f}' does not exist")
     try:
-        for f in files:
-            if not os.path.isfile(f):
-                parser.error(f"row file '{f}' does not exist")
-            row = read_ledger_row(f, args.data_bin, budget=args.max_update)
-            if args.base_args:
-                row.base_args = shlex.split(args.base_args)
-            elif not row.base_args:
-                row.base_args = compare.demo_base_args()
-            if row.budget is None:
-                parser.error(f"{f}: a sweep row needs '# budget: N' (or give --max-update)")
-            if row.beam is None:
-                row.beam = 1  # the paper's nearest-neighbour decoding
-            rows.append(row)
+        rows = compare.quick_rows(files, args.data_bin, args.max_update,
+                                  shlex.split(args.base_args) if args.base_args else None)
     except OutlayersConfigError as e:
         parser.error(str(e))
+    for row in rows:
+        if row.budget is None:
+            parser.error(f"{row.path}: a sweep row needs '# budget: N' (or give --max-update)")
+        if row.beam is None:
+            row.beam = 1  # the paper's nearest-neighbour decoding
     for row in rows:
         if not args.render_only and not os.path.isdir(row.data_bin):
             parser.error(f"{row.path}: data '{row.data_bin}' is not a directory; run scripts/prepare-multi30k.sh "
@@ -212,7 +206,6 @@ def main(argv=None):
     valid_beams = sorted({r.decoding_beam(1) for r in rows})
     shown = [{"name": r.name, "args": " ".join(read_row(r.path)[1]), "budget": r.budget} for r in rows]
     report = os.path.join(args.out, "sweep.md")
-    lock = threading.Lock()
     metas, jobs = {}, []
     for seed in args.seeds:  # every row with the first seed first
         for row in rows:
@@ -227,22 +220,24 @@ def main(argv=None):
                     metas[(row.name, seed)] = sweep_figures(load_record(path))
             else:
                 jobs.append((row, seed))
+    if jobs:  # a record made with other options or on other data: one line, before anything trains
+        try:
+            for warning in runner.check_before_training(jobs, settings):
+                fairseq_runs.log(f"warning: {warning}")
+        except OutlayersConfigError as e:
+            raise SystemExit(f"vmf_sweep: error: {e}") from None
     free = gpus.slots(args.jobs, gpus.visible_gpus())  # one GPU per run: fairseq would train on all it sees
     failed = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_one, row, seed, settings, free): (row.name, seed) for row, seed in jobs}
-        for fut in concurrent.futures.as_completed(futures):
+        for fut in concurrent.futures.as_completed(futures):  # results are gathered in this thread only
             key = futures[fut]
             try:
                 metas[key] = fut.result()
-            except OutlayersConfigError:
-                raise
             except (SystemExit, Exception) as exc:  # one failed row must not stop the others
                 failed.append(key)
-                with lock:
-                    fairseq_runs.log(f"{key[0]} seed {key[1]} FAILED: {exc}")
-            with lock:
-                write_report(report, shown, metas, args, beams, scaled, valid_beams)
+                fairseq_runs.log(f"{key[0]} seed {key[1]} FAILED: {exc}")
+            write_report(report, shown, metas, args, beams, scaled, valid_beams)
     write_report(report, shown, metas, args, beams, scaled, valid_beams)
     print(table(shown, metas, args.seeds, beams, scaled, valid_beams))
     fairseq_runs.log(f"wrote {report}")

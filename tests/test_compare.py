@@ -67,10 +67,10 @@ def test_every_row_trains_with_the_same_command_as_before(in_repo):
         assert _flags(cmd) == _flags(want["command"]), path
 
 
-def test_the_demo_trains_and_translates_on_one_gpu(monkeypatch):
+def test_the_first_visible_gpu_and_none_without_cuda():
     """fairseq-train would train each demo row data-parallel over every GPU it sees (a k-times batch, not the
-    documented quick tables): the demo, one run at a time, gives its runs the first visible GPU, and sets nothing
-    without CUDA."""
+    documented quick tables): the demo, one run at a time, gives its runs the first visible GPU (its runs' settings:
+    ``test_the_demo_prints_its_table_once``), and sets nothing without CUDA."""
     from fairseq_outlayers.lab import gpus
 
     assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": "3,4"}) == {"CUDA_VISIBLE_DEVICES": "3"}
@@ -178,10 +178,11 @@ def test_the_demo_prints_its_table_once(tmp_path, monkeypatch, capsys):
     def fake_run(row, seed, settings):
         calls.append((row.name, seed, row.budget, settings.env, settings.ledger))
         return ({"test": {"test2016": {"sacrebleu": 20.0, "sacrebleu_signature": "s"}}, "tokens_per_second": 100.0,
-                 "wall_seconds": 1.0, "params": {"total": 10, "trained": 8, "embedding": 4, "output": 2}}, False)
+                 "training_seconds": 1.0, "params": {"total": 10, "trained": 8, "embedding": 4, "output": 2}}, False)
 
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(runner, "check_before_training", lambda runs, settings: [])
     monkeypatch.setattr(compare.gpus, "first_gpu_env", lambda: {"CUDA_VISIBLE_DEVICES": "3"})
     monkeypatch.setattr(compare, "write_plot", lambda results, path: False)
     for seeds, times in ((["1"], 1), (["1", "2"], 2)):

@@ -1171,3 +1171,30 @@ def test_a_copy_without_git_names_its_commit_through_the_environment(tmp_path, m
     monkeypatch.setenv("OUTLAYERS_COMMIT", "not-this")
     monkeypatch.setattr(runner, "CODE_DIR", os.path.dirname(os.path.abspath(runner.__file__)))
     assert not runner.git_commit().startswith("not-this")  # this checkout's own commit
+
+
+def test_a_quick_run_past_its_budget_is_refused_and_one_at_its_budget_is_not_trained_again(tmp_path, monkeypatch):
+    """A run directory whose checkpoint has more updates than the row's budget (e.g. the demo's earlier, longer run)
+    is never recorded as this row's run; one at exactly the budget (killed between training and its record) is
+    recorded without training again."""
+    import torch
+
+    from fairseq_outlayers.lab.ledger import runner
+    from fairseq_outlayers.lab.ledger.rows import LedgerRow
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("a 1\n")
+    row = LedgerRow("tied", "10-tied.args", str(data), ["--output-layer", "tied"], budget=200)
+    s = runner.Settings(ledger=str(tmp_path / "runs"), work=str(tmp_path / "work"), test_ref="ref")
+    options = row_options(row, 1, 5, 50, 5)
+    run_dir = tmp_path / "work" / "tied.seed1"
+    run_dir.mkdir(parents=True)
+    monkeypatch.setattr(runner.fairseq_runs, "run_training", lambda *a, **k: pytest.fail("trained again"))
+    for updates in (1200, 200):
+        torch.save({"optimizer_history": [{"num_updates": updates}], "extra_state": {}}, run_dir / "checkpoint_last.pt")
+        if updates > 200:
+            with pytest.raises(OutlayersConfigError, match="has trained 1200 updates, more than the row's budget of 200"):
+                runner.train(row, 1, s, options, str(run_dir))
+        else:
+            assert runner.train(row, 1, s, options, str(run_dir))["seconds"] == 0.0

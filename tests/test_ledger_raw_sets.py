@@ -275,6 +275,18 @@ def test_one_runner_a_quick_row_through_the_ledger_the_sweep_and_the_demo(prepar
     capsys.readouterr()
     assert ledger_main(args) == 0
     assert "recorded already: tied seed 1" in capsys.readouterr().out
+    # a decode added to the row is added to the recorded run from its checkpoint; without the checkpoint, it is said
+    row.write_text(row.read_text().replace("# decodes: 2 2@40", "# decodes: 2 2@40 3"))
+    assert ledger_main(args) == 0
+    record = records.load_record(os.path.join(ledger, "tied.seed1.json"))
+    assert sorted(record["decodes"]["test2016"]) == ["2", "3"] and record["updates"] == 6
+    last = work / "tied.seed1" / "checkpoint_last.pt"
+    os.rename(last, str(last) + ".away")
+    row.write_text(row.read_text().replace("# decodes: 2 2@40 3", "# decodes: 2 2@40 3 4"))
+    assert ledger_main(args) == 0
+    assert "checkpoint_last.pt is gone; decodes 4 not made" in capsys.readouterr().out
+    assert "4" not in records.load_record(os.path.join(ledger, "tied.seed1.json"))["decodes"]["test2016"]
+    os.rename(str(last) + ".away", last)
 
     assert ledger_main(["render", "--ledger", ledger, "--out", "-"]) == 0
     assert "6 updates, last checkpoint; beam 1" in capsys.readouterr().out
@@ -294,3 +306,7 @@ def test_one_runner_a_quick_row_through_the_ledger_the_sweep_and_the_demo(prepar
     assert quick["updates"] == 4 and quick["validation"]["budget"] == 4 and quick["options"][1:-4] == \
         record["options"][1:-4]
     assert "| tied | 1 |" in capsys.readouterr().out and os.path.isfile(demo / "results.md")
+    # the same demo directory at another budget: one line naming the record, before anything trains
+    with pytest.raises(SystemExit, match=r"compare: error: .*tied.seed1.json was run with .*--max-update 4"):
+        compare.main(["--data-bin", prepared["data"], "--raw-dir", raw, "--test-prefix", "test", "--rows", str(row),
+                      "--out", str(demo), "--max-update", "5"])

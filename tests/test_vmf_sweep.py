@@ -76,11 +76,15 @@ def test_the_sweeps_first_records_are_read_and_never_rerun(sweep, tmp_path):
 
     path = tmp_path / "10-released.args"
     path.write_text("# vMF\n# budget: 800\n--output-layer continuous --criterion vmf_nll\n")
-    row = LedgerRow("released", str(path), "d", ["--output-layer", "continuous", "--criterion", "vmf_nll"])
+    row = LedgerRow("released", str(path), "d", ["--output-layer", "continuous", "--criterion", "vmf_nll"],
+                    budget=800)
     assert sweep.legacy_record(str(tmp_path), row, 1) is None
     meta = {"row": "released", "seed": 1, "args": "--output-layer continuous --criterion vmf_nll", "bleu": {"1": 28.4}}
     (tmp_path / "released.seed1.json").write_text(json.dumps(meta))
     assert sweep.legacy_record(str(tmp_path), row, 1) == meta
+    row.budget = 400  # the first records are 800-update runs: another budget is another experiment
+    assert sweep.legacy_record(str(tmp_path), row, 1) is None
+    row.budget = 800
     (tmp_path / "released.seed1.json").write_text(json.dumps(dict(meta, args="--output-layer tied")))
     with pytest.raises(SystemExit, match="released.seed1.json was run with other options"):
         sweep.legacy_record(str(tmp_path), row, 1)

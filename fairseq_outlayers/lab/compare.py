@@ -191,7 +191,7 @@ def table_rows(rows, records, test):
         out.append({"name": row.name, "args": " ".join(shlex.quote(a) for a in row.train_args),
                     "bleu": [r["test"][test]["sacrebleu"] for r in runs],
                     "speed": [r.get("tokens_per_second") or 0.0 for r in runs],
-                    "time": [r.get("wall_seconds") or 0.0 for r in runs], "params": first["params"],
+                    "time": [r["training_seconds"] for r in runs], "params": first["params"],
                     "signature": first["test"][test]["sacrebleu_signature"]})
     return out
 
@@ -250,10 +250,18 @@ def main(argv=None):
                                test_name=args.test_name, beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size,
                                env=gpus.first_gpu_env())
     done = {}
+    try:  # a record made with other options or on other data: one line, before anything trains
+        for warning in runner.check_before_training([(r, seed) for seed in args.seeds for r in rows], settings):
+            log(f"warning: {warning}")
+    except OutlayersConfigError as e:
+        raise SystemExit(f"compare: error: {e}") from None
     for seed in args.seeds:
         for n, row in enumerate(rows, start=1):
             log(f"[{n}/{len(rows)}] {row.name} (seed {seed})")
-            record, reused = runner.run(row, seed, dataclasses.replace(settings))
+            try:
+                record, reused = runner.run(row, seed, dataclasses.replace(settings))
+            except OutlayersConfigError as e:
+                raise SystemExit(f"compare: error: {e}") from None
             if reused:
                 log("  already done; reusing")
             done.setdefault(row.name, []).append(record)

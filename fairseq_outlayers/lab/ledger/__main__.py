@@ -46,7 +46,6 @@ def _run(args) -> int:
     from fairseq_outlayers.lab.fairseq_runs import log
     from fairseq_outlayers.tools.evaluation.scoring import parse_raw_sets
     from fairseq_outlayers.lab import gpus
-    from fairseq_outlayers.lab.ledger import records
     from fairseq_outlayers.lab.ledger import rows as ledger_rows
     from fairseq_outlayers.lab.ledger import runner
 
@@ -75,24 +74,9 @@ def _run(args) -> int:
             step = f" (in work/{row.training_name()}.seed{seed}), then {shlex.join(row.after)}" if row.after else ""
             print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}{step}")
         return 0
-    # where the records, hypotheses and runs go: writable now, not after hours of training
-    from fairseq_outlayers.outfiles import check_writable_dir
-
-    check_writable_dir(args.ledger, "--ledger")
-    if os.path.isdir(os.path.join(args.ledger, "refs")):
-        check_writable_dir(os.path.join(args.ledger, "refs"), "--ledger (its refs/)")
-    check_writable_dir(args.work, "--work")
-    existing = records.read_records(args.ledger)
-    digests, warned = {}, set()
-    for row, seed in runs:  # a record made with other options or on other data stops everything before training
-        options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
-        if records.recorded(args.ledger, row.name, seed, options, row.path, after=row.after) is None:
-            digest = digests.setdefault(options[0], records.data_digest(options[0]))
-            records.check_data(existing, row.table, options[0], digest, row.path)
-            for warning in records.check_files(existing, row.table, row.name, records.file_digests(options), row.path):
-                if warning not in warned:
-                    warned.add(warning)
-                    log(f"warning: {warning}", "ledger")
+    # before anything trains: the output directories, and records made with other options or on other data
+    for warning in runner.check_before_training(runs, settings):
+        log(f"warning: {warning}", "ledger")
     failed = []
     free = gpus.slots(args.jobs, gpus.visible_gpus())  # one GPU per run: fairseq would train on all it sees
 

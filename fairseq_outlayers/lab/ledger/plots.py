@@ -113,7 +113,8 @@ def _padded(values: Sequence[float], share: float = 0.1) -> List[float]:
 
 
 def _metric(rows: Dict[str, Dict[int, Dict]]) -> str:
-    metrics = {r["validation"]["metric"] for runs in rows.values() for r in runs.values()}
+    # a quick row (``budget``) has no validation score of its own per epoch: its loss is drawn
+    metrics = {r["validation"]["metric"].replace("budget", "loss") for runs in rows.values() for r in runs.values()}
     return metrics.pop() if len(metrics) == 1 else "bleu"
 
 

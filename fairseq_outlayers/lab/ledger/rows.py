@@ -78,15 +78,20 @@ def row_data_bin(row_args: List[str], default: Optional[str]) -> Tuple[Optional[
     return data_bin, rest
 
 
+def _is_flag(arg: str) -> bool:
+    """``--name``, ``--name=value`` or a short option such as ``-s`` (not a negative number)."""
+    return arg.startswith("--") or bool(re.match(r"^-[A-Za-z]", arg))
+
+
 def merge_args(base_args: List[str], row_args: List[str]) -> List[str]:
     """Row options on top of the base ones: an option the row gives replaces the base's (with its values), so each
     option is given once; a row that picks its own ``--criterion`` drops the base criterion's options too (the label
     smoothing of the cross-entropy criterion means nothing to a continuous loss)."""
-    own = {a.split("=", 1)[0] for a in row_args if a.startswith("--")}
+    own = {a.split("=", 1)[0] for a in row_args if _is_flag(a)}
     drop = own | (set(CRITERION_OPTIONS) if "--criterion" in own else set())
     merged, dropping = [], False
     for arg in base_args:
-        if arg.startswith("--"):
+        if _is_flag(arg):
             dropping = arg.split("=", 1)[0] in drop
         if not dropping:
             merged.append(arg)

@@ -145,6 +145,32 @@ def _locked(run_dir: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def check_before_training(runs: List[Tuple[LedgerRow, int]], s: Settings) -> List[str]:
+    """Every check that can stop a batch of runs, made before the first one trains: ``--ledger`` and ``--work``
+    writable; a record made with other options or another step (an error naming both); a run not recorded yet
+    whose data directory now holds other data than its table's records were trained on, or whose named files
+    differ from its row's recorded seeds' (an error). Returns the warnings (a named file that differs from another
+    row's of the table), once each."""
+    from fairseq_outlayers.outfiles import check_writable_dir
+
+    check_writable_dir(s.ledger, "--ledger")
+    if os.path.isdir(os.path.join(s.ledger, "refs")):
+        check_writable_dir(os.path.join(s.ledger, "refs"), "--ledger (its refs/)")
+    check_writable_dir(s.work, "--work")
+    existing = records.read_records(s.ledger)
+    digests, warnings = {}, []
+    for row, seed in runs:
+        options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
+        if records.recorded(s.ledger, row.name, seed, options, row.path, after=row.after) is None:
+            digest = digests.setdefault(options[0], records.data_digest(options[0]))
+            records.check_data(existing, row.table, options[0], digest, row.path)
+            for warning in records.check_files(existing, row.table, row.name, records.file_digests(options),
+                                               row.path):
+                if warning not in warnings:
+                    warnings.append(warning)
+    return warnings
+
+
 def train_command(options: List[str], run_dir: str) -> List[str]:
     """The fairseq-train command of a run's options (``rows.row_options``) saving into ``run_dir``."""
     return [executable("fairseq-train"), options[0], "--user-dir", user_dir(), *options[1:],
@@ -199,9 +225,12 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
     saved = checkpoint_state(last_ckpt) if resumed else None
     state = (resume.early_stopping_state(log_path, row.validate, saved["epoch"])
              if resumed and os.path.exists(log_path) and row.budget is None else None)
+    if row.budget is not None and saved is not None and saved["updates"] > row.budget:
+        raise OutlayersConfigError(f"{last_ckpt} has trained {saved['updates']} updates, more than the row's budget "
+                                   f"of {row.budget}; remove {run_dir} (or give another --work) to run this row")
     if (state is not None and state[1] >= row.stopping_patience(s.patience)) or (
             finished_updates is not None and saved is not None and saved.get("updates") == finished_updates) or (
-            row.budget is not None and saved is not None and saved["updates"] >= row.budget):
+            row.budget is not None and saved is not None and saved["updates"] == row.budget):
         seconds = 0.0
     else:
         seconds = fairseq_runs.run_training(cmd if state is None else resume.command(cmd, state), log_path, run_dir,
@@ -235,7 +264,8 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         log(f"{row.name} seed {seed}: {shlex.join(row.after)} on {best_ckpt}", "ledger")
         start = time.time()
         figures = steps.apply_step(row.after, best_ckpt, test_ckpt, row.data_bin, gpus.torch_device(s.env))
-        after = {"step": row.after, "trained_in": os.path.basename(train_dir), "checkpoint": "checkpoint_best.pt",
+        after = {"step": row.after, "trained_in": os.path.basename(train_dir),
+                 "checkpoint": os.path.basename(best_ckpt),
                  "seconds": round(time.time() - start, 1), "figures": figures}
 
     src_lang, tgt_lang = row.languages()
@@ -323,8 +353,10 @@ def add_decodes(row: LedgerRow, record: Dict, s: Settings) -> Dict:
     run_dir = os.path.join(s.work, f"{row.name}.seed{record['seed']}")
     ckpt = (os.path.join(run_dir, "checkpoint_after.pt") if row.after
             else os.path.join(train_dir, "checkpoint_last.pt" if row.budget is not None else "checkpoint_best.pt"))
-    if not os.path.exists(ckpt):
-        log(f"{row.name} seed {record['seed']}: {ckpt} is gone; decodes {' '.join(decode_key(*d) for d in missing)} "
+    wanted_updates = record.get("best_updates", record["updates"])
+    if not os.path.exists(ckpt) or checkpoint_state(ckpt)["updates"] != wanted_updates:
+        why = "is gone" if not os.path.exists(ckpt) else f"is not the recorded model (not at update {wanted_updates})"
+        log(f"{row.name} seed {record['seed']}: {ckpt} {why}; decodes {' '.join(decode_key(*d) for d in missing)} "
             "not made", "ledger")
         return record
     src_lang, tgt_lang = row.languages()
