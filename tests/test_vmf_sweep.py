@@ -44,7 +44,7 @@ def test_decodes_directive():
 
     assert parse_decodes("5 5@40") == [(5, None), (5, 40.0)] and parse_decodes("") == []
     assert decode_key(5, 40.0) == "5@40" and decode_key(5, 12.5) == "5@12.5" and decode_key(1, None) == "1"
-    for bad in ("x", "5@x", "0", "0@40", "5@0", "5@-1", "5@inf"):
+    for bad in ("x", "5@x", "5@", "@40", "0", "0@40", "5@0", "5@-1", "5@inf"):
         with pytest.raises(ValueError):
             parse_decodes(bad)
 

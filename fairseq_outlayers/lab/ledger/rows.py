@@ -102,9 +102,9 @@ def parse_decodes(text: str) -> List[Tuple[int, Optional[float]]]:
     """``"5 5@40"`` -> [(5, None), (5, 40.0)]: beams, and beams with a continuous-output score scale."""
     out = []
     for item in text.split():
-        beam, _, scale = item.partition("@")
+        beam, at, scale = item.partition("@")
         try:
-            b, sc = int(beam), (float(scale) if scale else None)
+            b, sc = int(beam), (float(scale) if at else None)
         except ValueError:
             raise ValueError(f"'{item}' is not BEAM or BEAM@SCALE (e.g. 5 or 5@40)") from None
         if b < 1 or (sc is not None and not 0 < sc < float("inf")):
