@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 from fairseq_outlayers import checks  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402
 from fairseq_outlayers.lab import compare, fairseq_runs, gpus  # noqa: E402
-from fairseq_outlayers.lab.ledger import runner  # noqa: E402
+from fairseq_outlayers.lab.ledger import records, runner  # noqa: E402
 from fairseq_outlayers.lab.ledger.rows import decode_key, read_row  # noqa: E402
 
 #: the validation figures read from the last validation of a run
@@ -53,8 +53,11 @@ def legacy_record(records_dir, row, seed):
     path = os.path.join(records_dir, f"{row.name}.seed{seed}.json")
     if not os.path.exists(path) or row.budget != LEGACY_BUDGET:
         return None
-    with open(path, encoding="utf-8") as f:
-        meta = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
+        raise SystemExit(f"vmf_sweep: {path} cannot be read as a sweep record ({e}); restore it from git") from None
     own = " ".join(read_row(row.path)[1])
     if meta.get("args") != own:
         raise SystemExit(f"vmf_sweep: {path} was run with other options ('{meta.get('args')}') than {row.path} "
@@ -215,9 +218,10 @@ def main(argv=None):
             elif args.render_only:
                 path = os.path.join(args.ledger, f"{row.name}.seed{seed}.json")
                 if os.path.exists(path):
-                    from fairseq_outlayers.lab.ledger.records import load_record
-
-                    metas[(row.name, seed)] = sweep_figures(load_record(path))
+                    try:
+                        metas[(row.name, seed)] = sweep_figures(records.load_record(path))
+                    except OutlayersConfigError as e:
+                        raise SystemExit(f"vmf_sweep: error: {e}") from None
             else:
                 jobs.append((row, seed))
     if jobs:  # a record made with other options or on other data: one line, before anything trains

@@ -88,6 +88,9 @@ def test_the_sweeps_first_records_are_read_and_never_rerun(sweep, tmp_path):
     (tmp_path / "released.seed1.json").write_text(json.dumps(dict(meta, args="--output-layer tied")))
     with pytest.raises(SystemExit, match="released.seed1.json was run with other options"):
         sweep.legacy_record(str(tmp_path), row, 1)
+    (tmp_path / "released.seed1.json").write_bytes(b'{"row": "rele')
+    with pytest.raises(SystemExit, match="released.seed1.json cannot be read as a sweep record"):
+        sweep.legacy_record(str(tmp_path), row, 1)
 
 
 def test_each_sweep_run_takes_one_gpu_slot_and_gives_it_back(sweep, monkeypatch):
