@@ -43,7 +43,6 @@ log() { echo "[demo $(date +%H:%M:%S)] $*"; }
 
 VENV_BIN=$VENV_BIN bash scripts/prepare-multi30k.sh --src de --tgt en
 VENV_BIN=$VENV_BIN bash scripts/prepare-multi30k.sh --src de --tgt en --word-target
-LOWER=$(sed -n 's/^lowercase: //p' "$DATA/.done")
 
 if [ ! -s work/multi30k/vectors.word.en.300d.vec ]; then
   log "training 300-d target word vectors on the word-level English side (continuous-output rows)"
@@ -59,5 +58,5 @@ fi
 log "training one model per output layer and seed ($SEEDS), $UPDATES updates each"
 # shellcheck disable=SC2086  # ROWS holds glob patterns and SEEDS a list: both are split (and globbed) on purpose
 "$PY" -m fairseq_outlayers.lab.compare --data-bin "$DATA" --raw-dir work/multi30k/raw \
-  $([ "$LOWER" = 1 ] && echo --lowercase) --rows $ROWS --max-update "$UPDATES" --seeds $SEEDS --out "$OUT" \
+  --rows $ROWS --max-update "$UPDATES" --seeds $SEEDS --out "$OUT" \
   --title "$TITLE" --ledger docs/results/runs

@@ -203,10 +203,7 @@ def main(argv=None):
     parser.add_argument("--test-prefix", default="test_2016_flickr", help="raw reference file prefix")
     parser.add_argument("--test-name", default="test2016", help="name of the test split in the records (the "
                         "ledger's)")
-    parser.add_argument("--src", default="de")
-    parser.add_argument("--tgt", default="en")
-    parser.add_argument("--lowercase", action="store_true", help="ignored: the case is read from the data "
-                        "directory's .done, as every runner of the package does")
+    parser.add_argument("--tgt", default="en", help="target language: the reference is RAW_DIR/TEST_PREFIX.TGT")
     parser.add_argument("--rows", nargs="+", required=True, help="row files (*.args), one configuration each")
     parser.add_argument("--out", required=True, help="output directory (records, checkpoints, logs, results.md)")
     parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=1200, help="every row's budget")
