@@ -75,7 +75,7 @@ def sweep_figures(record):
     return {"row": record["row"], "seed": record["seed"], "bleu": bleu,
             "valid": {k: last[k] for k in VALID_FIELDS if last.get(k) is not None},
             "valid_bleu": {} if valid_bleu is None else {beam: valid_bleu},
-            "speed": record.get("tokens_per_second"), "record": True}
+            "speed": record.get("tokens_per_second")}
 
 
 def run_one(row, seed, settings, free=None):

@@ -15,7 +15,6 @@ embedding / output-layer parameters, training target tokens/s and wall time; it 
 --out -`` gives the same runs with the ledger's statistics.
 """
 import argparse
-import dataclasses
 import glob
 import json
 import os
@@ -256,7 +255,7 @@ def main(argv=None):
         for n, row in enumerate(rows, start=1):
             log(f"[{n}/{len(rows)}] {row.name} (seed {seed})")
             try:
-                record, reused = runner.run(row, seed, dataclasses.replace(settings))
+                record, reused = runner.run(row, seed, settings)
             except OutlayersConfigError as e:
                 raise SystemExit(f"compare: error: {e}") from None
             if reused:
