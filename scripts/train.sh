@@ -17,11 +17,22 @@
 #   DATA_BIN    binarised data (task.data)  [PREPARED/data-bin/SRC-TGT, PREPARED from configs/datasets.yaml]
 #   TEXT_DIR    BPE'd training text     [the same preparation's bpe/ folder] (target vectors, word pairing)
 #   SAVE_DIR    checkpoints (checkpoint.save_dir)  [checkpoints/DATASET/METHOD]
-#   VECTORS     recipes with model.target_vectors: the target word vectors  [TEXT_DIR/../vectors.TGT.VECTOR_DIMd.vec,
-#               trained when missing with scripts/train_target_vectors.py (fastText, gensim) on TEXT_DIR/train.TGT];
-#               on a dataset with word_targets_for_vectors (multi30k) the word-level preparation is used:
-#               data-bin/SRC-TGT-word, bpe-word/, vectors.word.TGT.VECTOR_DIMd.vec
-#   VECTOR_DIM  the dimension m of those vectors [300]
+#   VECTORS_FROM  recipes with model.target_vectors: how the target word vectors are made when VECTORS is missing
+#               [softmax]. softmax: two stages; first the dataset's softmax recipe trains VECTORS_UPDATES updates on
+#               the same DATA_BIN (checkpoints in VECTORS_SAVE_DIR), then its output word matrix is exported
+#               (outlayers-vectors export; m = the model's width). fasttext: the paper's vectors, trained by
+#               scripts/train_target_vectors.py on TEXT_DIR/train.TGT (m = VECTOR_DIM). A .pt file: export the
+#               output matrix of that softmax checkpoint (same target dictionary), e.g. a baseline you trained.
+#   VECTORS_UPDATES  softmax: updates of the first stage [800]
+#   VECTORS_SAVE_DIR softmax: its checkpoints [SAVE_DIR's folder/softmax-vectors-VECTORS_UPDATES]
+#   VECTORS_ARGS  softmax: extra fairseq-train options of the first stage [the device, precision and batch options
+#               among the extra options: --cpu --fp16 --amp --bf16 --memory-efficient-fp16 --max-tokens
+#               --batch-size --update-freq --distributed-world-size]
+#   VECTORS     recipes with model.target_vectors: the target word vectors, made when missing as VECTORS_FROM says
+#               [softmax: VECTORS_SAVE_DIR/output.TGT.vec; fasttext: TEXT_DIR/../vectors.TGT.VECTOR_DIMd.vec;
+#               a checkpoint C.pt: C.output.TGT.vec]; on a dataset with word_targets_for_vectors (multi30k) the
+#               word-level preparation is used: data-bin/SRC-TGT-word, bpe-word/, vectors.word.TGT.VECTOR_DIMd.vec
+#   VECTOR_DIM  fasttext: the dimension m of those vectors [300]
 #   VECTOR_WORKERS  gensim threads for those vectors [1 on multi30k: about a minute, and the same file on every run
 #               and on every x86-64 machine with AVX2 and the same gensim/numpy/scipy (the script pins OpenBLAS's
 #               kernel); elsewhere the script's default, cores - 1, whose vectors differ from run to run]
@@ -72,10 +83,21 @@ VECTOR_DIM=${VECTOR_DIM:-300}
 DATA_BIN=${DATA_BIN:-$PREP/data-bin/$SRC-$TGT$WORD}
 TEXT_DIR=${TEXT_DIR:-$(dirname "$(dirname "$DATA_BIN")")/bpe$WORD}
 SAVE_DIR=${SAVE_DIR:-$ROOT/checkpoints/$DATASET/$METHOD}
-VECTORS=${VECTORS:-$(dirname "$TEXT_DIR")/vectors${WORD:+.word}.$TGT.${VECTOR_DIM}d.vec}
 PAIRING=${PAIRING:-$(dirname "$TEXT_DIR")/pairing.$SRC-$TGT.txt}
 VALUES=(task.data="$DATA_BIN" checkpoint.save_dir="$SAVE_DIR"); PREP_STEP=
-case "$FILL" in *" model.target_vectors "*) VALUES+=(model.target_vectors="$VECTORS"); PREP_STEP=vectors;; esac
+VECTORS_FROM=${VECTORS_FROM:-softmax}
+VECTORS_UPDATES=${VECTORS_UPDATES:-800}
+VECTORS_SAVE_DIR=${VECTORS_SAVE_DIR:-$(dirname "$SAVE_DIR")/softmax-vectors-$VECTORS_UPDATES}
+case "$FILL" in *" model.target_vectors "*)
+  case "$VECTORS_FROM" in
+    softmax) VECTORS=${VECTORS:-$VECTORS_SAVE_DIR/output.$TGT.vec}
+      case "$VECTORS_UPDATES" in ''|*[!0-9]*|0) die "VECTORS_UPDATES must be a positive number of updates, got '$VECTORS_UPDATES'";; esac;;
+    fasttext) VECTORS=${VECTORS:-$(dirname "$TEXT_DIR")/vectors${WORD:+.word}.$TGT.${VECTOR_DIM}d.vec};;
+    *.pt) VECTORS=${VECTORS:-${VECTORS_FROM%.pt}.output.$TGT.vec};;
+    *) die "VECTORS_FROM must be softmax, fasttext or a softmax checkpoint FILE.pt, got '$VECTORS_FROM'";;
+  esac
+  VALUES+=(model.target_vectors="$VECTORS"); PREP_STEP=vectors;;
+esac
 case "$FILL" in *" model.pairing "*) VALUES+=(model.pairing="$PAIRING"); PREP_STEP=pairing;; esac
 RECIPE_ARGS=$("$PY" "$RECIPES" args "$METHOD" "$DATASET" "${VALUES[@]}") || exit 1
 mapfile -t RECIPE_ARGS <<< "$RECIPE_ARGS"
@@ -97,7 +119,36 @@ if [ "$MODE" = run ]; then
 fi
 
 # ---- files the method needs: made when missing, never overwritten ---------------------------------------------
-if [ "$PREP_STEP" = vectors ] && [ ! -f "$VECTORS" ]; then
+if [ "$PREP_STEP" = vectors ] && [ ! -f "$VECTORS" ] && [ "$VECTORS_FROM" != fasttext ]; then
+  CKPT=$VECTORS_FROM
+  if [ "$VECTORS_FROM" = softmax ]; then
+    CKPT=$VECTORS_SAVE_DIR/checkpoint_last.pt
+    if [ -z "${VECTORS_ARGS+set}" ]; then  # the device, precision and batch options of the extra options
+      STAGE1=()
+      for ((i = 0; i < ${#EXTRA[@]}; i++)); do
+        case "${EXTRA[$i]}" in
+          --cpu|--fp16|--amp|--bf16|--memory-efficient-fp16) STAGE1+=("${EXTRA[$i]}");;
+          --max-tokens|--batch-size|--update-freq|--distributed-world-size)
+            STAGE1+=("${EXTRA[$i]}" "${EXTRA[$((i + 1))]:-}"); i=$((i + 1));;
+        esac
+      done
+    else
+      read -r -a STAGE1 <<< "$VECTORS_ARGS"
+    fi
+    echo "== target vectors $VECTORS are missing; first stage: the softmax recipe, $VECTORS_UPDATES updates on $DATA_BIN"
+    FLAG=(); [ "$MODE" = run ] || FLAG=(--dry-run)
+    TRAIN_SH_FIRST_STAGE=1 DATA_BIN=$DATA_BIN SAVE_DIR=$VECTORS_SAVE_DIR bash "$ROOT/scripts/train.sh" ${FLAG[@]+"${FLAG[@]}"} \
+      softmax "$DATASET" ${STAGE1[@]+"${STAGE1[@]}"} --max-update "$VECTORS_UPDATES" || exit 1
+  fi
+  CMD=(outlayers-vectors export "$CKPT" "$VECTORS")
+  echo "== exporting the output word matrix of $CKPT as the target vectors"
+  echo "+ $(quote "${CMD[@]}")"
+  if [ "$MODE" = run ]; then
+    [ -f "$CKPT" ] || die "$CKPT not found: VECTORS_FROM must name a softmax checkpoint of this data (or be softmax or fasttext)"
+    "${CMD[@]}"
+  fi
+fi
+if [ "$PREP_STEP" = vectors ] && [ ! -f "$VECTORS" ] && [ "$VECTORS_FROM" = fasttext ]; then
   CMD=(python "$ROOT/scripts/train_target_vectors.py" --input "$TEXT_DIR/train.$TGT" --output "$VECTORS"
        --algorithm fasttext --dim "$VECTOR_DIM" --dict "$DATA_BIN/dict.$TGT.txt")
   if [ -n "${VECTOR_WORKERS:-}" ]; then CMD+=(--workers "$VECTOR_WORKERS")
@@ -122,7 +173,7 @@ fi
 
 # ---- the training command -------------------------------------------------------------------------------------
 echo "+ $(quote fairseq-train "${ARGS[@]}")"
-echo "== afterwards: bash scripts/evaluate.sh $SAVE_DIR/checkpoint_best.pt $DATA_BIN $EVAL"
+[ -n "${TRAIN_SH_FIRST_STAGE:-}" ] || echo "== afterwards: bash scripts/evaluate.sh $SAVE_DIR/checkpoint_best.pt $DATA_BIN $EVAL"
 [ "$MODE" = run ] || exit 0
 # an unreadable checkpoint_last.pt (fairseq copies it non-atomically) resumes from the newest intact checkpoint
 LAST_DIR=$SAVE_DIR

@@ -2,8 +2,7 @@
 
 Each block runs in a directory laid out as ``make demo`` leaves the repository (``work/multi30k/...``), filled with
 the tiny synthetic corpus of conftest.py. Only options are added (argparse: the last one wins): each
-``fairseq-train`` stops after a few updates on a smaller model, fairseq runs on the CPU, the target vectors train
-one epoch. ``python`` and the fairseq commands are this interpreter's (its bin directory comes first on PATH). The README's sentences
+``fairseq-train`` stops after a few updates on a smaller model, fairseq runs on the CPU. ``python`` and the fairseq commands are this interpreter's (its bin directory comes first on PATH). The README's sentences
 are checked against their length limit here too (scripts/check_sentences.py).
 """
 import glob
@@ -55,17 +54,23 @@ def test_the_readme_has_a_block_per_method():
                    "--output-layer continuous"):
         assert sum(option in b for _, b in blocks) == 1, option
     assert "--output-layer tied" in blocks[0][1]
-    assert "outlayers-pairing" in text and "train_target_vectors.py" in text
+    assert "outlayers-pairing" in text and "outlayers-vectors export" in text
     for _, block in blocks:
         cmds = commands(block)
         trains = [c for c in cmds if c.startswith("fairseq-train ")]
         gens = [c for c in cmds if c.startswith("fairseq-generate ")]
-        assert len(trains) == 1 and len(gens) == 1 and cmds[-1] == gens[0], block
-        assert "--user-dir fairseq_outlayers" in trains[0] and "--user-dir fairseq_outlayers" in gens[0]
-        save = re.search(r"--save-dir (\S+)", trains[0]).group(1)
+        assert len(gens) == 1 and cmds[-1] == gens[0], block
+        assert all("--user-dir fairseq_outlayers" in c for c in trains + gens)
+        if len(trains) == 2:  # two stages: the first model's output matrix is the second's target vectors
+            first = re.search(r"--save-dir (\S+)", trains[0]).group(1)
+            export = [c for c in cmds if c.startswith("outlayers-vectors export ")]
+            assert len(export) == 1 and export[0].split()[2] == f"{first}/checkpoint_last.pt", block
+            assert f"--target-vectors {export[0].split()[3]} " in trains[1] and "--output-layer continuous" in trains[1]
+        assert 1 <= len(trains) <= 2, block
+        save = re.search(r"--save-dir (\S+)", trains[-1]).group(1)
         assert f"--path {save}/checkpoint_best.pt" in gens[0]
         # the data the block trains on is the data it translates
-        assert trains[0].split()[1] == gens[0].split()[1]
+        assert all(c.split()[1] == gens[0].split()[1] for c in trains)
 
 
 def test_user_docs_sentences_are_short():
@@ -104,8 +109,6 @@ def _script(block):
             cmd += " " + " ".join(TRAIN_CAP)
         elif cmd.startswith("fairseq-generate "):
             cmd += " " + " ".join(GENERATE_CAP)
-        elif "scripts/train_target_vectors.py" in cmd:
-            cmd += " --epochs 1"  # vectors for a few updates need no quality
         lines.append(cmd)
     return "\n".join(lines) + "\n"
 
@@ -115,8 +118,6 @@ def _script(block):
 def test_readme_block_runs(title, block, demo_tree):
     if "outlayers-pairing" in block:
         pytest.importorskip("systran_align", reason="the pairing's built-in fast_align (Python <= 3.11)")
-    if "train_target_vectors.py" in block:
-        pytest.importorskip("gensim")
     env = {"PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
            "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     script = demo_tree / f"block-{abs(hash(block))}.sh"

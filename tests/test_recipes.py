@@ -380,7 +380,7 @@ def print_args(method, dataset, env=None):
     return bash("train.sh", "--print-args", method, dataset, env=env).stdout.rstrip("\n").split("\n")
 
 
-def test_train_sh_settings_and_errors():
+def test_train_sh_settings_and_errors(tmp_path):
     a = print_args("joint", "wmt14")
     assert a[a.index("--arch") + 1] == "outlayers_transformer_wmt_en_de_joint"
     assert a[a.index("--joint-dim") + 1] == "2048" and a[a.index("--criterion") + 1] == "sampled_softmax"
@@ -402,13 +402,41 @@ def test_train_sh_settings_and_errors():
     assert bash("train.sh", "--list").stdout.split("\n")[:-1] == [f"{m} {d}" for m, d in RECIPES]
     missing = bash("train.sh", "tied", "iwslt14", env={"DATA_BIN": "/nonexistent"}, check=False)
     assert missing.returncode == 1 and "prepare the data first" in missing.stderr
-    dry = bash("train.sh", "--dry-run", "continuous", "multi30k", env={"DATA_BIN": "/d/data-bin/de-en-word"}).stdout
+    fasttext = {"DATA_BIN": "/d/data-bin/de-en-word", "VECTORS_FROM": "fasttext"}
+    dry = bash("train.sh", "--dry-run", "continuous", "multi30k", env=fasttext).stdout
     assert "train_target_vectors.py --input /d/bpe-word/train.en --output /d/vectors.word.en.300d.vec" in dry
     assert "+ fairseq-train /d/data-bin/de-en-word --user-dir" in dry and not os.path.exists("/d")
     assert "--target-vectors-center" in dry and "recipe: configs/multi30k/continuous.yaml" in dry
-    dry = bash("train.sh", "--dry-run", "continuous", "iwslt14", env={"DATA_BIN": "/d/data-bin/de-en"}).stdout
+    dry = bash("train.sh", "--dry-run", "continuous", "iwslt14",
+               env={"DATA_BIN": "/d/data-bin/de-en", "VECTORS_FROM": "fasttext"}).stdout
     assert "train_target_vectors.py --input /d/bpe/train.en --output /d/vectors.en.300d.vec" in dry
     assert "--target-vectors-center" not in dry
+    # the default: two stages, the softmax recipe on the same data, then its output matrix exported
+    dry = bash("train.sh", "--dry-run", "continuous", "multi30k", "--cpu", "--max-tokens", "999", "--lr", "1",
+               env={"DATA_BIN": "/d/data-bin/de-en-word", "SAVE_DIR": "/c/vmf"}).stdout.split("\n")
+    trains = [shlex.split(line)[2:] for line in dry if line.startswith("+ fairseq-train ")]
+    assert len(trains) == 2 and trains[0][0] == trains[1][0] == "/d/data-bin/de-en-word"
+    first, second = trains
+    assert first[first.index("--arch") + 1] == "outlayers_transformer_small" and "--target-vectors" not in first
+    assert first[-5:] == ["--cpu", "--max-tokens", "999", "--max-update", "800"]  # device/batch options, no --lr 1
+    assert first[first.index("--save-dir") + 1] == "/c/softmax-vectors-800"
+    assert "+ outlayers-vectors export /c/softmax-vectors-800/checkpoint_last.pt /c/softmax-vectors-800/output.en.vec" \
+        in dry
+    assert second[second.index("--target-vectors") + 1] == "/c/softmax-vectors-800/output.en.vec"
+    assert second[-5:] == ["--cpu", "--max-tokens", "999", "--lr", "1"]
+    assert sum(line.startswith("== afterwards:") for line in dry) == 1
+    dry = bash("train.sh", "--dry-run", "continuous", "iwslt14",
+               env={"VECTORS_FROM": "/m/base.pt", "VECTORS_UPDATES": "5"}).stdout
+    assert "+ outlayers-vectors export /m/base.pt /m/base.output.en.vec" in dry and dry.count("+ fairseq-train") == 1
+    for env, message in (({"VECTORS_FROM": "glove"}, "VECTORS_FROM must be softmax, fasttext or a softmax checkpoint"),
+                         ({"VECTORS_UPDATES": "0"}, "VECTORS_UPDATES must be a positive number of updates")):
+        bad = bash("train.sh", "--dry-run", "continuous", "iwslt14", env=env, check=False)
+        assert bad.returncode == 1 and message in bad.stderr
+    for lang in ("de", "en"):
+        (tmp_path / f"dict.{lang}.txt").write_text("a 1\n")
+    gone = bash("train.sh", "continuous", "iwslt14", env={"VECTORS_FROM": "/nonexistent/c.pt", "DATA_BIN": str(tmp_path)},
+                check=False)
+    assert gone.returncode == 1 and "/nonexistent/c.pt not found" in gone.stderr
 
 
 def _options(args):
@@ -437,7 +465,12 @@ def test_train_sh_gives_the_same_recipes_as_before():
         dataset, method = name.split("/")
         dry = bash("train.sh", "--dry-run", method, dataset).stdout.replace(REPO, "{root}").split("\n")
         command = [line for line in dry if line.startswith("+ fairseq-train ")]
-        args = shlex.split(command[0])[2:]  # the printed command, as the shell reads it
+        args = shlex.split(command[-1])[2:]  # the printed command, as the shell reads it (after a first stage)
+        if method == "continuous":  # the target vectors are made as VECTORS_FROM says (now: a first softmax stage)
+            vectors, old = args.index("--target-vectors") + 1, before["args"].index("--target-vectors") + 1
+            tgt = before["args"][old].split(".")[-3]  # the old default: {prepared}/vectors[.word].TGT.300d.vec
+            assert args[vectors] == f"{{root}}/checkpoints/{dataset}/softmax-vectors-800/output.{tgt}.vec", name
+            args[vectors] = before["args"][old]
         assert args[:3] == before["args"][:3], name
         assert _options(args) == _options(before["args"]), name
         assert before["afterwards"] in dry, name
@@ -609,7 +642,8 @@ def test_train_sh_makes_pairing_and_vectors(multi30k_slice, tmp_path):
     assert os.path.isfile(str(tmp_path / "sp" / "checkpoint_last.pt"))
     stamp = os.path.getmtime(pairing)
     # continuous on multi30k: the word-level data (its default when DATA_BIN is unset), vectors on its text
-    env = {"DATA_BIN": str(work / "data-bin" / "de-en-word"), "SAVE_DIR": str(tmp_path / "vmf"), "VECTOR_DIM": "16"}
+    env = {"DATA_BIN": str(work / "data-bin" / "de-en-word"), "SAVE_DIR": str(tmp_path / "vmf"), "VECTOR_DIM": "16",
+           "VECTORS_FROM": "fasttext"}
     proc = bash("train.sh", "continuous", "multi30k", *TINY, "--max-update", "2", env=env)
     vec = work / "vectors.word.en.16d.vec"
     assert vec.is_file() and open(vec).readline().split()[1] == "16"
@@ -672,7 +706,8 @@ def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, da
     data = str(work / "data-bin" / ("de-en-word" if (method, dataset) == ("continuous", "multi30k") else "de-en"))
     save = str(tmp_path / "ckpt")
     tiny = TINY_LSTM if dataset == "wmt16-word" else TINY + ["--update-freq", "1"]
-    env = {"DATA_BIN": data, "SAVE_DIR": save, "VECTOR_DIM": "16"}
+    # continuous: the default two stages, a tiny softmax first (2 updates), its output matrix as the vectors
+    env = {"DATA_BIN": data, "SAVE_DIR": save, "VECTORS_UPDATES": "2", "VECTORS_ARGS": " ".join(tiny)}
     bash("train.sh", method, dataset, *tiny, "--max-update", "2", "--max-epoch", "0", env=env)
     ckpt = os.path.join(save, "checkpoint_last.pt")
     src, tgt = ("en", "de") if dataset == "wmt14" else ("de", "en")
@@ -681,3 +716,11 @@ def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, da
          "--gen-args", "--max-len-a 0 --max-len-b 4")
     out = os.path.join(save, "eval-checkpoint_last-test-beam2-lenpen1.0")
     assert json.load(open(os.path.join(out, "scores.json")))["sentences"] == 300
+    if method == "continuous":
+        first = torch.load(os.path.join(tmp_path, "softmax-vectors-2", "checkpoint_last.pt"), map_location="cpu",
+                           weights_only=False)
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        assert first["cfg"]["model"].output_layer == "softmax" and "vmf" not in first["cfg"]["criterion"]["_name"]
+        vec = os.path.join(tmp_path, "softmax-vectors-2", f"output.{tgt}.vec")
+        assert state["cfg"]["model"].continuous_dim == int(open(vec).readline().split()[1])
+        assert state["cfg"]["model"].target_vectors == vec
