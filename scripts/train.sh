@@ -136,9 +136,21 @@ if [ "$PREP_STEP" = vectors ] && [ ! -f "$VECTORS" ] && [ "$VECTORS_FROM" != fas
       read -r -a STAGE1 <<< "$VECTORS_ARGS"
     fi
     echo "== target vectors $VECTORS are missing; first stage: the softmax recipe, $VECTORS_UPDATES updates on $DATA_BIN"
-    FLAG=(); [ "$MODE" = run ] || FLAG=(--dry-run)
-    TRAIN_SH_FIRST_STAGE=1 DATA_BIN=$DATA_BIN SAVE_DIR=$VECTORS_SAVE_DIR bash "$ROOT/scripts/train.sh" ${FLAG[@]+"${FLAG[@]}"} \
-      softmax "$DATASET" ${STAGE1[@]+"${STAGE1[@]}"} --max-update "$VECTORS_UPDATES" || exit 1
+    STAGE=(bash "$ROOT/scripts/train.sh" softmax "$DATASET" ${STAGE1[@]+"${STAGE1[@]}"} --max-update "$VECTORS_UPDATES")
+    export TRAIN_SH_FIRST_STAGE=1
+    if [ "$MODE" = run ]; then
+      mkdir -p "$VECTORS_SAVE_DIR"
+      set +o pipefail
+      DATA_BIN=$DATA_BIN SAVE_DIR=$VECTORS_SAVE_DIR "${STAGE[@]}" 2>&1 | tee -a "$VECTORS_SAVE_DIR/train.log"
+      STATUS=${PIPESTATUS[0]}; set -o pipefail
+      # fairseq's prefetch thread can abort the interpreter at exit (134) after the last checkpoint was saved
+      if [ "$STATUS" != 0 ] && ! { [ "$STATUS" = 134 ] && tail -n 20 "$VECTORS_SAVE_DIR/train.log" | grep -q "done training in"; }; then
+        die "the first stage (softmax, $VECTORS_SAVE_DIR) failed; see $VECTORS_SAVE_DIR/train.log"
+      fi
+    else
+      DATA_BIN=$DATA_BIN SAVE_DIR=$VECTORS_SAVE_DIR "${STAGE[0]}" "${STAGE[1]}" --dry-run "${STAGE[@]:2}" || exit 1
+    fi
+    unset TRAIN_SH_FIRST_STAGE
   fi
   CMD=(outlayers-vectors export "$CKPT" "$VECTORS")
   echo "== exporting the output word matrix of $CKPT as the target vectors"

@@ -439,6 +439,37 @@ def test_train_sh_settings_and_errors(tmp_path):
     assert gone.returncode == 1 and "/nonexistent/c.pt not found" in gone.stderr
 
 
+def test_train_sh_first_stage_failures(tmp_path):
+    """The softmax first stage of a continuous recipe: a failure stops train.sh with one line naming its log; an
+    abort at interpreter exit (fairseq's prefetch thread) after fairseq logged the end of training is not one.
+    fairseq-train and outlayers-vectors are stand-ins here; train.sh's own logic is what runs."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    os.symlink(sys.executable, fake / "python")
+    (fake / "fairseq-train").write_text(
+        "#!/bin/bash\n"
+        "case \" $* \" in *' --output-layer softmax '*) ;; *) echo SECOND STAGE; exit 0;; esac\n"
+        "[ \"$FAKE\" = fail ] && { echo 'fairseq-train: error: bad'; exit 2; }\n"
+        "while [ $# -gt 0 ]; do [ \"$1\" = --save-dir ] && touch \"$2/checkpoint_last.pt\"; shift; done\n"
+        "echo 'done training in 1.0 seconds'; kill -ABRT $$\n")
+    (fake / "outlayers-vectors").write_text("#!/bin/bash\necho exported; echo '1 2' > \"$3\"\n")
+    for name in ("fairseq-train", "outlayers-vectors"):
+        os.chmod(fake / name, 0o755)
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in ("de", "en"):
+        (data / f"dict.{lang}.txt").write_text("a 1\n")
+    env = {"VENV_BIN": str(fake), "DATA_BIN": str(data), "SAVE_DIR": str(tmp_path / "c" / "vmf")}
+    stage = tmp_path / "c" / "softmax-vectors-800"
+    bad = bash("train.sh", "continuous", "iwslt14", env=dict(env, FAKE="fail"), check=False)
+    assert bad.returncode == 1 and "SECOND STAGE" not in bad.stdout
+    assert f"the first stage (softmax, {stage}) failed; see {stage}/train.log" in bad.stderr
+    assert not (stage / "output.en.vec").exists()
+    ok = bash("train.sh", "continuous", "iwslt14", env=env)
+    assert "exported" in ok.stdout and "SECOND STAGE" in ok.stdout and (stage / "output.en.vec").is_file()
+    assert "done training in" in (stage / "train.log").read_text()
+
+
 def _options(args):
     """{option: [values]} of a fairseq-train argument list after its positional data path; an option given
     twice is an error (the recipe would depend on the order)."""
