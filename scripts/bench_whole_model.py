@@ -47,18 +47,26 @@ GiB = 2.0 ** 30
 BOUND_WORDS = 12  # target words of the bound (+ 4 specials = 16 entries)
 CONTINUOUS_DIM = 300
 
-#: method -> fairseq options ("{vec}" is the target-vector file, "{d}" the decoder's embedding size)
+#: method -> fairseq options ("{vec}": the target-vector file, "{pairing}": the pairing file, "{d}": the decoder's
+#: embedding size). The fused-loss rows use --criterion fused_cross_entropy (label smoothing 0, as cross_entropy).
 METHODS = {
     "softmax": ["--output-layer", "softmax", "--criterion", "cross_entropy"],
     "tied": ["--output-layer", "tied", "--criterion", "cross_entropy"],
     "joint d_j = d": ["--output-layer", "joint", "--joint-dim", "{d}", "--criterion", "cross_entropy"],
     "fixed": ["--output-layer", "fixed", "--criterion", "cross_entropy"],
     "softmax, 25 % sampled": ["--output-layer", "softmax", "--criterion", "sampled_softmax", "--sample-ratio", "0.25"],
+    "softmax, fused loss": ["--output-layer", "softmax", "--criterion", "fused_cross_entropy"],
+    "tied, fused loss": ["--output-layer", "tied", "--criterion", "fused_cross_entropy"],
+    "joint d_j = d, fused loss": ["--output-layer", "joint", "--joint-dim", "{d}", "--criterion", "fused_cross_entropy"],
+    "shared-private": ["--embeddings", "shared-private", "--pairing", "{pairing}", "--output-layer", "tied",
+                       "--criterion", "cross_entropy"],
     "continuous, vmf_nll": ["--output-layer", "continuous", "--target-vectors", "{vec}", "--criterion", "vmf_nll"],
     "continuous, cosine": ["--output-layer", "continuous", "--target-vectors", "{vec}", "--criterion", "cosine"],
     "bound (16-word softmax)": ["--output-layer", "softmax", "--criterion", "cross_entropy"],
 }
 BOUND = "bound (16-word softmax)"
+#: --precision -> fairseq-train options (bf16 on a CUDA GPU needs the package's fix of fairseq 0.12's --tpu)
+PRECISIONS = {"fp32": [], "fp16": ["--fp16"], "bf16": ["--bf16"]}
 #: (decoder embedding size) of the architectures this script names in its docs
 ARCH_DIMS = {"outlayers_transformer": 512, "outlayers_transformer_small": 256, "outlayers_transformer_tiny": 128,
              "outlayers_transformer_wmt_en_de_big": 1024}
@@ -87,8 +95,9 @@ def zipf_sentences(n_words, n_sentences, min_len, max_len, seed):
 def write_corpus(directory, vocab, n_sentences, seed=1, min_len=10, max_len=40, workers=1, log=print):
     """Text and binarised data for vocabulary size ``vocab`` (dictionary entries incl. 4 specials) under
     ``directory``: ``bin`` (src/tgt, one dictionary), ``bin-bound`` (the target folded onto BOUND_WORDS words) and
-    ``vectors.vec`` (CONTINUOUS_DIM-d random integer vectors, unit-normalised by the loader, for every word).
-    Returns (bin, bin-bound, vectors)."""
+    ``vectors.vec`` (CONTINUOUS_DIM-d random integer vectors, unit-normalised by the loader, for every word) and
+    ``pairing.txt`` (shared-private: every word paired with itself, as one dictionary serves both sides).
+    Returns (bin, bin-bound, {"vec": vectors, "pairing": pairing file})."""
     import numpy as np
 
     n_words = vocab - 4
@@ -130,16 +139,30 @@ def write_corpus(directory, vocab, n_sentences, seed=1, min_len=10, max_len=40, 
             block[block == 0] = 1
             f.writelines(f"{words[start + i]} " + " ".join(map(str, row)) + "\n"
                          for i, row in enumerate(block.tolist()))
-    return bins["bin"], bins["bin-bound"], vec
+    return bins["bin"], bins["bin-bound"], {"vec": vec, "pairing": write_identical_pairing(bins["bin"])}
+
+
+def write_identical_pairing(data):
+    """The shared-private pairing file of a corpus whose source and target share one dictionary."""
+    from fairseq.data import Dictionary
+
+    from fairseq_outlayers.pairing.pairs import pair_identical, write_pairing
+
+    path = os.path.join(data, "pairing.txt")
+    src, tgt = (Dictionary.load(os.path.join(data, f"dict.{lang}.txt")) for lang in ("src", "tgt"))
+    write_pairing(path, pair_identical(src, tgt), overwrite=True)
+    return path
 
 
 # ------------------------------------------------------------------------------------------------------------
 # one fairseq-train run
 # ------------------------------------------------------------------------------------------------------------
 
-def train_command(args, data, method, precision, max_tokens, vec, save_dir):
+def train_command(args, data, method, precision, max_tokens, files, save_dir):
+    """fairseq-train's options for one run; ``files``: {"vec": target vectors, "pairing": pairing file}."""
     d = ARCH_DIMS.get(args.arch, 512)
-    opts = [o.replace("{vec}", vec).replace("{d}", str(d)) for o in METHODS[method]]
+    opts = [o.replace("{vec}", files["vec"]).replace("{pairing}", files["pairing"]).replace("{d}", str(d))
+            for o in METHODS[method]]
     tgt = "bound" if method == BOUND else "tgt"
     cmd = [data, "--user-dir", USER_DIR, "--task", "translation", "-s", "src", "-t", tgt, "--arch", args.arch,
            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.0005", "--lr-scheduler",
@@ -147,8 +170,7 @@ def train_command(args, data, method, precision, max_tokens, vec, save_dir):
            "--max-update", str(args.updates), "--disable-validation", "--no-save", "--save-dir", save_dir,
            "--log-format", "json", "--log-interval", str(args.log_interval), "--seed", "1",
            "--num-workers", "1", "--max-source-positions", "256", "--max-target-positions", "256"] + opts
-    if precision == "fp16":
-        cmd.append("--fp16")
+    cmd += PRECISIONS[precision]
     if args.device == "cpu":
         cmd.append("--cpu")
     return cmd + list(args.extra)
@@ -190,11 +212,11 @@ def parse_log(text, warmup):
     return (statistics.median(wps) if wps else float("nan")), wps, params, oom
 
 
-def run_one(args, data, method, precision, max_tokens, vec, log=print):
+def run_one(args, data, method, precision, max_tokens, files, log=print):
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
         cmd = [sys.executable, os.path.abspath(__file__), "--child", result, "--"] + train_command(
-            args, data, method, precision, max_tokens, vec, os.path.join(tmp, "ckpt"))
+            args, data, method, precision, max_tokens, files, os.path.join(tmp, "ckpt"))
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if args.device == "cpu":
             env.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -256,9 +278,13 @@ def table(rows, device):
                     if ok(soft) and ok(bound) else float("nan"))
             m_soft = benchlib.ratio(peak_bytes(r), peak_bytes(soft)) if ok(soft) else float("nan")
             lines.append(f"| {vocab} | {precision} | {max_tokens} | {r['method']} | {r['tok_s']:,.0f} | "
-                         f"{x_soft:.2f} | {x_bound:.2f} | {fmt_pct(gain)} | {peak_bytes(r) / GiB:.2f} | "
-                         f"{m_soft:.2f} |")
+                         f"{fmt_ratio(x_soft)} | {fmt_ratio(x_bound)} | {fmt_pct(gain)} | {peak_bytes(r) / GiB:.2f} | "
+                         f"{fmt_ratio(m_soft)} |")
     return lines
+
+
+def fmt_ratio(x):
+    return f"{x:.2f}" if x is not None and math.isfinite(x) else ""
 
 
 def fmt_pct(x):
@@ -318,7 +344,7 @@ def main(argv=None):
                         "so set CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--vocab", type=int, nargs="+", default=[50000, 128000] if cuda else [50000])
     parser.add_argument("--arch", default="outlayers_transformer" if cuda else "outlayers_transformer_tiny")
-    parser.add_argument("--precision", nargs="+", choices=["fp32", "fp16"],
+    parser.add_argument("--precision", nargs="+", choices=list(PRECISIONS),
                         default=["fp16", "fp32"] if cuda else ["fp32"])
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[8192, 32768] if cuda else [2048],
                         help="tokens per update (fairseq --max-tokens, one GPU, no --update-freq)")
@@ -342,8 +368,6 @@ def main(argv=None):
 
         if not torch.cuda.is_available():
             parser.error("--device cuda asked for, but torch sees no CUDA device")
-        if "fp16" not in args.precision and "fp32" not in args.precision:
-            parser.error("--precision: fp32 and/or fp16")
     elif "fp16" in args.precision:
         parser.error("--precision fp16 needs --device cuda (fairseq's fp16 runs on CUDA only)")
     if args.warmup_updates >= args.updates:
@@ -359,12 +383,13 @@ def main(argv=None):
         for vocab in args.vocab:
             directory = os.path.join(work, f"v{vocab}")
             os.makedirs(directory, exist_ok=True)
-            data, bound, vec = write_corpus(directory, vocab, sentences, workers=args.workers)
+            data, bound, files = write_corpus(directory, vocab, sentences, workers=args.workers)
             for precision in args.precision:
                 for max_tokens in args.max_tokens:
                     print(f"V={vocab} {precision} {max_tokens} tokens/update", flush=True)
                     for method in args.methods:
-                        row = run_one(args, bound if method == BOUND else data, method, precision, max_tokens, vec)
+                        row = run_one(args, bound if method == BOUND else data, method, precision, max_tokens,
+                                      files)
                         row["vocab"] = vocab
                         rows.append(row)
                         # rewritten after every run: a run stopped by a time limit leaves what it measured

@@ -28,14 +28,20 @@ def test_train_command(bench):
     from argparse import Namespace
 
     args = Namespace(arch="outlayers_transformer", updates=30, log_interval=5, device="cuda", extra=[])
-    cmd = bench.train_command(args, "/d", "joint d_j = d", "fp16", 8192, "/v.vec", "/s")
+    files = {"vec": "/v.vec", "pairing": "/p.txt"}
+    cmd = bench.train_command(args, "/d", "joint d_j = d", "fp16", 8192, files, "/s")
     assert cmd[0] == "/d" and cmd[cmd.index("--joint-dim") + 1] == "512" and "--fp16" in cmd and "--cpu" not in cmd
     assert cmd[cmd.index("--max-tokens") + 1] == "8192" and cmd[cmd.index("-t") + 1] == "tgt"
     cmd = bench.train_command(Namespace(**{**vars(args), "device": "cpu"}), "/b", bench.BOUND,
-                              "fp32", 1024, "/v.vec", "/s")
+                              "fp32", 1024, files, "/s")
     assert "--cpu" in cmd and cmd[cmd.index("-t") + 1] == "bound" and "--fp16" not in cmd
-    cmd = bench.train_command(args, "/d", "continuous, vmf_nll", "fp32", 1024, "/v.vec", "/s")
+    cmd = bench.train_command(args, "/d", "continuous, vmf_nll", "fp32", 1024, files, "/s")
     assert cmd[cmd.index("--target-vectors") + 1] == "/v.vec" and cmd[cmd.index("--criterion") + 1] == "vmf_nll"
+    cmd = bench.train_command(args, "/d", "shared-private", "bf16", 1024, files, "/s")
+    assert cmd[cmd.index("--pairing") + 1] == "/p.txt" and cmd[cmd.index("--embeddings") + 1] == "shared-private"
+    assert "--bf16" in cmd and "--fp16" not in cmd
+    cmd = bench.train_command(args, "/d", "tied, fused loss", "fp32", 1024, files, "/s")
+    assert cmd[cmd.index("--criterion") + 1] == "fused_cross_entropy" and cmd[cmd.index("--output-layer") + 1] == "tied"
 
 
 def test_table_ratios_and_gain_share(bench):
