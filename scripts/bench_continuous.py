@@ -97,8 +97,7 @@ def main(argv=None):
                         "log C_m through torch.compile (OUTLAYERS_COMPILE_LOG_CM=1)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier on a "
                         "shared machine)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (part 1; parts 2 and 3 run on the "
-                        "CPU, as built with --cpu)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (every part; parts 2 and 3 in float32)")
     benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks", "continuous_output.md"))
     parser.add_argument("--layer-probe", nargs=5, metavar=("METHOD", "V", "H", "CHUNKS", "STEPS"),
                         help=argparse.SUPPRESS)

@@ -1,5 +1,5 @@
 """Parts 2 and 3 of scripts/bench_continuous.py: a softmax and a continuous ``outlayers_transformer`` built as
-fairseq-train builds them, timed on synthetic batches: training steps (tokens/s) and decoding with fairseq's
+fairseq-train builds them (on ``--device``, float32), timed on synthetic batches: training steps (tokens/s) and decoding with fairseq's
 ``SequenceGenerator`` at a forced hypothesis length (sentences/s)."""
 import math
 import os
@@ -33,12 +33,12 @@ def write_model_data(directory, vocab, dim):
     return path
 
 
-def build(data_dir, arch, method, extra=()):
-    """(task, model, criterion, args) exactly as fairseq-train builds them from its command line."""
+def build(data_dir, arch, method, extra=(), device="cpu"):
+    """(task, model, criterion, args) exactly as fairseq-train builds them from its command line, on ``device``."""
     from fairseq import options, tasks
 
     cli = [data_dir, "--user-dir", USER_DIR, "--task", "translation", "-s", "src", "-t", "tgt", "--arch", arch,
-           "--optimizer", "adam", "--lr", "0.0005", "--cpu", "--seed", "1"]
+           "--optimizer", "adam", "--lr", "0.0005", "--seed", "1"] + (["--cpu"] if device == "cpu" else [])
     if method == "softmax":
         cli += ["--output-layer", "softmax", "--criterion", "cross_entropy"]
     else:
@@ -47,9 +47,16 @@ def build(data_dir, arch, method, extra=()):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, cli + list(extra))
     task = tasks.setup_task(args)
-    model = task.build_model(args)
-    criterion = task.build_criterion(args)
+    model = task.build_model(args).to(device)
+    criterion = task.build_criterion(args).to(device)
     return task, model, criterion, args
+
+
+def to_device(sample, device):
+    """``sample`` with every tensor moved to ``device``."""
+    from fairseq import utils
+
+    return sample if device == "cpu" else utils.apply_to_sample(lambda t: t.to(device), sample)
 
 
 def synthetic_batch(dictionary, sentences, src_len, tgt_len, seed):
@@ -107,15 +114,17 @@ def matmul_params(model):
 def run_model_benchmark(args, built, log=print):
     """Part 2: alternate full training steps of the two models; median step seconds -> target tokens/s."""
     steps = {name: train_step_fn(*b) for name, b in built.items()}
-    arch = built["softmax"][3].arch
+    arch, device = built["softmax"][3].arch, args.device
     order = list(built)
     times = {name: [] for name in order}
     dictionary = built[order[0]][0].target_dictionary
     for rep in range(args.train_steps + 1):  # repetition 0 warms up
-        sample = synthetic_batch(dictionary, args.train_sentences, args.train_len, args.train_len, seed=rep)
+        sample = to_device(synthetic_batch(dictionary, args.train_sentences, args.train_len, args.train_len,
+                                           seed=rep), device)
         for name in (order if rep % 2 == 0 else order[::-1]):
+            benchlib.sync(device)
             t0 = time.perf_counter()
-            loss = steps[name](sample)
+            loss = steps[name](sample)  # .item() waits for the step
             dt = time.perf_counter() - t0
             if not math.isfinite(loss):
                 raise RuntimeError(f"{name}: non-finite training loss {loss}")
@@ -155,10 +164,13 @@ def run_decode_benchmark(args, built, log=print):
         gens = {name: decode_generator(b[0], b[1], beam, args.decode_len) for name, b in built.items()}
         times = {name: [] for name in order}
         for rep in range(args.decode_reps + 1):
-            sample = synthetic_batch(dictionary, args.decode_sentences, args.decode_len, 2, seed=100 + rep)
+            sample = to_device(synthetic_batch(dictionary, args.decode_sentences, args.decode_len, 2,
+                                               seed=100 + rep), args.device)
             for name in (order if rep % 2 == 0 else order[::-1]):
+                benchlib.sync(args.device)
                 t0 = time.perf_counter()
                 hypos = decode_batch(built[name][0], built[name][1], gens[name], sample)
+                benchlib.sync(args.device)
                 dt = time.perf_counter() - t0
                 lengths = {len(h[0]["tokens"]) for h in hypos}
                 if lengths != {args.decode_len + 1}:
@@ -175,4 +187,4 @@ def run_decode_benchmark(args, built, log=print):
 
 def build_models(args, data_dir, arch):
     extra = ["--dropout", str(args.model_dropout)] if args.model_dropout is not None else []
-    return {name: build(data_dir, arch, name, extra) for name in ("softmax", "continuous")}
+    return {name: build(data_dir, arch, name, extra, args.device) for name in ("softmax", "continuous")}

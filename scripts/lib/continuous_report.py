@@ -105,7 +105,7 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
             "so the continuous model cannot decode faster when m >= d.",
             "",
         ]
-        lines += [benchlib.flops_note("cpu", benchlib.matmul_flops("cpu")) + " Training count: 6 x target "
+        lines += [benchlib.flops_note(args.device, benchlib.matmul_flops(args.device)) + " Training count: 6 x target "
                   "tokens x trained parameters taking part in a matmul (input embedding lookups excluded; "
                   "attention scores and the source side's shorter/longer length ignored). The decoding table has "
                   "no FLOP column (beam search's cost is not a fixed matmul count).", ""]
