@@ -198,7 +198,7 @@ def table(rows, tokens: int) -> str:
         t_ratio = m_ratio = ""
         if ref is not None and ref[3] is not None and impl != "plain":
             t_ratio = f"{benchlib.ratio(seconds, ref[3]):.2f}x"
-            m_ratio = f"{benchlib.ratio(peak, ref[4]):.2f}x"
+            m_ratio = f"{benchlib.ratio(peak, ref[4]):.2f}x" if ref[4] else "(plain: 0)"
         out.append(f"| {part} | {dtype} | {impl} | {seconds * 1e3:,.1f} | {tokens / seconds:,.0f} | "
                    f"{peak / 2 ** 20:,.0f} | {t_ratio} | {m_ratio} |")
     return "\n".join(out)

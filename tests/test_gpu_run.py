@@ -1,0 +1,84 @@
+"""scripts/gpu_run.sh, the one prepared GPU run, checked on the CPU (``SMOKE=1 DEVICE=cpu``): every step's
+command runs at tiny sizes and writes its file into the results archive; a second call on the same machine runs
+only what is left; a small budget leaves steps for the next call; a Python without fairseq stops at once. No
+figure is checked: the sizes are a smoke run's."""
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from harness import REPO
+
+STEPS = ["cuda-tests", "precision", "vmf-loss", "whole-model", "fused-loss", "layer", "decode", "joint", "fixed",
+         "whole-bf16", "whole-more"]
+FILES = ["precision_gpu.md", "vmf_loss_cuda.md", "whole_model_cuda.md", "fused_loss_gpu.md",
+         "continuous_layer_cuda.md", "continuous_model_cuda.md", "joint_cuda.md", "fixed_cuda.md",
+         "whole_model_cuda_bf16.md", "whole_model_cuda_more.md", "cuda-tests.txt"]
+
+
+def driver(tmp_path, python=sys.executable, **env):
+    bin_dir = os.path.dirname(sys.executable)
+    full = dict(os.environ, SMOKE="1", DEVICE="cpu", PY=python, OUT=str(tmp_path / "out"),
+                STATE=str(tmp_path / "state"), OMP_NUM_THREADS="1", PATH=bin_dir + os.pathsep + os.environ["PATH"],
+                MULTI30K=str(tmp_path / "none"))
+    full.update(env)
+    full.pop("PYTHONPATH", None)
+    return subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_run.sh")], cwd=REPO, env=full,
+                          capture_output=True, text=True, timeout=900)
+
+
+def members(tmp_path):
+    with tarfile.open(tmp_path / "out" / "gpu-results.tar") as tar:
+        return {os.path.basename(m.name) for m in tar.getmembers() if m.isfile()}
+
+
+def test_every_step_runs_and_a_second_call_runs_none_again(tmp_path):
+    """About two minutes on two cores: every step at smoke size."""
+    first = driver(tmp_path)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    log = (tmp_path / "out" / "log.txt").read_text()
+    for step in STEPS:
+        assert f"END {step}: exit 0" in log, f"{step} did not finish:\n{log[-4000:]}"
+    assert log.rstrip().endswith("not finished:")
+    got = members(tmp_path)
+    assert set(FILES) <= got, sorted(set(FILES) - got)
+    table = (tmp_path / "state" / "results" / "precision_gpu.md").read_text()
+    assert "| softmax |" in table and "| vmf |" in table and "| shared-private |" in table
+
+    second = driver(tmp_path)
+    assert second.returncode == 0
+    log = (tmp_path / "out" / "log.txt").read_text()  # both calls' log: the state keeps it
+    assert all(f"done earlier: {s}" in log for s in STEPS)
+    assert log.count("START vmf-loss") == 1  # started by the first call only
+    assert set(FILES) <= members(tmp_path)  # the first call's files come back with the second
+
+
+def test_a_small_budget_leaves_every_step_for_the_next_call(tmp_path):
+    proc = driver(tmp_path, BUDGET="20")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    log = (tmp_path / "out" / "log.txt").read_text()
+    for step in STEPS:
+        assert f"LEFT FOR THE NEXT CALL: {step}" in log
+    assert "START" not in log and members(tmp_path) == set()
+
+
+def test_only_the_named_steps_run(tmp_path):
+    proc = driver(tmp_path, STEPS="fixed")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert "END fixed: exit 0" in log and log.count("START ") == 1
+    assert members(tmp_path) == {"fixed_cuda.md", "fixed.txt"}
+
+
+def test_a_python_without_fairseq_stops_before_any_step(tmp_path):
+    bare = tmp_path / "bare-python"
+    bare.write_text("#!/bin/sh\nexec env -u PYTHONPATH python3 -S -I \"$@\"\n")
+    bare.chmod(0o755)
+    probe = subprocess.run([str(bare), "-c", "import fairseq"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("the system Python has fairseq")
+    proc = driver(tmp_path, python=str(bare))
+    assert proc.returncode == 1
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert "STOP: fairseq or the package does not import" in log and "START" not in log
