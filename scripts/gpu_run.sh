@@ -13,7 +13,7 @@
 #   FRESH=1 forget earlier calls' steps;  STEPS="a b"  only these steps (names below)
 #   MULTI30K  a folder with data-bin/de-en, data-bin/de-en-word and vectors.softmax-word.out.vec (default
 #           work/multi30k); without it the precision table uses a synthetic corpus
-#   PY      the Python (default python3); .whl/*.whl, when present, are installed into /tmp/site (see
+#   PY      the Python (default python3); .whl/*.whl, when present, are installed into $SITE (default /tmp/site; see
 #           docs/benchmarks/README.md for the wheels and the command that sends them)
 #
 # Steps (name: what -> file in gpu-results.tar):
@@ -38,6 +38,7 @@ DEVICE=${DEVICE:-cuda}
 SMOKE=${SMOKE:-}
 PY=${PY:-python3}
 MULTI30K=${MULTI30K:-work/multi30k}
+SITE=${SITE:-/tmp/site}
 [ -n "${FRESH:-}" ] && rm -rf "$STATE"
 RES=$STATE/results
 mkdir -p "$OUT" "$RES" "$STATE/done"
@@ -83,16 +84,16 @@ step() {  # step NAME SECONDS MIN -- command...
 
 # --- the environment ---------------------------------------------------------------------------------------
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1 && [ ! -e "$STATE/installed" ]; then
-    say "installing $(ls .whl/*.whl | wc -l) wheels into /tmp/site"
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    say "installing $(ls .whl/*.whl | wc -l) wheels into $SITE"
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
         >>"$LOG" 2>&1 && touch "$STATE/installed"
 fi
-[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
+[ -d "$SITE" ] && export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} PATH=$SITE/bin:$PATH
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 # the package's own console scripts (outlayers-train, ...) beside fairseq's, for the tests and the tools
-if ! command -v outlayers-train >/dev/null 2>&1 && [ -d /tmp/site ]; then
-    $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site-pkg . \
-        >>"$LOG" 2>&1 && cp -n /tmp/site-pkg/bin/* /tmp/site/bin/ 2>/dev/null
+if ! command -v outlayers-train >/dev/null 2>&1 && [ -d "$SITE" ]; then
+    $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$STATE/pkg" . \
+        >>"$LOG" 2>&1 && mkdir -p "$SITE/bin" && cp -n "$STATE"/pkg/bin/* "$SITE/bin/" 2>/dev/null
 fi
 {
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
