@@ -30,6 +30,20 @@ def write_corpus(out_dir, splits, src="de", tgt="en", vocab=40, shared_words=4, 
     return out_dir
 
 
+
+def write_alignment(out_dir, split, path, src="de", tgt="en"):
+    """The exact word alignment of a split of ``write_corpus`` as a Pharaoh ``i-j`` file: source word i is
+    target word n-1-i (the target is the source reversed). For ``outlayers-pairing --aligner pharaoh``."""
+    with open(os.path.join(out_dir, f"{split}.{src}"), encoding="utf-8") as fs, \
+            open(os.path.join(out_dir, f"{split}.{tgt}"), encoding="utf-8") as ft, \
+            open(path, "w", encoding="utf-8") as out:
+        for a, b in zip(fs, ft):
+            n = len(a.split())
+            if len(b.split()) != n:
+                raise ValueError(f"{out_dir}/{split}: a sentence pair of unequal lengths; not write_corpus output")
+            out.write(" ".join(f"{i}-{n - 1 - i}" for i in range(n)) + "\n")
+    return path
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="write a synthetic parallel corpus")
     parser.add_argument("--out", required=True)
