@@ -18,7 +18,8 @@
 #
 # Steps (name: what -> file in gpu-results.tar):
 #   correctness (two at once: they time nothing)
-#     cuda-tests  tests/test_cuda.py and the fused loss against float64 on the GPU      -> cuda_tests.txt
+#     cuda-tests  bf16 runs of every method (tests/test_cuda.py), log C_m and the fused loss against float64
+#                 on the GPU                                                            -> cuda-tests.txt
 #     precision   every method x fp32/fp16/amp/bf16/mebf16, validation loss vs fp32    -> precision_gpu.md
 #   timing (one at a time)
 #     vmf-loss    the vMF losses against cosine: ops, kernels, time; log C_m compiled   -> vmf_loss_cuda.md
@@ -30,6 +31,7 @@
 #     fixed       the fixed random classifier                                          -> fixed_cuda.md
 #     whole-bf16  the whole-model table in bf16 (V = 50k)                               -> whole_model_cuda_bf16.md
 #     whole-more  the whole-model table at V = 128k (fp16)                             -> whole_model_cuda_more.md
+#     cuda-tests-all  all of tests/test_cuda.py (every method trains and generates; fp16, --amp) -> cuda-tests-all.txt
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 BUDGET=${BUDGET:-540}
@@ -120,7 +122,7 @@ fi
 # --- sizes -------------------------------------------------------------------------------------------------
 if [ -n "$SMOKE" ]; then  # the same commands at sizes a CPU runs in seconds
     TOK=512 VOCABS="2000" FUSED_V="1000 3000" ARCH=outlayers_transformer_tiny UPD=4 WARM=1 LOGI=1 PREC_UPD=3
-    PREC_METHODS="--methods softmax softmax-fused vmf shared-private" JOBS=2 REPS=3
+    PREC_METHODS="--methods softmax-fused vmf shared-private" JOBS=2 REPS=3
     PRECISIONS="fp32 bf16"
     [ "$DEVICE" = cuda ] && PRECISIONS="fp32 fp16 amp bf16 mebf16"
     WM_METHODS=(--methods softmax "continuous, vmf_nll")
@@ -129,7 +131,7 @@ else
     TOK=8192 VOCABS="50000" FUSED_V="32000 50000 128000 256000" ARCH=outlayers_transformer UPD=30 WARM=10 LOGI=5
     PREC_UPD=200 PREC_METHODS="" JOBS=6 REPS=50 PRECISIONS="fp32 fp16 amp bf16 mebf16"
     WM_METHODS=()
-    PREC_FORM="fp16" TESTS="cuda"
+    PREC_FORM="fp16" TESTS="(test_cuda and (bf16 or log_cm)) or on_cuda"
 fi
 if [ -d "$MULTI30K/data-bin/de-en" ] && [ -d "$MULTI30K/data-bin/de-en-word" ] \
     && [ -f "$MULTI30K/vectors.softmax-word.out.vec" ] && [ -z "$SMOKE" ]; then
@@ -146,14 +148,15 @@ t1=$(limit cuda-tests 240 60)
 t2=$(limit precision 240 60)
 if [ -n "$t1" ]; then
     XDIST=()
-    $PY -c "import xdist" 2>/dev/null && XDIST=(-n 4)
+    $PY -c "import xdist" 2>/dev/null && XDIST=(-n 6)
     run cuda-tests "$t1" -- env OUTLAYERS_CUDA_TEST_DEVICE="$DEVICE" OUTLAYERS_TEST_DEVICE="$DEVICE" \
         $PY -m pytest -q -p no:cacheprovider "${XDIST[@]}" tests/test_cuda.py tests/test_fused_cross_entropy.py \
         -k "$TESTS" -rs &
 fi
 if [ -n "$t2" ]; then
     run precision "$t2" -- $PY scripts/bench_precision.py --device "$DEVICE" "${PREC_DATA[@]}" \
-        --precisions $PRECISIONS --max-update "$PREC_UPD" --jobs "$JOBS" --work-dir "$STATE/precision-work" \
+        --precisions $PRECISIONS --max-update "$PREC_UPD" --jobs "$JOBS" --run-timeout 150 \
+        --work-dir "$STATE/precision-work" \
         --output "$RES/precision_gpu.md" --force &
 fi
 wait
@@ -187,7 +190,10 @@ step whole-more 240 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" \
     --vocab $([ -n "$SMOKE" ] && echo 3000 || echo 128000) --arch "$ARCH" --precision "$PREC_FORM" \
     --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" --run-timeout 60 \
     --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda_more.md" --force
+step cuda-tests-all 300 120 -- env OUTLAYERS_CUDA_TEST_DEVICE="$DEVICE" OUTLAYERS_TEST_DEVICE="$DEVICE" \
+    $PY -m pytest -q -p no:cacheprovider $($PY -c "import xdist" 2>/dev/null && printf '%s' '-n 8') tests/test_cuda.py \
+    $([ -n "$SMOKE" ] && echo "-k log_cm") -rs
 say "finished: $(ls "$STATE/done" | tr '\n' ' ')"
-say "not finished: $(for s in cuda-tests precision vmf-loss whole-model fused-loss layer decode joint fixed whole-bf16 whole-more; do
+say "not finished: $(for s in cuda-tests precision vmf-loss whole-model fused-loss layer decode joint fixed whole-bf16 whole-more cuda-tests-all; do
     [ -e "$STATE/done/$s" ] || printf '%s ' "$s"; done)"
 pack

@@ -11,10 +11,10 @@ import pytest
 from harness import REPO
 
 STEPS = ["cuda-tests", "precision", "vmf-loss", "whole-model", "fused-loss", "layer", "decode", "joint", "fixed",
-         "whole-bf16", "whole-more"]
+         "whole-bf16", "whole-more", "cuda-tests-all"]
 FILES = ["precision_gpu.md", "vmf_loss_cuda.md", "whole_model_cuda.md", "fused_loss_gpu.md",
          "continuous_layer_cuda.md", "continuous_model_cuda.md", "joint_cuda.md", "fixed_cuda.md",
-         "whole_model_cuda_bf16.md", "whole_model_cuda_more.md", "cuda-tests.txt"]
+         "whole_model_cuda_bf16.md", "whole_model_cuda_more.md", "cuda-tests.txt", "cuda-tests-all.txt"]
 
 
 def driver(tmp_path, python=sys.executable, **env):
@@ -44,7 +44,7 @@ def test_every_step_runs_and_a_second_call_runs_none_again(tmp_path):
     got = members(tmp_path)
     assert set(FILES) <= got, sorted(set(FILES) - got)
     table = (tmp_path / "state" / "results" / "precision_gpu.md").read_text()
-    assert "| softmax |" in table and "| vmf |" in table and "| shared-private |" in table
+    assert "| softmax-fused |" in table and "| vmf |" in table and "| shared-private |" in table
 
     second = driver(tmp_path)
     assert second.returncode == 0
