@@ -106,8 +106,7 @@ torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')"
     $PY -c "import cut_cross_entropy; print('cut-cross-entropy', getattr(cut_cross_entropy, '__version__', 'installed'))" \
         2>/dev/null || echo "cut-cross-entropy: not installed (the fused loss uses its chunked path)"
     command -v outlayers-train >/dev/null && echo "outlayers-train: $(command -v outlayers-train)"
-} >>"$LOG" 2>&1
-cat "$LOG"
+} 2>&1 | tee -a "$LOG"
 if ! $PY -c "import fairseq, fairseq_outlayers" >/dev/null 2>&1; then
     say "STOP: fairseq or the package does not import (see above); nothing else can run"
     pack
