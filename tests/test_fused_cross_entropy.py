@@ -228,7 +228,7 @@ def test_benchmark_script_writes_its_table(tmp_path):
     bench.main(["--device", "cpu", "--vocab", "300", "--tokens", "64", "--dim", "16", "--layers", "softmax", "joint",
                 "--model-arch", "outlayers_transformer_tiny", "--warmup", "0", "--repeats", "1", "--output", str(out)])
     text = out.read_text()
-    assert "Command: `python scripts/bench_fused_loss.py --device cpu --vocab 300" in text
+    assert "python scripts/bench_fused_loss.py --device cpu --vocab 300" in text.split("Command: `")[1]
     for part in ("softmax", "joint", "model"):
         assert f"| {part} | fp32 | plain |" in text and f"| {part} | fp32 | chunked |" in text
     with pytest.raises(SystemExit):  # never overwrites a result without --force
@@ -256,3 +256,41 @@ def test_autocast_is_switched_off_inside():
     torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=0)
     gx, = torch.autograd.grad(loss, [x32])
     torch.testing.assert_close(gx.double(), torch.autograd.grad(ref, [x])[0], rtol=1e-4, atol=1e-5)  # bf16: 1e-2
+
+
+# -- the check that guards Cut Cross-Entropy (run here on the CPU with stand-ins for its kernel) ----------------------
+def test_cut_cross_entropy_is_used_only_after_it_gives_the_right_loss(monkeypatch):
+    from fairseq_outlayers.modules import linear_cross_entropy as lce
+
+    def exact(x, w, b, t):
+        return torch.logsumexp(x @ w.t() + b, dim=1) - (x * w[t]).sum(1) - b[t]
+
+    def off_by_five_percent(x, w, b, t):
+        return 1.05 * exact(x, w, b, t)
+
+    def broken(x, w, b, t):
+        raise RuntimeError("triton: unsupported instruction\nmore lines")
+
+    def nan_gradient(x, w, b, t):
+        return exact(x, w, b, t) + 0 * torch.sqrt(-x.sum())
+
+    monkeypatch.setattr(lce, "_CCE_CHECKS", {})
+    cpu = torch.device("cpu")
+    assert lce.check_cce(cpu, torch.float32, exact) is None
+    monkeypatch.setattr(lce, "_CCE_CHECKS", {})
+    assert "differs from the chunked path" in lce.check_cce(cpu, torch.float32, off_by_five_percent)
+    monkeypatch.setattr(lce, "_CCE_CHECKS", {})
+    assert lce.check_cce(cpu, torch.float32, broken) == "RuntimeError: triton: unsupported instruction"
+    monkeypatch.setattr(lce, "_CCE_CHECKS", {})
+    assert lce.check_cce(cpu, torch.float32, nan_gradient) == "its gradient is not finite"
+    with torch.no_grad():  # the check needs a gradient even when called from validation
+        monkeypatch.setattr(lce, "_CCE_CHECKS", {})
+        assert lce.check_cce(cpu, torch.float32, exact) is None
+    # auto picks the kernel only on CUDA, only when installed and only when it passed its check
+    monkeypatch.setattr(lce, "cce_available", lambda: True)
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(lce, "_CCE_CHECKS", {(str(cuda), torch.bfloat16): None, (str(cuda), torch.float32): "x"})
+    assert lce.resolve_impl("auto", cuda, torch.bfloat16) == "cce"
+    assert lce.resolve_impl("auto", cuda, torch.float32) == "chunked"
+    assert lce.resolve_impl("auto", cpu, torch.bfloat16) == "chunked"
+    assert lce.resolve_impl("cce", cuda, torch.float32) == "cce"  # asked for by name: no fallback

@@ -26,6 +26,7 @@ from fairseq_outlayers.modules.linear_cross_entropy import (
     DEFAULT_BLOCK_ELEMENTS,
     IMPLS,
     cce_available,
+    check_cce,
     linear_cross_entropy,
     resolve_impl,
 )
@@ -94,12 +95,16 @@ class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         if self.ignore_prefix_size > 0:
             x = x[:, self.ignore_prefix_size:, :]
             target = target[:, self.ignore_prefix_size:]
-        impl = resolve_impl(self.impl, x.device)
+        impl = resolve_impl(self.impl, x.device, x.dtype)
         if not self._told:
             self._told = True
             if self.impl == "auto" and x.is_cuda and impl == "chunked":
-                logger.warning(f"fused_cross_entropy: Cut Cross-Entropy is not installed, using the chunked "
-                               f"PyTorch path; the CUDA kernel {CCE_MISSING}")
+                if cce_available():
+                    logger.warning(f"fused_cross_entropy: Cut Cross-Entropy is installed but failed its check on "
+                                   f"this GPU ({check_cce(x.device, x.dtype)}); using the chunked PyTorch path")
+                else:
+                    logger.warning(f"fused_cross_entropy: Cut Cross-Entropy is not installed, using the chunked "
+                                   f"PyTorch path; the CUDA kernel {CCE_MISSING}")
             logger.info(f"fused_cross_entropy: {impl} implementation, {tuple(weight.shape)} output matrix in "
                         f"{weight.dtype}, features in {x.dtype}")
         out = linear_cross_entropy(x, weight, bias, target, self.eps, ignore_index=self.padding_idx, reduce=reduce,

@@ -165,13 +165,46 @@ def cce_nll(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
     return nll.float()
 
 
+_CCE_CHECKS = {}
+
+
+def check_cce(device: torch.device, dtype: torch.dtype, nll_fn=None) -> Optional[str]:
+    """None when Cut Cross-Entropy gives the chunked path's loss (to 1 %) and a finite gradient on a small problem
+    on ``device`` in ``dtype``; else why not, in a few words. Checked once per device and dtype: a kernel that
+    fails to build (a Triton it was not written for) or computes wrong values is found before training uses it."""
+    key = (str(device), dtype)
+    if key not in _CCE_CHECKS:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(64, 32, generator=g).to(device, dtype).requires_grad_()
+        w = (0.1 * torch.randn(300, 32, generator=g)).to(device, dtype)
+        b = (0.1 * torch.randn(300, generator=g)).to(device)
+        t = torch.randint(0, 300, (64,), generator=g).to(device)
+        try:
+            with torch.enable_grad(), torch.autocast(x.device.type, enabled=False):
+                got = (nll_fn or cce_nll)(x, w, b, t).sum()
+                got.backward()
+            want = float(chunked_logsumexp(x.detach().float(), w.float(), b.float())[0].sum()
+                         - (x.detach().float() * w.float()[t]).sum() - b.float()[t].sum())
+            if not bool(torch.isfinite(x.grad).all()):
+                _CCE_CHECKS[key] = "its gradient is not finite"
+            elif abs(float(got) - want) > 0.01 * abs(want):
+                _CCE_CHECKS[key] = f"its loss {float(got):.4g} differs from the chunked path's {want:.4g}"
+            else:
+                _CCE_CHECKS[key] = None
+        except Exception as e:  # noqa: BLE001  (any failure of the optional kernel means: do not use it)
+            _CCE_CHECKS[key] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    return _CCE_CHECKS[key]
+
+
 # -- the loss ------------------------------------------------------------------------------------------------------
-def resolve_impl(impl: str, device: torch.device) -> str:
-    """``auto``: Cut Cross-Entropy on CUDA when it is installed, else ``chunked``."""
+def resolve_impl(impl: str, device: torch.device, dtype: Optional[torch.dtype] = None) -> str:
+    """``auto``: Cut Cross-Entropy on CUDA when it is installed (and, given ``dtype``, passes ``check_cce``), else
+    ``chunked``."""
     if impl not in IMPLS:
         raise ValueError(f"unknown implementation {impl!r}; choose one of {', '.join(IMPLS)}")
     if impl == "auto":
-        return "cce" if device.type == "cuda" and cce_available() else "chunked"
+        usable = device.type == "cuda" and cce_available()
+        return "cce" if usable and (dtype is None or check_cce(device, dtype) is None) else "chunked"
     return impl
 
 
