@@ -28,11 +28,12 @@ How log C_m is computed here (all in torch, float64, on the tensor's own device,
 it runs the fast path (``log_cm_fast``): the same Debye expansion with its log taken term by term, so that
 log C_m and (through the exact derivative of that truncated expansion) the Bessel ratio are two fixed
 polynomials in p = (1+z²)^(-1/2) plus a few closed-form terms. Every power of p comes from one running product,
-both polynomials from one product and one sum, instead of Horner's rule term by term: about 25 tensor
-operations for value and gradient together (each a kernel on a GPU) instead of about 380. It computes in float32
+both polynomials, the constant and the two logarithms from one weighted sum over the columns [p, p², ..., 1,
+log(1 + s), log p], instead of Horner's rule term by term: 13 tensor operations for value and gradient together
+(each a kernel on a GPU) instead of about 380. It computes in float32
 for fp16/bf16/fp32 input and in float64 for float64 input. Measured against mpmath over κ in [1e-3, 1e3]
 (m in {32, 64, 128, 300, 512, 1024}): float32 value within 2.5e-7 x max|log C_m| (relative error up to 2e-5
-only where log C_m crosses 0), ratio within 2.3e-7 relative; float64 within 4e-16 x max|log C_m|, ratio
+only where log C_m crosses 0), ratio within 2.3e-7 relative; float64 within 9e-16 x max|log C_m|, ratio
 within 4.5e-16 (1.5e-12 at m = 32, the series' truncation at ν = 15); ``tests/test_vmf.py`` holds the bounds.
 m < 32 takes the float64 recurrence above (no fast path). The result comes back in float32 (float64 for float64
 input), the gradient in the input's dtype. ``OUTLAYERS_COMPILE_LOG_CM=1`` runs the fast path through
@@ -40,6 +41,9 @@ input), the gradient in the input's dtype. ``OUTLAYERS_COMPILE_LOG_CM=1`` runs t
 
 ``log_cm_approx`` is the paper's appendix approximation (the authors' released code uses it as
 ``approximate_vmf``), anchored so that it equals the exact value at κ = 0.
+
+``neg_log_cm_and_ratio`` gives -log C_m(κ) and its κ-derivative together, without autograd: the vMF losses
+(``vmf_losses.py``) fold that derivative into their own hand-written gradient.
 """
 import functools
 import logging
@@ -274,49 +278,59 @@ def fast_coefficients(m: int, terms: int = DEBYE_TERMS) -> Tuple[Tuple[float, ..
     return tuple(a), tuple(float(x) for x in g)
 
 
-_FAST_TABLES: Dict[Tuple[int, torch.dtype, str], Tuple[torch.Tensor, ...]] = {}
+_FAST_TABLES: Dict[Tuple[int, torch.dtype, str, float], Tuple[torch.Tensor, ...]] = {}
 
 
-def _fast_tables(m: int, dtype: torch.dtype, device: torch.device):
-    """(coefficients (D, 2) = [A | G] of p^1 .. p^D, A's p^0 coefficient, 1/ν, 1, inf) on ``device`` in
-    ``dtype``, made once: constants as 0-d tensors of the same dtype and device, so that no operation wraps a
-    Python number (G has no p^0 term)."""
-    key = (m, dtype, str(device))
+def _fast_tables(m: int, dtype: torch.dtype, device: torch.device, sign: float = 1.0):
+    """(weights (D+3, 2), 1, 1/ν, the dtype's largest finite value) on ``device`` in ``dtype``, made once. The
+    weights take the columns [p^1 .. p^D, 1, log(1 + s), log p] of ``_fast_eager`` to [sign·(A(p) + ν log(1 + s)
+    - log(p)/2), -G(p)]; the constants are 0-d tensors of the same dtype and device, so that no operation wraps a
+    Python number."""
+    key = (m, dtype, str(device), sign)
     if key not in _FAST_TABLES:
         a, g = fast_coefficients(m)
         assert g[0] == 0
+        nu = m / 2 - 1
+        value = [sign * c for c in a[1:]] + [sign * a[0], sign * nu, -0.5 * sign]
+        neg_g = [-c for c in g[1:]] + [0.0, 0.0, 0.0]
         with torch.no_grad():
-            _FAST_TABLES[key] = (torch.tensor([a[1:], g[1:]], dtype=dtype, device=device).t().contiguous(),
+            _FAST_TABLES[key] = (torch.tensor([value, neg_g], dtype=dtype, device=device).t().contiguous(),
                                  *(torch.tensor(c, dtype=dtype, device=device)
-                                   for c in (a[0], 1.0 / (m / 2 - 1), 1.0, math.inf)))
+                                   for c in (1.0, 1.0 / nu, torch.finfo(dtype).max)))
     return _FAST_TABLES[key]
+
+
+def fast_log_cm_and_ratio(kappa: torch.Tensor, m: int, sign: float = 1.0, need_ratio: bool = True):
+    """(sign·log C_m(κ), I_(m/2)(κ)/I_(m/2-1)(κ) or None) for m >= FAST_MIN_DIM and sign ±1, in ``kappa``'s dtype
+    (float32 or float64), without autograd: see ``fast_coefficients`` for the formulas. About 13 element-wise
+    operations for both (the losses take -log C_m: sign -1). κ = 0 gives log C_m(0) and ratio 0; κ = inf gives
+    -inf and ratio 1; NaN stays NaN."""
+    return _fast_kernel()(kappa, *_fast_tables(m, kappa.dtype, kappa.device, float(sign)), float(sign), need_ratio)
 
 
 def log_cm_fast(kappa: torch.Tensor, m: int, need_ratio: bool = True):
     """(log C_m(κ), -I_(m/2)(κ)/I_(m/2-1)(κ) or None) for m >= FAST_MIN_DIM, in ``kappa``'s dtype (float32 or
-    float64), without autograd: see ``fast_coefficients`` for the formulas. Every power of p comes from one
-    ``pow`` and both polynomials from one product and one sum, so the whole evaluation is a fixed, short list of
-    element-wise operations (about 20, and 2 more for the ratio). κ = 0 gives log C_m(0) and ratio 0; κ = inf
-    gives -inf and ratio 1 (κ is clamped to the dtype's largest finite value, where the ratio rounds to 1);
-    NaN stays NaN."""
-    tables = _fast_tables(m, kappa.dtype, kappa.device)
-    value, neg_ratio = _fast_kernel()(kappa, *tables, m / 2 - 1, torch.finfo(kappa.dtype).max)
-    return value, (neg_ratio if need_ratio else None)
+    float64), without autograd (``fast_log_cm_and_ratio`` with the ratio negated: d/dκ log C_m(κ))."""
+    value, ratio = fast_log_cm_and_ratio(kappa, m, need_ratio=need_ratio)
+    return value, (ratio.neg() if need_ratio else None)
 
 
-def _fast_eager(kappa, coefficients, a0, inv_nu, one, inf, nu: float, largest: float):
-    z = kappa.clamp_max(largest).mul(inv_nu)
+def _fast_eager(kappa, weights, one, inv_nu, largest, sign: float, need_ratio: bool):
+    z = kappa.clamp_max(largest).mul(inv_nu)  # κ = inf is clamped here; the term -κu below makes it -inf
     s = torch.hypot(z, one)  # finite for every finite z (z² would overflow from z ≈ 1e19 in float32)
     s1 = s.add(one)
     u = z.div(s1)  # in [0, 1)
-    t = z.mul(u)  # = s - 1 without cancellation at small z
     p = s.reciprocal()
-    # p^1 .. p^D by a running product (a few ulps on p^D, whose terms are tiny; 10x cheaper than pow on a CPU)
-    powers = p.unsqueeze(-1).expand(*p.shape, coefficients.size(0)).cumprod(-1)
-    poly_a, poly_g = (powers.unsqueeze(-1) * coefficients).sum(-2).unbind(-1)
-    value = poly_a.add_(s1.log_().sub_(t), alpha=nu).sub_(p.log(), alpha=0.5).add_(a0)
-    value = value.masked_fill_(kappa.eq(inf), -math.inf)
-    return value, torch.addcmul(u.neg_(), z, poly_g)
+    # p^1 .. p^D by a running product (a few ulps on p^D, whose terms are tiny; 10x cheaper than pow on a CPU),
+    # then [powers | 1 | 1 + s | p] with the last two logged: one weighted sum gives value and G together
+    p_column = p.unsqueeze(-1)
+    powers = p_column.expand(*p.shape, weights.size(0) - 3).cumprod(-1)
+    columns = torch.cat([powers, one.expand(*p.shape, 1), s1.unsqueeze(-1), p_column], -1)
+    columns[..., -2:].log_()
+    sums = (columns.unsqueeze(-1) * weights).sum(-2)
+    value, neg_g = sums[..., 0], sums[..., 1]
+    value = torch.addcmul(value, kappa, u, value=-sign)  # -ν t = -κu (t = zu = s - 1, exact at small z)
+    return value, (torch.addcmul(u, z, neg_g) if need_ratio else None)
 
 
 #: ``OUTLAYERS_COMPILE_LOG_CM=1`` runs the fast path through ``torch.compile`` (on a GPU: a fused kernel or two
@@ -357,8 +371,8 @@ class LogCm(torch.autograd.Function):
         if m >= FAST_MIN_DIM:
             work = _out_dtype(kappa.dtype)
             x = kappa.detach() if kappa.dtype == work else kappa.detach().to(work)
-            value, neg_ratio = log_cm_fast(x, m, need_ratio=ctx.needs_input_grad[0])
-            ctx.save_for_backward(neg_ratio)
+            value, ratio = fast_log_cm_and_ratio(x, m, need_ratio=ctx.needs_input_grad[0])
+            ctx.save_for_backward(ratio)
             return value
         ctx.save_for_backward(kappa)
         return log_cm_float64(kappa.detach(), m).to(_out_dtype(kappa.dtype))
@@ -366,8 +380,8 @@ class LogCm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         if ctx.m >= FAST_MIN_DIM:
-            (neg_ratio,) = ctx.saved_tensors
-            grad = grad_output * neg_ratio
+            (ratio,) = ctx.saved_tensors
+            grad = (grad_output * ratio).neg_()
             return (grad if grad.dtype == ctx.input_dtype else grad.to(ctx.input_dtype)), None
         (kappa,) = ctx.saved_tensors
         ratio = bessel_iv_ratio(ctx.m / 2 - 1, kappa.detach())
@@ -396,17 +410,39 @@ def log_cm_approx(kappa: torch.Tensor, m: int) -> torch.Tensor:
     (loss values are then comparable with the exact form; gradients do not depend on it). Needs m > 4.
     Plain torch ops (autograd), computed and returned like ``log_cm`` (float32, float64 for float64 input).
     """
+    v, c = _approx_parts(m)
+    out = _out_dtype(kappa.dtype)
+    x = kappa if kappa.dtype == out else kappa.to(out)
+    root = torch.hypot(x, constant_like(v + 1, x))
+    # log C_m(0) - (g - g0) = (log C_m(0) + g0) - root + (v-1) log(v-1 + root)
+    return (root + constant_like(v - 1, x)).log() * constant_like(v - 1, x) - root + constant_like(c, x)
+
+
+def _approx_parts(m: int):
+    """(v, log C_m(0) + g0) of ``log_cm_approx``."""
     _check_dim(m)
     v = m / 2 - 1
     if v <= 1:
         raise ValueError(f"the appendix approximation of log C_m needs m > 4, got m = {m}")
-    out = _out_dtype(kappa.dtype)
-    x = kappa if kappa.dtype == out else kappa.to(out)
-    root = torch.hypot(x, constant_like(v + 1, x))
-    g0 = (v + 1) - (v - 1) * math.log(2 * v)
-    # log C_m(0) - (g - g0) = (log C_m(0) + g0) - root + (v-1) log(v-1 + root)
-    return ((root + constant_like(v - 1, x)).log() * constant_like(v - 1, x) - root
-            + constant_like(log_cm_at_zero(m) + g0, x))
+    return v, log_cm_at_zero(m) + (v + 1) - (v - 1) * math.log(2 * v)
+
+
+def neg_log_cm_and_ratio(kappa: torch.Tensor, m: int, approximate: bool = False, need_ratio: bool = True):
+    """(-log C_m(κ), d/dκ of it = I_(m/2)(κ)/I_(m/2-1)(κ), or None) in ``kappa``'s dtype (float32 or float64),
+    without autograd: what the vMF losses need for their value and their hand-written gradient. m >= 32: the fast
+    path; smaller m: the float64 recurrence. ``approximate``: ``log_cm_approx`` and its derivative, the paper's
+    bound κ / (v - 1 + ((v+1)² + κ²)^(1/2))."""
+    if approximate:
+        v, c = _approx_parts(m)
+        root = torch.hypot(kappa, constant_like(v + 1, kappa))
+        shifted = root.add(constant_like(v - 1, kappa))
+        value = root.sub(shifted.log(), alpha=v - 1).sub_(constant_like(c, kappa))
+        return value, (kappa.div(shifted) if need_ratio else None)
+    _check_dim(m)
+    if m >= FAST_MIN_DIM:
+        return fast_log_cm_and_ratio(kappa, m, sign=-1.0, need_ratio=need_ratio)
+    value = log_cm_float64(kappa, m).neg_().to(kappa.dtype)
+    return value, (bessel_iv_ratio(m / 2 - 1, kappa).to(kappa.dtype) if need_ratio else None)
 
 
 _CONSTANTS: Dict[Tuple[float, torch.dtype, str], torch.Tensor] = {}

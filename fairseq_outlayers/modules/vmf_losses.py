@@ -7,8 +7,9 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
-from .bessel import bessel_iv_ratio, log_cm, log_cm_approx
+from .bessel import _out_dtype, bessel_iv_ratio, neg_log_cm_and_ratio
 from .bessel import constant_like as _constant
 
 
@@ -23,18 +24,10 @@ def vmf_nll_loss(e_hat: torch.Tensor, target: torch.Tensor, lambda1: float = 0.0
     ``-log C_m(‖ê‖) - λ2 êᵀe(w) + λ1 ‖ê‖``.
 
     λ1 = 0, λ2 = 1: plain NLLvMF; λ1 > 0: NLLvMF_reg1 (the paper uses λ1 = 0.2); λ2 < 1: NLLvMF_reg2 (eq. 3,
-    λ2 = 0.1); both: NLLvMF_reg1+reg2. ``approximate`` uses the appendix approximation of log C_m.
+    λ2 = 0.1); both: NLLvMF_reg1+reg2. ``approximate`` uses the appendix approximation of log C_m. Computed in
+    float32 (float64 for float64 input) with a hand-written gradient (``RowLoss``).
     """
-    m = e_hat.size(-1)
-    kappa = torch.linalg.vector_norm(e_hat, dim=-1)
-    logc = log_cm_approx(kappa, m) if approximate else log_cm(kappa, m)
-    dot = (e_hat * target).sum(-1)
-    if lambda2 != 1:
-        dot = dot * _constant(lambda2, dot)
-    loss = logc.neg() - dot
-    if lambda1:
-        loss = loss + kappa * _constant(lambda1, kappa)
-    return loss
+    return RowLoss.apply(e_hat, target, _nll_parts, float(lambda1), float(lambda2), bool(approximate))
 
 
 def vmf_released_loss(e_hat: torch.Tensor, target: torch.Tensor, lam: float = 0.2,
@@ -43,16 +36,94 @@ def vmf_released_loss(e_hat: torch.Tensor, target: torch.Tensor, lam: float = 0.
 
     ``-log C_m(κ) + log(1 + κ) (λ - cos(ê, e(w)))`` with κ = ‖ê‖ and λ = 0.2.
 
-    The cosine reuses κ: ``êᵀe / max(κ ‖e‖, 1e-12)`` (0 for a zero prediction, no NaN), one norm and its
-    backward instead of two.
+    The cosine reuses κ: ``êᵀe / max(κ ‖e‖, 1e-12)`` (0 for a zero prediction, no NaN); ‖e‖ takes no gradient.
+    Computed like ``vmf_nll_loss``.
     """
-    m = e_hat.size(-1)
-    kappa = torch.linalg.vector_norm(e_hat, dim=-1)
-    logc = log_cm_approx(kappa, m) if approximate else log_cm(kappa, m)
-    with torch.no_grad():
-        target_norm = torch.linalg.vector_norm(target, dim=-1)
-    cos = (e_hat * target).sum(-1) / (kappa * target_norm).clamp_min(1e-12)
-    return torch.log1p(kappa) * (_constant(lam, cos) - cos) - logc
+    return RowLoss.apply(e_hat, target, _released_parts, float(lam), bool(approximate))
+
+
+#: the smallest κ‖e‖ that divides the released loss's cosine (below it: this value, no gradient through it)
+COSINE_FLOOR = 1e-12
+
+
+def _radial(d: torch.Tensor, kappa: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """α = d/κ, the coefficient of ê in a gradient whose κ-derivative is d: 0 at κ = 0 (ê = 0, as torch's norm
+    gives), and also where d/κ overflows (κ below the dtype's smallest normal number, a zero prediction)."""
+    return torch.div(d, kappa, out=out).nan_to_num_(0.0, 0.0, 0.0)
+
+
+def _nll_parts(e, target, need_grad: bool, lambda1: float, lambda2: float, approximate: bool):
+    """(loss, α, γ) of ``vmf_nll_loss``: the gradient in ê is α ê - γ e with α = (A_m(κ) + λ1)/κ, γ = λ2."""
+    kappa = torch.linalg.vector_norm(e, dim=-1)
+    loss, ratio = neg_log_cm_and_ratio(kappa, e.size(-1), approximate, need_grad)
+    loss = loss.add_((e * target).sum(-1), alpha=-lambda2)
+    if lambda1:
+        loss = loss.add_(kappa, alpha=lambda1)
+    if not need_grad:
+        return loss, None, None
+    return loss, _radial(ratio.add_(_constant(lambda1, ratio)) if lambda1 else ratio, kappa), lambda2
+
+
+def _released_parts(e, target, need_grad: bool, lam: float, approximate: bool):
+    """(loss, [α, γ], None) of ``vmf_released_loss``, with γ = c = log(1 + κ) / max(κ‖e‖, 1e-12): the gradient in
+    ê is α ê - γ e with ``α κ = (λ - cos)/(1 + κ) + A_m(κ) + c cos ‖e‖`` (the last term only where
+    κ‖e‖ >= 1e-12: it comes through the clamped denominator)."""
+    kappa = torch.linalg.vector_norm(e, dim=-1)
+    target_norm = torch.linalg.vector_norm(target, dim=-1)
+    neg_log_c, ratio = neg_log_cm_and_ratio(kappa, e.size(-1), approximate, need_grad)
+    product = kappa * target_norm
+    floor = _constant(COSINE_FLOOR, kappa)
+    denominator = product.clamp_min(floor)
+    cos = (e * target).sum(-1).div_(denominator)
+    log1p = torch.log1p(kappa)
+    lam_cos = torch.sub(_constant(lam, cos), cos)
+    loss = torch.addcmul(neg_log_c, log1p, lam_cos)
+    if not need_grad:
+        return loss, None, None
+    coefficients = kappa.new_empty(*kappa.shape, 2)  # [α, γ], written in place: no stack
+    c = torch.div(log1p, denominator, out=coefficients[..., 1])
+    unclamped_norm = torch.where(product >= floor, target_norm, _constant(0.0, kappa))
+    d = torch.addcmul(ratio, c * cos, unclamped_norm).addcdiv_(lam_cos, kappa + _constant(1.0, kappa))
+    _radial(d, kappa, out=coefficients[..., 0])
+    return loss, coefficients, None
+
+
+class RowLoss(torch.autograd.Function):
+    """A per-row loss ℓ(ê, e) whose gradient in ê is ``g (α ê - γ e)`` and in e ``-g γ ê``, from
+    ``parts(ê, e, need_grad, *args) -> (loss, α, γ)`` with γ one number, or ``(loss, [α, γ], None)`` with [α, γ]
+    per row on the last dimension. The forward computes α and γ with the loss, so the backward is three
+    operations (the autograd graph of the same loss: about 25). Inputs are cast to float32 (float64 stays
+    float64); gradients come back in the inputs' dtypes."""
+
+    @staticmethod
+    def forward(ctx, e_hat, target, parts, *args):
+        work = torch.float64 if torch.float64 in (e_hat.dtype, target.dtype) else torch.float32
+        e = e_hat if e_hat.dtype == work else e_hat.to(work)
+        t = target if target.dtype == work else target.to(work)
+        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        loss, coefficients, gamma = parts(e, t, need_grad, *args)
+        if need_grad:
+            ctx.dtypes, ctx.gamma = (e_hat.dtype, target.dtype), gamma
+            ctx.save_for_backward(e, t, coefficients)
+        return loss
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        e, t, coefficients = ctx.saved_tensors
+        if ctx.gamma is None:  # [α, γ] per row
+            scaled = coefficients * grad.unsqueeze(-1)
+            grad_alpha, grad_gamma, gamma = scaled[..., :1], scaled[..., 1:], 1.0
+        else:
+            grad_alpha, grad_gamma, gamma = (coefficients * grad).unsqueeze(-1), grad.unsqueeze(-1), ctx.gamma
+        grad_e = grad_t = None
+        if ctx.needs_input_grad[0]:
+            grad_e = torch.addcmul(grad_alpha * e, grad_gamma, t, value=-gamma)
+            grad_e = grad_e if grad_e.dtype == ctx.dtypes[0] else grad_e.to(ctx.dtypes[0])
+        if ctx.needs_input_grad[1]:
+            grad_t = (grad_gamma * e).mul_(-gamma)
+            grad_t = grad_t if grad_t.dtype == ctx.dtypes[1] else grad_t.to(ctx.dtypes[1])
+        return (grad_e, grad_t, None) + (None,) * (len(ctx.needs_input_grad) - 3)
 
 
 def cosine_similarity(e_hat: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
