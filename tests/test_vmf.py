@@ -509,7 +509,8 @@ def test_compiled_fast_path_falls_back_to_eager_with_one_warning(monkeypatch, ca
 
 @pytest.mark.slow
 def test_compiled_fast_path_agrees_with_eager(monkeypatch):
-    """torch.compile on the CPU (needs a C++ compiler; about a minute): the same values to float32 rounding."""
+    """torch.compile on the CPU (needs a C++ compiler; about a minute): the same values to float32 rounding
+    (of the terms' size m)."""
     from fairseq_outlayers.modules import bessel
 
     monkeypatch.setitem(bessel._COMPILED, "kernel", None)
@@ -524,5 +525,6 @@ def test_compiled_fast_path_agrees_with_eager(monkeypatch):
     monkeypatch.setenv(bessel.COMPILE_ENV, "0")
     eager = log_cm(kappa, 300)
     eager.sum().backward()
-    torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=0)
+    # log C_m is a sum of terms of size ~m that cancel near its zero: the error scale is m, as in the mpmath test
+    torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6 * 300)
     torch.testing.assert_close(grad, kappa.grad, rtol=1e-6, atol=0)
