@@ -103,7 +103,7 @@ fi
     $PY -c "import sys, torch, fairseq, fairseq_outlayers; print('python', sys.version.split()[0], 'torch', \
 torch.__version__, 'CUDA', torch.version.cuda, 'fairseq', fairseq.__version__, 'GPU', \
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')"
-    $PY -c "import cut_cross_entropy; print('cut-cross-entropy', getattr(cut_cross_entropy, '__version__', 'installed'))" \
+    $PY -c "import cut_cross_entropy as c; print('cut-cross-entropy', getattr(c, '__version__', 'installed'))" \
         2>/dev/null || echo "cut-cross-entropy: not installed (the fused loss uses its chunked path)"
     command -v outlayers-train >/dev/null && echo "outlayers-train: $(command -v outlayers-train)"
 } 2>&1 | tee -a "$LOG"
@@ -193,6 +193,7 @@ step cuda-tests-all 300 120 -- env OUTLAYERS_CUDA_TEST_DEVICE="$DEVICE" OUTLAYER
     $PY -m pytest -q -p no:cacheprovider $($PY -c "import xdist" 2>/dev/null && printf '%s' '-n 8') tests/test_cuda.py \
     $([ -n "$SMOKE" ] && echo "-k log_cm") -rs
 say "finished: $(ls "$STATE/done" | tr '\n' ' ')"
-say "not finished: $(for s in cuda-tests precision vmf-loss whole-model fused-loss layer decode joint fixed whole-bf16 whole-more cuda-tests-all; do
+ALL="cuda-tests precision vmf-loss whole-model fused-loss layer decode joint fixed whole-bf16 whole-more cuda-tests-all"
+say "not finished: $(for s in $ALL; do
     [ -e "$STATE/done/$s" ] || printf '%s ' "$s"; done)"
 pack

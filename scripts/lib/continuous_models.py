@@ -1,6 +1,6 @@
 """Parts 2 and 3 of scripts/bench_continuous.py: a softmax and a continuous ``outlayers_transformer`` built as
-fairseq-train builds them (on ``--device``, float32), timed on synthetic batches: training steps (tokens/s) and decoding with fairseq's
-``SequenceGenerator`` at a forced hypothesis length (sentences/s)."""
+fairseq-train builds them (on ``--device``, float32), timed on synthetic batches: training steps (tokens/s) and
+decoding with fairseq's ``SequenceGenerator`` at a forced hypothesis length (sentences/s)."""
 import math
 import os
 import statistics
@@ -114,7 +114,7 @@ def matmul_params(model):
 def run_model_benchmark(args, built, log=print):
     """Part 2: alternate full training steps of the two models; median step seconds -> target tokens/s."""
     steps = {name: train_step_fn(*b) for name, b in built.items()}
-    arch, device = built["softmax"][3].arch, args.device
+    arch, device = built["softmax"][3].arch, getattr(args, "device", "cpu")
     order = list(built)
     times = {name: [] for name in order}
     dictionary = built[order[0]][0].target_dictionary
@@ -157,7 +157,7 @@ def decode_batch(task, model, generator, sample):
 def run_decode_benchmark(args, built, log=print):
     """Part 3: alternate decoding of the same source batch by the two models; median seconds -> sentences/s."""
     order = list(built)
-    arch = built["softmax"][3].arch
+    arch, device = built["softmax"][3].arch, getattr(args, "device", "cpu")
     dictionary = built[order[0]][0].source_dictionary
     results = {}
     for beam in args.beams:
@@ -165,12 +165,12 @@ def run_decode_benchmark(args, built, log=print):
         times = {name: [] for name in order}
         for rep in range(args.decode_reps + 1):
             sample = to_device(synthetic_batch(dictionary, args.decode_sentences, args.decode_len, 2,
-                                               seed=100 + rep), args.device)
+                                               seed=100 + rep), device)
             for name in (order if rep % 2 == 0 else order[::-1]):
-                benchlib.sync(args.device)
+                benchlib.sync(device)
                 t0 = time.perf_counter()
                 hypos = decode_batch(built[name][0], built[name][1], gens[name], sample)
-                benchlib.sync(args.device)
+                benchlib.sync(device)
                 dt = time.perf_counter() - t0
                 lengths = {len(h[0]["tokens"]) for h in hypos}
                 if lengths != {args.decode_len + 1}:
@@ -187,4 +187,5 @@ def run_decode_benchmark(args, built, log=print):
 
 def build_models(args, data_dir, arch):
     extra = ["--dropout", str(args.model_dropout)] if args.model_dropout is not None else []
-    return {name: build(data_dir, arch, name, extra, args.device) for name in ("softmax", "continuous")}
+    device = getattr(args, "device", "cpu")
+    return {name: build(data_dir, arch, name, extra, device) for name in ("softmax", "continuous")}
