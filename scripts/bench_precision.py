@@ -213,10 +213,11 @@ def run_one(args, name: str, precision: str, data: str) -> dict:
             "seconds": time.time() - start, "reused": reused}
 
 
-def run_all(args, jobs):
+def run_all(args, jobs, results=None):
     """Every (method, precision) of ``jobs`` ({(name, precision): data}), ``args.jobs`` at a time; a progress line
-    per finished run. Returns {(name, precision): run_one's dict}."""
-    results = {}
+    per finished run. Returns {(name, precision): run_one's dict}, filled into ``results`` as runs finish (so that
+    a caller still has the finished ones when a signal stops the sweep)."""
+    results = {} if results is None else results
     total = len(jobs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {pool.submit(run_one, args, name, p, data): (name, p) for (name, p), data in jobs.items()}
@@ -303,23 +304,33 @@ def main(argv=None):
     _STOPPING.clear()
     in_main = threading.current_thread() is threading.main_thread()
     old_handler = signal.signal(signal.SIGTERM, _sigterm) if in_main else None  # SIGTERM stops the trainings too
+    import torch  # before any signal: the table is written within the few seconds a stopped sweep has
+
+    results, stopped = {}, None
     try:
-        results = run_all(args, jobs)
+        results = run_all(args, jobs, results)
+    except KeyboardInterrupt as err:  # a signal or Ctrl-C: the table of what finished, then exit status 1
+        stopped = str(err) or "interrupted"
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old_handler)
+    not_run = {"loss": float("nan"), "status": "not run"}
     rows = ["| method | " + " | ".join(args.precisions) + " | " + " | ".join(
         f"{p} vs fp32" for p in args.precisions if p != "fp32") + " |",
         "|---|" + "---|" * (2 * len(args.precisions) - 1)]
     failures, crashed = [], []
     for name in methods:
-        losses = {p: results[name, p]["loss"] for p in args.precisions}
-        crashed += [f"{name} {p} ({results[name, p]['status']})" for p in args.precisions
-                    if results[name, p]["status"] not in (0, None)]
+        done = {p: results.get((name, p), not_run) for p in args.precisions}
+        losses = {p: done[p]["loss"] for p in args.precisions}
+        crashed += [f"{name} {p} ({done[p]['status']})" for p in args.precisions
+                    if done[p]["status"] not in (0, None, "not run")]
         ref = losses["fp32"]
         verdicts = []
         for p in args.precisions:
             if p == "fp32":
+                continue
+            if "not run" in (done[p]["status"], done["fp32"]["status"]):
+                verdicts.append("not run")
                 continue
             rel = (losses[p] - ref) / abs(ref) if math.isfinite(ref) and ref else float("nan")
             ok = math.isfinite(losses[p]) and abs(rel) <= args.tolerance
@@ -328,14 +339,17 @@ def main(argv=None):
                 failures.append(f"{name} {p}")
         rows.append(f"| {name} | " + " | ".join(f"{losses[p]:.3f}" for p in args.precisions) + " | "
                     + " | ".join(verdicts) + " |")
-    import torch
-
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    partial = []
+    if stopped is not None:
+        partial = [f"**Partial: stopped ({stopped}) with {len(results)} of {len(jobs)} runs finished (nan: not "
+                   "run). The same command trains the rest: finished runs are read from --work-dir.**", ""]
     data_note = ("Data: the synthetic corpus (joined dictionary, 2000 training sentences, 300 words); random "
                  f"target vectors m = {SYNTHETIC_DIM}; pairing from the exact alignment." if getattr(args, "own_synthetic", False)
                  else f"Data: {args.data}.")
     text = "\n".join([
         "# Training precision: validation loss against fp32", "",
+    ] + partial + [
         f"Command: `{benchlib.command_line('bench_precision.py', argv)}`", "",
         f"Device: {device}; torch {torch.__version__}; {args.arch}, {args.max_update} updates, seed 1, "
         f"--max-tokens {args.max_tokens}, adam, lr {args.lr}; {args.jobs} run(s) at a time; "
@@ -349,7 +363,8 @@ def main(argv=None):
            if crashed else [])
         + [f"Outside the tolerance: {', '.join(failures) if failures else 'none'}.", ""])
     benchlib.finish(args.output, text)
+    return 0 if stopped is None else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

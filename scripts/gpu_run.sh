@@ -128,7 +128,7 @@ if [ -n "$SMOKE" ]; then  # the same commands at sizes a CPU runs in seconds
     PREC_FORM="fp32" TESTS="cuda and (log_cm or sampled_vocabulary or float64_reference)"
 else
     TOK=8192 VOCABS="50000" FUSED_V="32000 50000 128000 256000" ARCH=outlayers_transformer UPD=30 WARM=10 LOGI=5
-    PREC_UPD=200 PREC_METHODS="" JOBS=6 REPS=50 PRECISIONS="fp32 fp16 amp bf16 mebf16"
+    PREC_UPD=200 PREC_METHODS="" JOBS=8 REPS=50 PRECISIONS="fp32 fp16 amp bf16 mebf16"
     WM_METHODS=()
     PREC_FORM="fp16" TESTS="(test_cuda and (bf16 or log_cm)) or on_cuda"
 fi
@@ -144,7 +144,7 @@ fi
 
 # --- correctness: two steps at once (neither times anything) ----------------------------------------------
 t1=$(limit cuda-tests 240 60)
-t2=$(limit precision 240 60)
+t2=$(limit precision 300 60)
 if [ -n "$t1" ]; then
     XDIST=()
     $PY -c "import xdist" 2>/dev/null && XDIST=(-n 6)

@@ -42,7 +42,7 @@ def test_explicit_files_win_over_synthetic_ones_and_rows_keep_the_methods_order(
     """No training: the synthetic corpus and the runs are stand-ins; what reaches the runs is checked."""
     seen = {}
 
-    def fake_run_all(args, jobs):
+    def fake_run_all(args, jobs, results=None):
         seen.update(vectors=args.vectors, word=args.word_data, pairing=args.pairing, jobs=dict(jobs))
         return {key: {"loss": 2.0 if key[1] == "fp32" else 2.01, "status": 1 if key == ("tied", "bf16") else 0,
                       "seconds": 0.0, "reused": False} for key in jobs}
@@ -70,6 +70,24 @@ def test_explicit_files_win_over_synthetic_ones_and_rows_keep_the_methods_order(
                 "shared-private", "cosine", "--work-dir", str(tmp_path), "--output", str(out), "--force"])
     assert seen["pairing"] is None and seen["vectors"] == "SYNTH.vec"
     assert "Skipped (data not given): shared-private." in out.read_text()
+
+
+def test_a_stopped_sweep_writes_the_table_of_what_finished(bench, tmp_path, monkeypatch):
+    """A signal during the sweep (a time limit): the finished runs' table, marked partial, and exit status 1."""
+    def stopped_run_all(args, jobs, results):
+        results[("tied", "fp32")] = {"loss": 2.0, "status": 0, "seconds": 1.0, "reused": False}
+        results[("tied", "bf16")] = {"loss": 2.01, "status": 0, "seconds": 1.0, "reused": False}
+        raise KeyboardInterrupt("signal 15")
+
+    monkeypatch.setattr(bench, "synthetic_data", lambda work: "SYNTH")
+    monkeypatch.setattr(bench, "run_all", stopped_run_all)
+    out = tmp_path / "p.md"
+    assert bench.main(["--device", "cpu", "--synthetic", "--data", "REAL", "--precisions", "fp32", "bf16",
+                       "--methods", "tied", "softmax", "--work-dir", str(tmp_path), "--output", str(out)]) == 1
+    text = out.read_text()
+    assert "**Partial: stopped (signal 15) with 2 of 4 runs finished" in text
+    assert "| tied | 2.000 | 2.010 | +0.5 % |" in text and "| softmax | nan | nan | not run |" in text
+    assert "Outside the tolerance: none." in text and "Runs that failed" not in text
 
 
 def test_synthetic_sweep_runs_every_kind_of_method_with_the_package_not_installed(bench, tmp_path):
