@@ -23,8 +23,8 @@
 #     precision   every method x fp32/fp16/amp/bf16/mebf16, validation loss vs fp32    -> precision_gpu.md
 #   timing (one at a time)
 #     vmf-loss    the vMF losses against cosine: ops, kernels, time; log C_m compiled   -> vmf_loss_cuda.md
-#     whole-model every output layer through fairseq-train, V = 50k, fp16, 8,192 tokens -> whole_model_cuda.md
 #     fused-loss  fused vs plain cross-entropy, V = 32k..256k, layer and whole model    -> fused_loss_gpu.md
+#     whole-model every output layer through fairseq-train, V = 50k, fp16, 8,192 tokens -> whole_model_cuda.md
 #     layer       the continuous layer vs softmax, V = 50k and 128k, H = 512          -> continuous_layer_cuda.md
 #     decode      softmax vs continuous model: training steps, decoding at beam 1 and 5 -> continuous_model_cuda.md
 #     joint       the joint layer at the paper's d = 512                               -> joint_cuda.md
@@ -129,7 +129,10 @@ if [ -n "$SMOKE" ]; then  # the same commands at sizes a CPU runs in seconds
 else
     TOK=8192 VOCABS="50000" FUSED_V="32000 50000 128000 256000" ARCH=outlayers_transformer UPD=30 WARM=10 LOGI=5
     PREC_UPD=200 PREC_METHODS="" JOBS=8 REPS=50 PRECISIONS="fp32 fp16 amp bf16 mebf16"
-    WM_METHODS=()
+    # most telling first, so that a step cut short still has softmax, the bound and the continuous model
+    WM_METHODS=(--methods softmax "bound (16-word softmax)" "continuous, vmf_nll" tied "joint d_j = d"
+                "softmax, fused loss" fixed "tied, fused loss" "joint d_j = d, fused loss" "continuous, cosine"
+                "softmax, 25 % sampled" shared-private)
     PREC_FORM="fp16" TESTS="(test_cuda and (bf16 or log_cm)) or on_cuda"
 fi
 if [ -d "$MULTI30K/data-bin/de-en" ] && [ -d "$MULTI30K/data-bin/de-en-word" ] \
@@ -163,11 +166,11 @@ wait
 # --- timing: one step at a time ----------------------------------------------------------------------------
 step vmf-loss 90 40 -- $PY scripts/bench_continuous.py --device "$DEVICE" --skip layer --skip model --tokens "$TOK" \
     --loss-reps "$REPS" --compile-log-cm --output "$RES/vmf_loss_cuda.md" --force
-step whole-model 200 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" --vocab $VOCABS --arch "$ARCH" \
-    --precision "$PREC_FORM" --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" \
-    --run-timeout 60 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda.md" --force
 step fused-loss 120 50 -- $PY scripts/bench_fused_loss.py --device "$DEVICE" --vocab $FUSED_V --tokens "$TOK" \
     $([ -n "$SMOKE" ] && echo "--dim 64 --model-arch $ARCH --repeats 1") --output "$RES/fused_loss_gpu.md" --force
+step whole-model 260 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" --vocab $VOCABS --arch "$ARCH" \
+    --precision "$PREC_FORM" --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" \
+    --run-timeout 60 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda.md" --force
 step layer 90 40 -- $PY scripts/bench_continuous.py --device "$DEVICE" --skip loss --skip model \
     --vocab $([ -n "$SMOKE" ] && echo 2000 || echo 50000 128000) --dims $([ -n "$SMOKE" ] && echo 64 || echo 512) \
     --tokens "$TOK" --reps $([ -n "$SMOKE" ] && echo 1 || echo 2) --continuous-steps 6 --max-memory-gb 60 \
