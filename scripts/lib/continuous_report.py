@@ -23,7 +23,8 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
     lines = [
         "# Benchmark: continuous outputs vs softmax (Kumar & Tsvetkov 2019)",
         "",
-        f"Command: `{command}`  ",
+        f"Command: `{command}`",
+        "",
         f"Date: {env['date']}; git commit {env['commit']}; device {args.device}; CPU: {env['cpu']} "
         f"({env['cores']} cores, torch using {args.threads} thread(s)); torch {env['torch']}; "
         f"whole run {elapsed / 60:.1f} min; load average (1 min) at start / end: {loads[0]:.2f} / {loads[1]:.2f} "
@@ -34,9 +35,9 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
         lines += [
             "## 0. The vMF loss against the cosine loss",
             "",
-            f"One forward + backward of each per-token loss (`fairseq_outlayers/modules/vmf_losses.py`; the "
-            f"`vmf_nll` criterion's defaults; no output layer) on {args.tokens} x {args.continuous_dim} float32 "
-            "predictions that require a gradient and unit targets, summed. aten ops: every `aten::` event of "
+            f"One forward + backward of each per-token loss (`fairseq_outlayers/modules/vmf_losses.py`), summed. "
+            f"The losses take the `vmf_nll` criterion's defaults and no output layer. Inputs: {args.tokens} x "
+            f"{args.continuous_dim} float32 predictions that require a gradient, and unit targets. aten ops: every `aten::` event of "
             "torch's profiler in that step (nested calls included; views and scalar wraps count, so it bounds "
             "the kernels from above); on CUDA also the kernels launched. Time: median of "
             f"{args.loss_reps} steps per loss after two warm-up rounds, the losses alternating (order reversed "
@@ -49,9 +50,9 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
         lines += [
             "## 1. Output layer + loss, forward and backward",
             "",
-            f"{args.tokens} target tokens per step, float32, H-dimensional decoder features that require a "
+            f"{args.tokens} target tokens per step, float32. The H-dimensional decoder features require a "
             f"gradient. softmax = a learned V x H matrix with fairseq's `cross_entropy` criterion (float32 "
-            f"log-softmax, summed NLL); continuous = `ContinuousOutput` (H -> m = {args.continuous_dim}, bias; "
+            f"log-softmax, summed NLL). continuous = `ContinuousOutput` (H -> m = {args.continuous_dim}, bias; "
             f"frozen V x m unit table) with the package's `vmf_nll` criterion at its defaults (variant "
             f"{default_vmf_variant()}, exact log C_m and its Bessel-ratio gradient) and with its `cosine` "
             "criterion. "
@@ -83,8 +84,8 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
             "## 2. Whole-model training speed, and 3. decoding speed",
             "",
             "Architectures: " + "; ".join(f"`--arch {a}` ({t['softmax']['desc']})" for a, t in train.items())
-            + f"; word-level source and target dictionaries of {args.model_vocab} entries, built by "
-            "fairseq's option parsing, `tasks.setup_task` and `task.build_model` (as fairseq-train does) with "
+            + f". Word-level source and target dictionaries of {args.model_vocab} entries. The models are built "
+            "by fairseq's option parsing, `tasks.setup_task` and `task.build_model` (as fairseq-train does) with "
             "`--output-layer softmax --criterion cross_entropy` (a learned, untied output matrix) and with "
             f"`--output-layer continuous --criterion vmf_nll --target-vectors` (a {args.continuous_dim}-d "
             "vector file covering the whole target dictionary, read through the package's loader). Training: "
