@@ -254,8 +254,8 @@ def main(argv=None):
         f"{time.time() - start:.0f} s; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
         "(other processes on the machine make times noisy, not memory).", "",
         f"One step = forward + label-smoothed loss (eps {args.label_smoothing}) + backward, {args.tokens} target "
-        f"tokens (5 % padding), no optimizer. layer: decoder stand-in with H = {args.dim} into the output layer "
-        f"(softmax: untied with bias; joint: d_j = H). model: `{args.model_arch}` with a tied output layer. plain = "
+        f"tokens (5 % padding), no optimizer. Layer rows: a decoder stand-in with H = {args.dim} into the output layer "
+        f"(softmax: untied with bias; joint: d_j = H). Model rows: `{args.model_arch}` with a tied output layer. plain = "
         "logits + float32 log-softmax + fairseq's label_smoothed_nll_loss; chunked / cce = "
         "`--criterion fused_cross_entropy --fused-impl chunked / cce`. Fastest of "
         f"{args.repeats} steps after {args.warmup} warm-up; peak memory above the level before the step.", "",
