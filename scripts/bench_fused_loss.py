@@ -248,7 +248,7 @@ def main(argv=None):
     name = torch.cuda.get_device_name(device) if cuda else f"{platform.machine()}, {os.cpu_count()} CPU cores"
     text = "\n".join([
         "# Fused cross-entropy against the plain one: time and peak memory", "",
-        f"Command: `{ENV}{benchlib.command_line('bench_fused_loss.py', argv)}`", "",
+        f"Command: `{ENV}{benchlib.command_line('bench_fused_loss.py', argv)}`.", "",
         f"Device: {name}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"cut-cross-entropy {'installed' if cce_available() else 'not installed'}; total wall time "
         f"{time.time() - start:.0f} s; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "

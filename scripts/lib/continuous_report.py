@@ -23,7 +23,7 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
     lines = [
         "# Benchmark: continuous outputs vs softmax (Kumar & Tsvetkov 2019)",
         "",
-        f"Command: `{command}`",
+        f"Command: `{command}`.",
         "",
         f"Date: {env['date']}; git commit {env['commit']}; device {args.device}; CPU: {env['cpu']} "
         f"({env['cores']} cores, torch using {args.threads} thread(s)); torch {env['torch']}; "
