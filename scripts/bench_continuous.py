@@ -16,8 +16,10 @@ Three measurements, each against the softmax baseline in the same run, reported 
 0. **The vMF loss against the cosine loss** (in-process, no layer): one forward + backward of every ``vmf_nll``
    variant's per-token loss (``modules/vmf_losses.py``, the criterion's defaults) on ``--tokens`` x m float32
    predictions, against ``cosine_loss``: the aten operations that torch's profiler counts (on CUDA also the
-   kernels launched) and the median time, both as ratios to cosine. ``--compile-log-cm`` adds the released
-   loss with ``OUTLAYERS_COMPILE_LOG_CM=1`` (log C_m through torch.compile).
+   kernels launched) and the median time, both as ratios to cosine; also the time on ``--dispatch-tokens`` rows
+   (8), where dispatching the operations is the cost, as on a GPU that waits for its host. ``--compile-log-cm``
+   adds the released loss with ``OUTLAYERS_COMPILE_LOG_CM=1`` (log C_m through torch.compile); ``--compile`` the
+   released and reg1 losses as ``--vmf-compile`` runs them (one torch.compile graph).
 3. **Decoding speed** (sentences/s) of the same two models with fairseq's ``SequenceGenerator`` built by
    ``task.build_generator`` and run by ``task.inference_step`` (the fairseq-generate path), beam 1 and 5. The
    models are untrained, so every hypothesis is forced to the same length (``min_len = max_len_b``): both models
@@ -95,6 +97,10 @@ def main(argv=None):
     parser.add_argument("--loss-reps", type=int, default=30, help="timed steps per loss (part 0)")
     parser.add_argument("--compile-log-cm", action="store_true", help="part 0: also the released loss with "
                         "log C_m through torch.compile (OUTLAYERS_COMPILE_LOG_CM=1)")
+    parser.add_argument("--compile", action="store_true", help="part 0: also the released and reg1 losses as "
+                        "--vmf-compile runs them (one torch.compile graph)")
+    parser.add_argument("--dispatch-tokens", type=int, default=8, help="part 0: the rows of the second timing, "
+                        "where dispatching the operations is the cost")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier on a "
                         "shared machine)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (every part; parts 2 and 3 in float32)")

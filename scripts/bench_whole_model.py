@@ -63,6 +63,8 @@ METHODS = {
                        "--criterion", "cross_entropy"],
     "continuous, vmf_nll": ["--output-layer", "continuous", "--target-vectors", "{vec}", "--criterion", "vmf_nll"],
     "continuous, cosine": ["--output-layer", "continuous", "--target-vectors", "{vec}", "--criterion", "cosine"],
+    "continuous, vmf_nll --vmf-compile": ["--output-layer", "continuous", "--target-vectors", "{vec}", "--criterion",
+                                          "vmf_nll", "--vmf-compile"],
     "bound (16-word softmax)": ["--output-layer", "softmax", "--criterion", "cross_entropy"],
 }
 BOUND = "bound (16-word softmax)"

@@ -22,7 +22,7 @@
 #                 on the GPU                                                            -> cuda-tests.txt
 #     precision   every method x fp32/fp16/amp/bf16/mebf16, validation loss vs fp32    -> precision_gpu.md
 #   timing (one at a time)
-#     vmf-loss    the vMF losses against cosine: ops, kernels, time; log C_m compiled   -> vmf_loss_cuda.md
+#     vmf-loss    the vMF losses against cosine: ops, kernels, time; eager and compiled -> vmf_loss_cuda.md
 #     fused-loss  fused vs plain cross-entropy, V = 32k..256k, layer and whole model    -> fused_loss_gpu.md
 #     whole-model every output layer through fairseq-train, V = 50k, fp16, 8,192 tokens -> whole_model_cuda.md
 #     layer       the continuous layer vs softmax, V = 50k and 128k, H = 512          -> continuous_layer_cuda.md
@@ -132,7 +132,7 @@ else
     # most telling first, so that a step cut short still has softmax, the bound and the continuous model
     WM_METHODS=(--methods softmax "bound (16-word softmax)" "continuous, vmf_nll" tied "joint d_j = d"
                 "softmax, fused loss" fixed "tied, fused loss" "joint d_j = d, fused loss" "continuous, cosine"
-                "softmax, 25 % sampled" shared-private)
+                "softmax, 25 % sampled" shared-private "continuous, vmf_nll --vmf-compile")
     PREC_FORM="fp16" TESTS="(test_cuda and (bf16 or log_cm)) or on_cuda"
 fi
 if [ -d "$MULTI30K/data-bin/de-en" ] && [ -d "$MULTI30K/data-bin/de-en-word" ] \
@@ -164,8 +164,8 @@ fi
 wait
 
 # --- timing: one step at a time ----------------------------------------------------------------------------
-step vmf-loss 90 40 -- $PY scripts/bench_continuous.py --device "$DEVICE" --skip layer --skip model --tokens "$TOK" \
-    --loss-reps "$REPS" --compile-log-cm --output "$RES/vmf_loss_cuda.md" --force
+step vmf-loss 150 60 -- $PY scripts/bench_continuous.py --device "$DEVICE" --skip layer --skip model --tokens "$TOK" \
+    --loss-reps "$REPS" --compile-log-cm --compile --output "$RES/vmf_loss_cuda.md" --force
 step fused-loss 120 50 -- $PY scripts/bench_fused_loss.py --device "$DEVICE" --vocab $FUSED_V --tokens "$TOK" \
     $([ -n "$SMOKE" ] && echo "--dim 64 --model-arch $ARCH --repeats 1") --output "$RES/fused_loss_gpu.md" --force
 step whole-model 260 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" --vocab $VOCABS --arch "$ARCH" \

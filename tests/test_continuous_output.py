@@ -1,6 +1,7 @@
 """Continuous outputs end to end: target vectors, the output layer, the criterions, and fairseq's CLIs."""
 import argparse
 import os
+import re
 import shutil
 
 import numpy as np
@@ -429,6 +430,31 @@ def test_lstm_tied_max_margin_and_errors(tiny_bin, tiny_vectors, tmp_path, negat
                  cli="outlayers-train")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "few.vec: only 2 of the 40 target dictionary words (5.0%) have a vector" in proc.stderr
+
+
+def test_vmf_compile_trains_as_eager_through_fairseq_train(tiny_bin, tmp_path):
+    """--vmf-compile through fairseq-train (m = 32: the compiled path): the same logged losses, cosines and norms
+    as the eager loss, update by update and on validation; --vmf-log-cm approx beside it is refused at once."""
+    d = Dictionary.load(os.path.join(tiny_bin, "dict.en.txt"))
+    rng = np.random.default_rng(5)
+    vec = str(write_vec(tmp_path / "en32.vec", [(w, rng.standard_normal(32)) for w in d.symbols[d.nspecial:]]))
+    args = ["--output-layer", "continuous", "--target-vectors", vec, "--criterion", "vmf_nll", "--lr", "0.005"]
+    logs = []
+    for extra in ([], ["--vmf-compile"]):
+        proc = train(tiny_bin, str(tmp_path / f"ckpt{len(logs)}"), TINY_TRANSFORMER, args + extra, max_update=6)
+        out = proc.stdout + proc.stderr
+        assert "torch.compile of" not in out  # no fallback
+        assert ("--vmf-compile: the vMF loss runs through torch.compile" in out) == bool(extra)
+        logs.append({key: logged_losses(out, key) for key in ("loss", "cos", "norm")})
+        logs[-1]["valid"] = [float(x) for x in re.findall(r"valid on 'valid' subset \| loss (-?[\d.]+)", out)]
+    eager, compiled = logs
+    assert len(eager["loss"]) == 6 and eager["valid"], eager
+    for key in eager:
+        assert compiled[key] == pytest.approx(eager[key], rel=1e-3, abs=1e-3), key
+    proc = train(tiny_bin, str(tmp_path / "x"), TINY_TRANSFORMER, args + ["--vmf-compile", "--vmf-log-cm", "approx"],
+                 max_update=1, check=False, cli="outlayers-train")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--vmf-compile compiles the exact log C_m; --vmf-log-cm approx would run eagerly" in proc.stderr
 
 
 def test_presets():

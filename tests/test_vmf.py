@@ -528,3 +528,83 @@ def test_compiled_fast_path_agrees_with_eager(monkeypatch):
     # log C_m is a sum of terms of size ~m that cancel near its zero: the error scale is m, as in the mpmath test
     torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6 * 300)
     torch.testing.assert_close(grad, kappa.grad, rtol=1e-6, atol=0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the compiled vMF losses (--vmf-compile)
+# ------------------------------------------------------------------------------------------------------------
+
+COMPILED_LOSSES = {
+    "released": lambda e, t, c: vmf_released_loss(e, t, 0.2, compiled=c),
+    "reg1": lambda e, t, c: vmf_nll_loss(e, t, 0.2, 1.0, compiled=c),
+    "reg1+reg2": lambda e, t, c: vmf_nll_loss(e, t, 0.02, 0.1, compiled=c),
+}
+
+
+@pytest.mark.parametrize("name,rows,args", [("released", "_released_rows", (0.2,)), ("nll", "_nll_rows", (0.2, 1.0))])
+@pytest.mark.parametrize("need_grad", [True, False], ids=["train", "valid"])
+def test_compiled_rows_are_one_graph_without_breaks(name, rows, args, need_grad):
+    """What --vmf-compile hands to torch.compile traces as a single graph (no graph break, so on a GPU it is a
+    few fused kernels, not the eager ops in pieces). Traced only, not compiled: about a second."""
+    import torch._dynamo
+
+    from fairseq_outlayers.modules import bessel, vmf_losses
+
+    e, t = torch.randn(8, 300), F.normalize(torch.randn(8, 300), dim=-1)
+    tables = bessel._fast_tables(300, e.dtype, e.device, -1.0)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(getattr(vmf_losses, rows))(e, t, need_grad, False, tables, *args)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+def test_compiled_losses_equal_eager_for_every_batch_size():
+    """torch.compile on the CPU (a C++ compiler; about 20 s): one compiled graph serves every batch size and both
+    dtypes, with the eager values and gradients to float32 rounding (float64: to 1e-13), zero and huge
+    predictions included."""
+    from fairseq_outlayers.modules import vmf_losses
+
+    for state in vmf_losses.COMPILED_ROWS.values():
+        state.update(kernel=None, failed=False)
+    for n, dtype in ((5, torch.float32), (64, torch.float32), (7, torch.float64)):
+        gen = torch.Generator().manual_seed(n)
+        e = torch.randn(n, 300, generator=gen, dtype=dtype) * torch.logspace(-2, 2, n, dtype=dtype).unsqueeze(-1)
+        e[0] = 0.0  # a zero prediction: loss finite, gradient 0 in its direction
+        t = F.normalize(torch.randn(n, 300, generator=gen, dtype=dtype), dim=-1)
+        for name, loss in COMPILED_LOSSES.items():
+            grads = []
+            for compiled in (True, False):
+                x = e.clone().requires_grad_(True)
+                value = loss(x, t, compiled)
+                value.sum().backward()
+                grads.append((value.detach(), x.grad))
+            (v_c, g_c), (v_e, g_e) = grads
+            tol = 1e-13 if dtype == torch.float64 else 2e-6
+            assert torch.isfinite(v_c).all() and torch.isfinite(g_c).all(), (name, n)
+            torch.testing.assert_close(v_c, v_e, rtol=tol, atol=tol * 300, msg=f"{name} n={n} {dtype}")
+            torch.testing.assert_close(g_c, g_e, rtol=tol, atol=tol, msg=f"{name} n={n} {dtype}")
+    assert all(state["kernel"] is not None and not state["failed"] for state in vmf_losses.COMPILED_ROWS.values())
+
+
+def test_compiled_losses_fall_back_to_eager_with_one_warning(monkeypatch, caplog):
+    from fairseq_outlayers.modules import vmf_losses
+
+    def broken(fn, **kwargs):
+        def call(*args):
+            raise RuntimeError("no C++ compiler\nsecond line")
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setitem(vmf_losses.COMPILED_ROWS, "released", {"kernel": None, "failed": False})
+    e, t = torch.randn(6, 64), F.normalize(torch.randn(6, 64), dim=-1)
+    with caplog.at_level("WARNING"):
+        first, again = (vmf_released_loss(e, t, 0.2, compiled=True) for _ in range(2))
+    assert torch.equal(first, vmf_released_loss(e, t, 0.2)) and torch.equal(again, first)
+    assert caplog.text.count("torch.compile of the vMF loss (released) failed") == 1
+    assert "no C++ compiler" in caplog.text and vmf_losses.COMPILED_ROWS["released"]["failed"]
+    # the approximation and m < 32 are never compiled: torch.compile is not even asked
+    monkeypatch.setitem(vmf_losses.COMPILED_ROWS, "released", {"kernel": None, "failed": False})
+    small = torch.randn(6, 16)
+    assert torch.equal(vmf_released_loss(small, F.normalize(small, dim=-1), 0.2, compiled=True),
+                       vmf_released_loss(small, F.normalize(small, dim=-1), 0.2))
+    vmf_released_loss(e, t, 0.2, approximate=True, compiled=True)
+    assert vmf_losses.COMPILED_ROWS["released"]["kernel"] is None

@@ -161,4 +161,5 @@ def check_criterion(args, criterion=None):
 
         defaults = VMFNLLConfig()
         check_vmf_options(*(fairseq_compat.root_option(args, "criterion", name, getattr(defaults, name)) for name in
-                            ("vmf_variant", "vmf_lambda1", "vmf_lambda2", "vmf_released_lambda")))
+                            ("vmf_variant", "vmf_lambda1", "vmf_lambda2", "vmf_released_lambda", "vmf_log_cm",
+                             "vmf_compile")))

@@ -339,24 +339,33 @@ COMPILE_ENV = "OUTLAYERS_COMPILE_LOG_CM"
 _COMPILED = {"kernel": None, "failed": False}
 
 
-def _fast_kernel():
-    if os.environ.get(COMPILE_ENV, "") != "1" or _COMPILED["failed"]:
-        return _fast_eager
-    if _COMPILED["kernel"] is None:
-        compiled = torch.compile(_fast_eager, dynamic=True) if hasattr(torch, "compile") else None
+def compiled_or_eager(fn, state: dict, what: str):
+    """``fn`` through ``torch.compile(dynamic=True)`` (one graph for every batch size), made once into
+    ``state["kernel"]``. Any failure, at compile time or later (no C++ compiler, no Triton, an old torch), logs one
+    warning naming ``what`` and runs ``fn`` eagerly from then on (``state["failed"]``): it computes the same."""
+    if state["failed"]:
+        return fn
+    if state["kernel"] is None:
+        compiled = torch.compile(fn, dynamic=True) if hasattr(torch, "compile") else None
 
         def kernel(*args):
-            if compiled is not None and not _COMPILED["failed"]:
+            if compiled is not None and not state["failed"]:
                 try:
                     return compiled(*args)
                 except Exception as err:  # noqa: BLE001  (any compiler failure: the eager path computes the same)
-                    logger.warning(f"{COMPILE_ENV}=1: torch.compile of the log C_m fast path failed, running it "
-                                   f"eagerly ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
-            _COMPILED["failed"] = True
-            return _fast_eager(*args)
+                    logger.warning(f"torch.compile of {what} failed, running it eagerly ({type(err).__name__}: "
+                                   f"{str(err).splitlines()[0] if str(err) else ''})")
+            state["failed"] = True
+            return fn(*args)
 
-        _COMPILED["kernel"] = kernel
-    return _COMPILED["kernel"]
+        state["kernel"] = kernel
+    return state["kernel"]
+
+
+def _fast_kernel():
+    if os.environ.get(COMPILE_ENV, "") != "1":
+        return _fast_eager
+    return compiled_or_eager(_fast_eager, _COMPILED, "the log C_m fast path")
 
 
 class LogCm(torch.autograd.Function):
@@ -447,12 +456,16 @@ def neg_log_cm_and_ratio(kappa: torch.Tensor, m: int, approximate: bool = False,
 
 
 _CONSTANTS: Dict[Tuple[float, torch.dtype, str], torch.Tensor] = {}
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 def constant_like(value: float, like: torch.Tensor) -> torch.Tensor:
     """``value`` as a 0-d tensor of ``like``'s dtype and device, made once. A Python number as an operand (or as
     ``alpha``/``value``, whose backward multiplies by it) is wrapped into a new tensor at every call: four more
-    operations each. The losses use these instead."""
+    operations each. The losses use these instead. Inside ``torch.compile`` it is a constant of the traced graph
+    (no lookup in this process's table, which the compiler would otherwise guard on)."""
+    if _is_compiling():
+        return like.new_full((), float(value))
     key = (float(value), like.dtype, str(like.device))
     if key not in _CONSTANTS:
         _CONSTANTS[key] = torch.tensor(float(value), dtype=like.dtype, device=like.device)

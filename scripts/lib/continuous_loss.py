@@ -10,8 +10,9 @@ import torch
 import benchlib
 
 
-def loss_variants(compile_log_cm=False):
-    """(name, per-token loss function) for cosine and every vmf_nll variant at the criterion's defaults."""
+def loss_variants(compile_log_cm=False, compiled=False):
+    """(name, per-token loss function) for cosine and every vmf_nll variant at the criterion's defaults;
+    ``compiled``: also the released and reg1 losses as ``--vmf-compile`` runs them."""
     from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig
     from fairseq_outlayers.modules import vmf_losses as vl
 
@@ -38,6 +39,9 @@ def loss_variants(compile_log_cm=False):
                 else:
                     os.environ["OUTLAYERS_COMPILE_LOG_CM"] = old
         variants.append(("vmf released, log C_m compiled", compiled))
+    if compiled:
+        variants += [("vmf released, --vmf-compile", lambda e, t: vl.vmf_released_loss(e, t, lam, compiled=True)),
+                     ("vmf reg1, --vmf-compile", lambda e, t: vl.vmf_nll_loss(e, t, l1, 1.0, compiled=True))]
     return variants
 
 
@@ -62,29 +66,39 @@ def count_loss_ops(loss_fn, e_hat, target):
     return ops, kernels
 
 
+def _inputs(tokens, m, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    e_hat = (torch.randn(tokens, m, generator=g) * 0.6).to(device).requires_grad_(True)
+    target = torch.nn.functional.normalize(torch.randn(tokens, m, generator=g), dim=-1).to(device)
+    return e_hat, target
+
+
 def run_loss_benchmark(args, log=print):
-    """Part 0: operations and median fwd+bwd time of each loss on the same (tokens, m) batch, alternating."""
+    """Part 0: operations and median fwd+bwd time of each loss on the same (tokens, m) batch, alternating; and the
+    median time on ``args.dispatch_tokens`` rows, where the time is that of dispatching the operations (the
+    regime of a GPU that waits for its host)."""
     device = args.device
-    g = torch.Generator().manual_seed(0)
-    e_hat = (torch.randn(args.tokens, args.continuous_dim, generator=g) * 0.6).to(device).requires_grad_(True)
-    target = torch.nn.functional.normalize(torch.randn(args.tokens, args.continuous_dim, generator=g), dim=-1)
-    target = target.to(device)
-    variants = loss_variants(args.compile_log_cm)
+    e_hat, target = _inputs(args.tokens, args.continuous_dim, device)
+    small = _inputs(args.dispatch_tokens, args.continuous_dim, device, seed=1)
+    variants = loss_variants(args.compile_log_cm, getattr(args, "compile", False))
     rows = {}
     for name, fn in variants:
         ops, kernels = count_loss_ops(fn, e_hat, target)
-        rows[name] = {"ops": ops, "kernels": kernels, "times": []}
-    for rep in range(args.loss_reps + 2):  # two warm-up repetitions
-        for name, fn in (variants if rep % 2 == 0 else variants[::-1]):
-            e_hat.grad = None
-            benchlib.sync(device)
-            t0 = time.perf_counter()
-            fn(e_hat, target).sum().backward()
-            benchlib.sync(device)
-            if rep >= 2:
-                rows[name]["times"].append(time.perf_counter() - t0)
+        rows[name] = {"ops": ops, "kernels": kernels, "times": [], "small_times": []}
+    for inputs, key, reps in (((e_hat, target), "times", args.loss_reps),
+                              (small, "small_times", max(args.loss_reps, 200))):
+        for rep in range(reps + 2):  # two warm-up repetitions
+            for name, fn in (variants if rep % 2 == 0 else variants[::-1]):
+                inputs[0].grad = None
+                benchlib.sync(device)
+                t0 = time.perf_counter()
+                fn(*inputs).sum().backward()
+                benchlib.sync(device)
+                if rep >= 2:
+                    rows[name][key].append(time.perf_counter() - t0)
     for name, r in rows.items():
-        r["time"] = statistics.median(r["times"])
+        r["time"], r["time_small"] = statistics.median(r["times"]), statistics.median(r["small_times"])
         log(f"loss {name:<36} {r['ops']:4d} aten ops" + (f" {r['kernels']:4d} kernels" if r["kernels"] else "")
-            + f"  {r['time'] * 1e3:8.3f} ms", flush=True)
+            + f"  {r['time'] * 1e3:8.3f} ms; {r['time_small'] * 1e6:8.1f} us at {args.dispatch_tokens} tokens",
+            flush=True)
     return rows

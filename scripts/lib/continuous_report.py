@@ -42,10 +42,13 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
             "the kernels from above); on CUDA also the kernels launched. Time: median of "
             f"{args.loss_reps} steps per loss after two warm-up rounds, the losses alternating (order reversed "
             "every other round). Mixed precision does not change this step: the criterions cast ê to float32 "
-            "before the loss.",
+            f"before the loss. The last two columns time the same step on {args.dispatch_tokens} rows, where the "
+            "arithmetic is negligible and the time is that of dispatching the operations: the regime of a GPU "
+            "that waits for its host (median of at least 200 steps). `--vmf-compile` rows: the loss as one "
+            "torch.compile graph; their aten ops are the compiled call's (its fused kernels are not aten ops).",
             "",
         ]
-        lines += loss_tables(loss_rows, args.tokens, args.continuous_dim, args.device) + [""]
+        lines += loss_tables(loss_rows, args.tokens, args.continuous_dim, args.device, args.dispatch_tokens) + [""]
     if layer_rows is not None:
         lines += [
             "## 1. Output layer + loss, forward and backward",

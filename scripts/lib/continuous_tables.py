@@ -25,17 +25,22 @@ def step_flops(method, tokens, vocab, dim, m=300):
     return benchlib.continuous_step_flops(tokens, dim, m)
 
 
-def loss_tables(rows, tokens, m, device):
+def loss_tables(rows, tokens, m, device, dispatch_tokens=None):
     """Markdown lines of part 0, with the verdicts of the two targets."""
     cos = rows["cosine"]
     cuda = cos["kernels"] is not None
+    small = dispatch_tokens is not None and "time_small" in cos
     lines = ["| loss | aten ops (fwd+bwd) | ratio to cosine |" + (" CUDA kernels | ratio to cosine |" if cuda else "")
-             + " fwd+bwd ms (median) | ratio to cosine |",
-             "| --- | ---: | ---: |" + (" ---: | ---: |" if cuda else "") + " ---: | ---: |"]
+             + f" fwd+bwd ms (median), {tokens} tokens | ratio to cosine |"
+             + (f" fwd+bwd us, {dispatch_tokens} tokens | ratio to cosine |" if small else ""),
+             "| --- | ---: | ---: |" + (" ---: | ---: |" if cuda else "") + " ---: | ---: |"
+             + (" ---: | ---: |" if small else "")]
     for name, r in rows.items():
         kern = (f" {r['kernels']} | {benchlib.ratio(r['kernels'], cos['kernels']):.2f}x |" if cuda else "")
+        tiny = (f" {r['time_small'] * 1e6:.0f} | {benchlib.ratio(r['time_small'], cos['time_small']):.2f}x |"
+                if small else "")
         lines.append(f"| {name} | {r['ops']} | {benchlib.ratio(r['ops'], cos['ops']):.2f}x |{kern} "
-                     f"{r['time'] * 1e3:.3f} | {benchlib.ratio(r['time'], cos['time']):.2f}x |")
+                     f"{r['time'] * 1e3:.3f} | {benchlib.ratio(r['time'], cos['time']):.2f}x |{tiny}")
     vmf = [(n, r) for n, r in rows.items() if n != "cosine"]
     worst_ops = max(vmf, key=lambda x: x[1]["ops"])
     worst_time = max(vmf, key=lambda x: x[1]["time"])
