@@ -143,6 +143,37 @@ def test_log_cm_and_gradient_on_device_match_the_float64_cpu_reference(m):
         assert torch.allclose(got_grad, ref_grad, rtol=rtol, atol=0), (dtype, got_grad, ref_grad)
 
 
+def test_compiled_vmf_losses_on_device_match_eager_log_cm():
+    """--vmf-compile on the device (torch.compile with Triton on a GPU): the released and reg1 losses and their
+    gradients equal the eager ones to float32 rounding, for two batch sizes (one dynamic graph), zero row included,
+    with no fallback. A "log_cm" test, so that the first correctness step of scripts/gpu_run.sh runs it."""
+    import torch.nn.functional as F
+
+    from fairseq_outlayers.modules import vmf_losses
+
+    for state in vmf_losses.COMPILED_ROWS.values():
+        state.update(kernel=None, failed=False)
+    for n in (300, 8192):
+        gen = torch.Generator().manual_seed(n)
+        e = torch.randn(n, 300, generator=gen) * torch.logspace(-2, 2, n).unsqueeze(-1)
+        e[0] = 0.0
+        t = F.normalize(torch.randn(n, 300, generator=gen), dim=-1)
+        e, t = e.to(DEVICE), t.to(DEVICE)
+        for loss in (lambda x, c: vmf_losses.vmf_released_loss(x, t, 0.2, compiled=c),
+                     lambda x, c: vmf_losses.vmf_nll_loss(x, t, 0.2, 1.0, compiled=c)):
+            out = []
+            for compiled in (True, False):
+                x = e.clone().requires_grad_(True)
+                value = loss(x, compiled)
+                value.sum().backward()
+                out.append((value.detach().cpu(), x.grad.cpu()))
+            (v_c, g_c), (v_e, g_e) = out
+            assert torch.isfinite(v_c).all() and torch.isfinite(g_c).all()
+            torch.testing.assert_close(v_c, v_e, rtol=2e-6, atol=2e-6 * 300)
+            torch.testing.assert_close(g_c, g_e, rtol=2e-6, atol=2e-6)
+    assert all(state["kernel"] is not None and not state["failed"] for state in vmf_losses.COMPILED_ROWS.values())
+
+
 def test_sampled_vocabulary_on_device():
     """Negatives drawn with a device generator: every target and pad kept, the remap exact, seeded draws equal."""
     from fairseq_outlayers.criterions.sampled_softmax import sample_vocabulary
