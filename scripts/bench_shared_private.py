@@ -15,6 +15,9 @@ docs/shared-private.md); without them a synthetic pair of dictionaries of ``--vo
 
 Example (the run in docs/benchmarks/shared-private.md):
     python scripts/bench_shared_private.py --data /tmp/m30k/bin2 --pairing /tmp/m30k/pairs.forward.txt
+On a GPU (``--device cuda``; the paper's Transformer base, d = 512, 6+6 layers, a 32k synthetic vocabulary):
+    python scripts/bench_shared_private.py --device cuda --vocab 32000 --dim 512 --layers 6 --sentences 128 \
+        --length 32 --output docs/benchmarks/shared_private_cuda.md
 """
 import argparse
 import os
@@ -49,14 +52,14 @@ def synthetic_data(tmp: str, vocab: int):
     return src, tgt, path
 
 
-def build_models(src_dict, tgt_dict, pairing: str, dim: int, layers: int, lambdas: str):
+def build_models(src_dict, tgt_dict, pairing: str, dim: int, layers: int, lambdas: str, device: str = "cpu"):
     from fairseq import options
     from fairseq.tasks.translation import TranslationTask
 
     arch = ["--arch", "outlayers_transformer", "--encoder-layers", str(layers), "--decoder-layers", str(layers),
             "--encoder-embed-dim", str(dim), "--decoder-embed-dim", str(dim), "--encoder-ffn-embed-dim",
             str(4 * dim), "--decoder-ffn-embed-dim", str(4 * dim), "--encoder-attention-heads", "4",
-            "--decoder-attention-heads", "4", "--dropout", "0.1", "--cpu"]
+            "--decoder-attention-heads", "4", "--dropout", "0.1"] + (["--cpu"] if device == "cpu" else [])
     variants = {
         "vanilla": ["--output-layer", "softmax"],
         "decoder WT": ["--output-layer", "tied"],
@@ -67,7 +70,7 @@ def build_models(src_dict, tgt_dict, pairing: str, dim: int, layers: int, lambda
     for name, extra in variants.items():
         args = options.parse_args_and_arch(options.get_training_parser(), ["unused"] + arch + extra)
         task = TranslationTask(args, src_dict, tgt_dict)
-        models[name] = task.build_model(args)
+        models[name] = task.build_model(args).to(device)
     return models
 
 
@@ -86,6 +89,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=3, help="steps per model per round")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
     import benchlib
 
@@ -101,8 +105,10 @@ def main(argv=None):
     from fairseq_outlayers.params import parameter_report
 
     torch.set_num_threads(args.threads)
+    benchlib.check_device(p, args.device)
     benchlib.check_output(args.output, args.force)
-    peak = benchlib.matmul_flops("cpu")
+    device = args.device
+    peak = benchlib.matmul_flops(device)
     torch.manual_seed(0)
     tmp = tempfile.mkdtemp(prefix="bench-sp-")
     if args.data:
@@ -115,7 +121,7 @@ def main(argv=None):
         src_dict, tgt_dict, pairing = synthetic_data(tmp, args.vocab)
         source = f"synthetic dictionaries of {args.vocab} words"
     counts = read_pairing(pairing).counts()
-    models = build_models(src_dict, tgt_dict, pairing, args.dim, args.layers, args.lambdas)
+    models = build_models(src_dict, tgt_dict, pairing, args.dim, args.layers, args.lambdas, device)
 
     B, L = args.sentences, args.length
     src = torch.randint(4, len(src_dict), (B, L))
@@ -124,6 +130,7 @@ def main(argv=None):
     tgt[:, -1] = tgt_dict.eos()
     prev = torch.cat([torch.full((B, 1), tgt_dict.eos()), tgt[:, :-1]], dim=1)
     lengths = torch.full((B,), L)
+    src, tgt, prev, lengths = (x.to(device) for x in (src, tgt, prev, lengths))
     optims = {n: torch.optim.Adam(m.parameters(), lr=1e-4) for n, m in models.items()}
 
     def train_step(name):
@@ -147,9 +154,11 @@ def main(argv=None):
             fn(n)  # warm-up
         for _ in range(args.rounds):
             for n in models:
+                benchlib.sync(device)
                 t0 = time.perf_counter()
                 for _ in range(args.steps):
                     fn(n)
+                benchlib.sync(device)
                 times[(n, kind)].append((time.perf_counter() - t0) / args.steps)
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
 
@@ -158,8 +167,10 @@ def main(argv=None):
         "",
         f"Command: `{benchlib.command_line('bench_shared_private.py', argv)}`",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
-        f"CPU; {os.cpu_count()} cores (shared with other jobs: the models are timed in interleaved rounds).",
+        (f"Machine: {torch.cuda.get_device_name(torch.device(device))}, CUDA {torch.version.cuda}, torch "
+         f"{torch.__version__}, float32 (the models are timed in interleaved rounds)." if device.startswith("cuda") else
+         f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
+         f"CPU; {os.cpu_count()} cores (shared with other jobs: the models are timed in interleaved rounds)."),
         f"Data: {source}; {len(src_dict)} source / {len(tgt_dict)} target symbols; pairs lm/wf/ur = "
         f"{counts['lm']}/{counts['wf']}/{counts['ur']}; lambdas {args.lambdas}.",
         f"Model: Transformer, {args.layers}+{args.layers} layers, d = {args.dim}, FFN {4 * args.dim}; batch "
@@ -184,7 +195,7 @@ def main(argv=None):
         )
     lines += ["", "Embedding parameters count the source, target and output matrices (the output matrix is the "
               "target embedding when tied), as the paper's 'Emb.' column.", "",
-              benchlib.flops_note("cpu", peak) + " Count: 6 x target tokens x (parameters outside the embedding "
+              benchlib.flops_note(device, peak) + " Count: 6 x target tokens x (parameters outside the embedding "
               "tables + the V x d output matrix) for a training step, a third of it for scoring (forward only); "
               "the source side has as many tokens as the target here, attention scores are left out."]
     text = "\n".join(lines) + "\n"

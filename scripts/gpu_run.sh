@@ -29,6 +29,7 @@
 #     decode      softmax vs continuous model: training steps, decoding at beam 1 and 5 -> continuous_model_cuda.md
 #     joint       the joint layer at the paper's d = 512                               -> joint_cuda.md
 #     fixed       the fixed random classifier                                          -> fixed_cuda.md
+#     shared-private  shared-private embeddings against vanilla and decoder WT (d = 512) -> shared_private_cuda.md
 #     whole-bf16  the whole-model table in bf16 (V = 50k)                               -> whole_model_cuda_bf16.md
 #     whole-more  the whole-model table at V = 128k (fp16)                             -> whole_model_cuda_more.md
 #     cuda-tests-all  all of tests/test_cuda.py (every method trains and generates; fp16, --amp) -> cuda-tests-all.txt
@@ -185,6 +186,10 @@ step joint 60 30 -- $PY scripts/bench_joint_output.py --device "$DEVICE" \
 step fixed 45 25 -- $PY scripts/bench_fixed_targets.py --device "$DEVICE" \
     --vocab $([ -n "$SMOKE" ] && echo 2000 || echo 32000) $([ -n "$SMOKE" ] && echo "--dim 64 --tokens 256 --reps 1") \
     --output "$RES/fixed_cuda.md" --force
+step shared-private 60 30 -- $PY scripts/bench_shared_private.py --device "$DEVICE" \
+    $([ -n "$SMOKE" ] && echo "--vocab 2000 --dim 64 --layers 1 --sentences 8 --length 8 --rounds 1 --steps 1" \
+    || echo "--vocab 32000 --dim 512 --layers 6 --sentences 128 --length 32 --rounds 10 --steps 3") \
+    --output "$RES/shared_private_cuda.md" --force
 step whole-bf16 200 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" --vocab $VOCABS --arch "$ARCH" \
     --precision bf16 --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" \
     --run-timeout 60 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda_bf16.md" --force
@@ -196,7 +201,8 @@ step cuda-tests-all 300 120 -- env OUTLAYERS_CUDA_TEST_DEVICE="$DEVICE" OUTLAYER
     $PY -m pytest -q -p no:cacheprovider $($PY -c "import xdist" 2>/dev/null && printf '%s' '-n 8') tests/test_cuda.py \
     $([ -n "$SMOKE" ] && echo "-k log_cm") -rs
 say "finished: $(ls "$STATE/done" | tr '\n' ' ')"
-ALL="cuda-tests precision vmf-loss whole-model fused-loss layer decode joint fixed whole-bf16 whole-more cuda-tests-all"
+ALL="cuda-tests precision vmf-loss whole-model fused-loss layer decode joint fixed shared-private whole-bf16 whole-more
+cuda-tests-all"
 say "not finished: $(for s in $ALL; do
     [ -e "$STATE/done/$s" ] || printf '%s ' "$s"; done)"
 pack

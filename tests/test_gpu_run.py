@@ -11,10 +11,11 @@ import pytest
 from harness import REPO
 
 STEPS = ["cuda-tests", "precision", "vmf-loss", "whole-model", "fused-loss", "layer", "decode", "joint", "fixed",
-         "whole-bf16", "whole-more", "cuda-tests-all"]
+         "shared-private", "whole-bf16", "whole-more", "cuda-tests-all"]
 FILES = ["precision_gpu.md", "vmf_loss_cuda.md", "whole_model_cuda.md", "fused_loss_gpu.md",
          "continuous_layer_cuda.md", "continuous_model_cuda.md", "joint_cuda.md", "fixed_cuda.md",
-         "whole_model_cuda_bf16.md", "whole_model_cuda_more.md", "cuda-tests.txt", "cuda-tests-all.txt"]
+         "shared_private_cuda.md", "whole_model_cuda_bf16.md", "whole_model_cuda_more.md", "cuda-tests.txt",
+         "cuda-tests-all.txt"]
 
 
 def driver(tmp_path, python=sys.executable, **env):

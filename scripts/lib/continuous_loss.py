@@ -96,6 +96,10 @@ def run_loss_benchmark(args, log=print):
                 benchlib.sync(device)
                 if rep >= 2:
                     rows[name][key].append(time.perf_counter() - t0)
+    from fairseq_outlayers.modules.vmf_losses import COMPILED_ROWS
+
+    if any(state["failed"] for state in COMPILED_ROWS.values()):  # the compiled rows then measured the eager loss
+        rows = {(f"{n} (torch.compile failed: ran eagerly)" if "--vmf-compile" in n else n): r for n, r in rows.items()}
     for name, r in rows.items():
         r["time"], r["time_small"] = statistics.median(r["times"]), statistics.median(r["small_times"])
         log(f"loss {name:<36} {r['ops']:4d} aten ops" + (f" {r['kernels']:4d} kernels" if r["kernels"] else "")
