@@ -170,7 +170,8 @@ def train_command(args, data, method, precision, max_tokens, files, save_dir):
     cmd = [data, "--user-dir", USER_DIR, "--task", "translation", "-s", "src", "-t", tgt, "--arch", args.arch,
            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.0005", "--lr-scheduler",
            "inverse_sqrt", "--warmup-updates", "4000", "--dropout", "0.1", "--max-tokens", str(max_tokens),
-           "--max-update", str(args.updates), "--disable-validation", "--no-save", "--save-dir", save_dir,
+           "--max-update", str(args.updates + (1 if getattr(args, "profile", False) else 0)),
+           "--disable-validation", "--no-save", "--save-dir", save_dir,
            "--log-format", "json", "--log-interval", str(args.log_interval), "--seed", "1",
            "--num-workers", "1", "--max-source-positions", "256", "--max-target-positions", "256"] + opts
     cmd += PRECISIONS[precision]
@@ -179,15 +180,49 @@ def train_command(args, data, method, precision, max_tokens, files, save_dir):
     return cmd + list(args.extra)
 
 
-def child_main(result_path, fairseq_args):
+def profile_update(update, result):
+    """Profile fairseq's ``update``-th ``Trainer.train_step`` (one more than the timed ones) with torch's profiler,
+    into ``result["profile"]``: the aten operations it dispatched and, on CUDA, the kernels (and memory copies) it
+    ran and their summed device time. Patches the Trainer class of this benchmark's own child process only."""
+    import torch
+    from fairseq import trainer as fairseq_trainer
+
+    original = fairseq_trainer.Trainer.train_step
+
+    def train_step(self, samples, raise_oom=False):
+        if self.get_num_updates() + 1 != update:
+            return original(self, samples, raise_oom)
+        from torch.profiler import ProfilerActivity, profile
+
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
+            torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+            out = original(self, samples, raise_oom)
+            if cuda:
+                torch.cuda.synchronize()
+        events = prof.events()
+        device = [ev for ev in events if str(getattr(ev, "device_type", "")).endswith("CUDA")]
+        result["profile"] = {"update": update, "aten_ops": sum(1 for ev in events if ev.name.startswith("aten::")),
+                             "kernels": len(device) if cuda else None,
+                             "kernel_ms": sum(ev.time_range.elapsed_us() for ev in device) / 1e3 if cuda else None}
+        return out
+
+    fairseq_trainer.Trainer.train_step = train_step
+
+
+def child_main(result_path, fairseq_args, profile=None):
     """Run fairseq-train's cli_main in this process; write the peak memory and the outcome to ``result_path``."""
     import torch
 
     sys.argv = ["fairseq-train"] + fairseq_args
     status = "ok"
+    extra = {}
     try:
-        from fairseq_cli.train import cli_main
+        from fairseq_cli.train import cli_main  # first: it sets the log format that parse_log reads
 
+        if profile:
+            profile_update(profile, extra)
         cli_main()
     except BaseException as err:  # noqa: BLE001  (recorded, then re-raised as an exit code)
         status = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
@@ -196,18 +231,22 @@ def child_main(result_path, fairseq_args):
         peak["cuda_allocated"] = torch.cuda.max_memory_allocated()
         peak["cuda_reserved"] = torch.cuda.max_memory_reserved()
     with open(result_path, "w") as f:
-        json.dump({"status": status, **peak}, f)
+        json.dump({"status": status, **peak, **extra}, f)
     return 0 if status == "ok" else 1
 
 
-def parse_log(text, warmup):
-    """(median wps after ``warmup`` updates, its intervals, last trained params line, OOM seen) from a json log."""
+def parse_log(text, warmup, wpb=None, last=math.inf):
+    """(median wps after ``warmup`` updates, its intervals, last trained params line, OOM seen) from a json log;
+    intervals that end after update ``last`` (the profiled one) are left out; ``wpb``, a list, receives the
+    intervals' target tokens per update."""
     wps, params, oom = [], None, False
     for line in text.splitlines():
         if "train_inner | {" in line:
             rec = json.loads(line.split("train_inner | ", 1)[1])
-            if float(rec.get("num_updates", 0)) > warmup:
+            if warmup < float(rec.get("num_updates", 0)) <= last:
                 wps.append(float(rec["wps"]))
+                if wpb is not None and "wpb" in rec:
+                    wpb.append(float(rec["wpb"]))
         elif "num. trained:" in line or "num. model params:" in line:
             params = line.split("|")[-1].strip()
         if "OOM" in line or "out of memory" in line.lower():
@@ -218,7 +257,8 @@ def parse_log(text, warmup):
 def run_one(args, data, method, precision, max_tokens, files, log=print):
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", result, "--"] + train_command(
+        profile = ["--profile-update", str(args.updates + 1)] if getattr(args, "profile", False) else []
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", result] + profile + ["--"] + train_command(
             args, data, method, precision, max_tokens, files, os.path.join(tmp, "ckpt"))
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if args.device == "cpu":
@@ -231,13 +271,15 @@ def run_one(args, data, method, precision, max_tokens, files, log=print):
             out = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
             code = "timeout"
         wall = time.time() - t0
-        tok_s, intervals, params, oom = parse_log(out, args.warmup_updates)
+        wpb = []
+        tok_s, intervals, params, oom = parse_log(out, args.warmup_updates, wpb, last=args.updates)
         res = {"status": f"exit {code}"}
         if os.path.exists(result):
             with open(result) as f:
                 res = json.load(f)
     row = {"method": method, "precision": precision, "max_tokens": max_tokens, "tok_s": tok_s,
-           "n_intervals": len(intervals), "params": params, "wall": wall, **res}
+           "n_intervals": len(intervals), "params": params, "wall": wall,
+           "wpb": statistics.median(wpb) if wpb else float("nan"), **res}
     if res.get("status") != "ok" or not intervals:
         why = "out of memory" if oom else (res.get("status") if res.get("status") != "ok" else "no timed interval")
         row["error"] = why or f"exit {code}"
@@ -258,12 +300,27 @@ def peak_bytes(row):
     return row.get("cuda_allocated", row.get("max_rss", float("nan")))
 
 
+def profile_cells(row, cuda):
+    """The profiled update's cells: aten ops, and on CUDA its kernels and the share of an update's time (target
+    tokens per update / tokens per second) that the GPU spent in them."""
+    prof = row.get("profile") or {}
+    cells = [f"{prof['aten_ops']:,}" if prof.get("aten_ops") is not None else ""]
+    if cuda:
+        busy = ""
+        if prof.get("kernel_ms") is not None and row.get("tok_s", 0) > 0 and math.isfinite(row.get("wpb", math.nan)):
+            busy = fmt_pct(prof["kernel_ms"] / (1e3 * row["wpb"] / row["tok_s"]))
+        cells += [f"{prof['kernels']:,}" if prof.get("kernels") is not None else "", busy]
+    return cells
+
+
 def table(rows, device):
     """Markdown lines: one row per (V, precision, tokens per update, method)."""
-    mem = "peak GPU memory GiB (allocated)" if device.startswith("cuda") else "peak resident memory GiB"
+    cuda = device.startswith("cuda")
+    mem = "peak GPU memory GiB (allocated)" if cuda else "peak resident memory GiB"
+    extra = ["aten ops / update"] + (["CUDA kernels / update", "GPU busy"] if cuda else [])
     lines = [f"| V | precision | tokens/update | method | tokens/s (median) | x softmax | x bound | share of the "
-             f"possible gain | {mem} | x softmax memory |",
-             "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             f"possible gain | {mem} | x softmax memory | " + " | ".join(extra) + " |",
+             "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * len(extra)]
     groups = {}
     for r in rows:
         groups.setdefault((r["vocab"], r["precision"], r["max_tokens"]), []).append(r)
@@ -273,7 +330,8 @@ def table(rows, device):
         ok = lambda r: r is not None and "error" not in r  # noqa: E731
         for r in group:
             if not ok(r):
-                lines.append(f"| {vocab} | {precision} | {max_tokens} | {r['method']} | failed: {r['error']} | | | | | |")
+                lines.append(f"| {vocab} | {precision} | {max_tokens} | {r['method']} | failed: {r['error']} | | | | | |"
+                             + " |" * len(extra))
                 continue
             x_soft = benchlib.ratio(r["tok_s"], soft["tok_s"]) if ok(soft) else float("nan")
             x_bound = benchlib.ratio(r["tok_s"], bound["tok_s"]) if ok(bound) else float("nan")
@@ -282,7 +340,7 @@ def table(rows, device):
             m_soft = benchlib.ratio(peak_bytes(r), peak_bytes(soft)) if ok(soft) else float("nan")
             lines.append(f"| {vocab} | {precision} | {max_tokens} | {r['method']} | {r['tok_s']:,.0f} | "
                          f"{fmt_ratio(x_soft)} | {fmt_ratio(x_bound)} | {fmt_pct(gain)} | {peak_bytes(r) / GiB:.2f} | "
-                         f"{fmt_ratio(m_soft)} |")
+                         f"{fmt_ratio(m_soft)} | " + " | ".join(profile_cells(r, cuda)) + " |")
     return lines
 
 
@@ -331,6 +389,13 @@ def render(args, command, env, rows, elapsed, partial=False):
         f"The bound: the same model and batches with the target folded onto {BOUND_WORDS} words (a 16-entry "
         "softmax, the cheapest output layer). Share of the possible gain = (method - softmax) / (bound - "
         "softmax) in tokens/s.",
+    ] + ([] if not getattr(args, "profile", False) else [
+        "",
+        f"The last columns come from one more update after the timed ones ({args.updates + 1}), run under torch's "
+        "profiler: the aten operations it dispatched and, on a GPU, the kernels it ran. GPU busy = their summed "
+        "time / the time of an update at the measured speed (target tokens per update / tokens per second). "
+        "Far below 100 %, the GPU waits for the host that dispatches the operations.",
+    ]) + [
         "",
     ]
     lines += table(rows, args.device)
@@ -340,6 +405,8 @@ def render(args, command, env, rows, elapsed, partial=False):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
+        if argv[2] == "--profile-update":
+            return child_main(argv[1], argv[5:], int(argv[3]))
         return child_main(argv[1], argv[3:])
     cuda = "--device" in argv and argv[argv.index("--device") + 1].startswith("cuda")
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
@@ -359,6 +426,9 @@ def main(argv=None):
     parser.add_argument("--sentences", type=int, default=None,
                         help="training sentences (default: enough for the largest --max-tokens x --updates)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (OMP_NUM_THREADS) of each run on the CPU")
+    parser.add_argument("--no-profile", dest="profile", action="store_false",
+                        help="leave out the profiled update after the timed ones (its columns: aten ops, kernels and "
+                        "GPU busy time per update)")
     parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="fairseq-preprocess workers")
     parser.add_argument("--run-timeout", type=float, default=900, help="seconds before one run is stopped")
     parser.add_argument("--work-dir", default=None, help="where the corpora go (default: a temporary directory)")

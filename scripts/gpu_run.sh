@@ -171,7 +171,7 @@ step fused-loss 120 50 -- $PY scripts/bench_fused_loss.py --device "$DEVICE" --v
     $([ -n "$SMOKE" ] && echo "--dim 64 --model-arch $ARCH --repeats 1") --output "$RES/fused_loss_gpu.md" --force
 step whole-model 260 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" --vocab $VOCABS --arch "$ARCH" \
     --precision "$PREC_FORM" --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" \
-    --run-timeout 60 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda.md" --force
+    --run-timeout 90 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda.md" --force
 step layer 90 40 -- $PY scripts/bench_continuous.py --device "$DEVICE" --skip loss --skip model \
     --vocab $([ -n "$SMOKE" ] && echo 2000 || echo 50000 128000) --dims $([ -n "$SMOKE" ] && echo 64 || echo 512) \
     --tokens "$TOK" --reps $([ -n "$SMOKE" ] && echo 1 || echo 2) --continuous-steps 6 --max-memory-gb 60 \
@@ -192,10 +192,10 @@ step shared-private 60 30 -- $PY scripts/bench_shared_private.py --device "$DEVI
     --output "$RES/shared_private_cuda.md" --force
 step whole-bf16 200 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" --vocab $VOCABS --arch "$ARCH" \
     --precision bf16 --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" \
-    --run-timeout 60 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda_bf16.md" --force
+    --run-timeout 90 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda_bf16.md" --force
 step whole-more 240 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" \
     --vocab $([ -n "$SMOKE" ] && echo 3000 || echo 128000) --arch "$ARCH" --precision "$PREC_FORM" \
-    --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" --run-timeout 60 \
+    --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" --run-timeout 90 \
     --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda_more.md" --force
 step cuda-tests-all 300 120 -- env OUTLAYERS_CUDA_TEST_DEVICE="$DEVICE" OUTLAYERS_TEST_DEVICE="$DEVICE" \
     $PY -m pytest -q -p no:cacheprovider $($PY -c "import xdist" 2>/dev/null && printf '%s' '-n 8') tests/test_cuda.py \

@@ -20,6 +20,9 @@ def test_parse_log_takes_the_median_wps_after_the_warmup(bench):
                      + ["2026-11-27 | INFO | fairseq_cli.train | num. shared model params: 9 (num. trained: 9)"])
     tok_s, intervals, params, oom = bench.parse_log(text, warmup=5)
     assert tok_s == 200.0 and intervals == [300.0, 100.0, 200.0] and "num. trained: 9" in params and not oom
+    # the profiled update comes after the timed ones: an interval that ends there is not timed
+    tok_s, intervals, _, _ = bench.parse_log(text, warmup=5, last=15)
+    assert tok_s == 200.0 and intervals == [300.0, 100.0]
     tok_s, intervals, _, oom = bench.parse_log("| WARNING | OOM: Ran out of memory with exception", warmup=0)
     assert math.isnan(tok_s) and intervals == [] and oom
 
@@ -49,13 +52,20 @@ def test_table_ratios_and_gain_share(bench):
         return {"method": method, "vocab": 50000, "precision": "fp16", "max_tokens": 8192, "tok_s": tok_s,
                 "cuda_allocated": peak * bench.GiB, **kw}
 
-    rows = [row("softmax", 100.0, 4.0), row("continuous, vmf_nll", 150.0, 1.0), row(bench.BOUND, 200.0, 0.5),
-            row("tied", 0.0, 0.0, error="out of memory")]
+    profiled = {"aten_ops": 4321, "kernels": 1234, "kernel_ms": 30.0}
+    rows = [row("softmax", 100.0, 4.0, wpb=10.0, profile=profiled), row("continuous, vmf_nll", 150.0, 1.0),
+            row(bench.BOUND, 200.0, 0.5), row("tied", 0.0, 0.0, error="out of memory")]
     lines = bench.table(rows, "cuda")
-    assert "| 50000 | fp16 | 8192 | softmax | 100 | 1.00 | 0.50 | 0 % | 4.00 | 1.00 |" in lines
-    assert "| 50000 | fp16 | 8192 | continuous, vmf_nll | 150 | 1.50 | 0.75 | 50 % | 1.00 | 0.25 |" in lines
-    assert f"| 50000 | fp16 | 8192 | {bench.BOUND} | 200 | 2.00 | 1.00 | 100 % | 0.50 | 0.12 |" in lines
-    assert "| 50000 | fp16 | 8192 | tied | failed: out of memory | | | | | |" in lines
+    assert lines[0].endswith("| x softmax memory | aten ops / update | CUDA kernels / update | GPU busy |")
+    assert lines[1].count("|") == lines[0].count("|")
+    # an update of 10 target tokens at 100 tokens/s takes 100 ms, of which the kernels ran 30: 30 % busy
+    assert "| 50000 | fp16 | 8192 | softmax | 100 | 1.00 | 0.50 | 0 % | 4.00 | 1.00 | 4,321 | 1,234 | 30 % |" in lines
+    assert "| 50000 | fp16 | 8192 | continuous, vmf_nll | 150 | 1.50 | 0.75 | 50 % | 1.00 | 0.25 |  |  |  |" in lines
+    assert f"| 50000 | fp16 | 8192 | {bench.BOUND} | 200 | 2.00 | 1.00 | 100 % | 0.50 | 0.12 |  |  |  |" in lines
+    assert "| 50000 | fp16 | 8192 | tied | failed: out of memory | | | | | | | | |" in lines
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    cpu = bench.table(rows[:1], "cpu")
+    assert cpu[0].endswith("| aten ops / update |") and cpu[2].endswith("| 4,321 |")
 
 
 def test_fp16_on_the_cpu_is_refused(bench, tmp_path):
@@ -73,3 +83,5 @@ def test_tiny_cpu_run_trains_every_method(bench, tmp_path):
     text = out.read_text()
     for method in bench.METHODS:
         assert f"| 256 | fp32 | 256 | {method} | " in text and "failed" not in text
+    rows = [line for line in text.splitlines() if line.startswith("| 256 | fp32 | 256 |")]
+    assert all(int(line.split("|")[-2].strip().replace(",", "")) > 100 for line in rows)  # aten ops, profiled
