@@ -487,15 +487,17 @@ def test_vmf_loss_runs_at_most_one_and_a_half_times_the_kernels_of_the_cosine_lo
     assert ops <= 1.6 * cosine, (variant, ops, cosine)
 
 
+def _broken_compile(fn, **kwargs):
+    """A torch.compile whose result fails when called, as one without a C++ compiler does."""
+    def call(*args):
+        raise RuntimeError("no C++ compiler\nsecond line")
+    return call
+
+
 def test_compiled_fast_path_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
     from fairseq_outlayers.modules import bessel
 
-    def broken(fn, **kwargs):
-        def call(*args):
-            raise RuntimeError("no C++ compiler\nsecond line")
-        return call
-
-    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(torch, "compile", _broken_compile)
     monkeypatch.setitem(bessel._COMPILED, "kernel", None)
     monkeypatch.setitem(bessel._COMPILED, "failed", False)
     monkeypatch.setenv(bessel.COMPILE_ENV, "1")
@@ -588,12 +590,7 @@ def test_compiled_losses_equal_eager_for_every_batch_size():
 def test_compiled_losses_fall_back_to_eager_with_one_warning(monkeypatch, caplog):
     from fairseq_outlayers.modules import vmf_losses
 
-    def broken(fn, **kwargs):
-        def call(*args):
-            raise RuntimeError("no C++ compiler\nsecond line")
-        return call
-
-    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(torch, "compile", _broken_compile)
     monkeypatch.setitem(vmf_losses.COMPILED_ROWS, "released", {"kernel": None, "failed": False})
     e, t = torch.randn(6, 64), F.normalize(torch.randn(6, 64), dim=-1)
     with caplog.at_level("WARNING"):
