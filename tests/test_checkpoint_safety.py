@@ -1,6 +1,7 @@
 """fairseq checkpoints load under torch's weights-only unpickler; a pickle that would run code is refused."""
 import os
 import pickle
+import random
 import sys
 
 import pytest
@@ -103,7 +104,10 @@ def bad_checkpoints(tmp_path_factory, tiny_bin):
     with open(good, "rb") as f:
         data = f.read()
     paths = {"good": good}
-    for kind, content in (("truncated", data[:len(data) // 3]), ("empty", b""), ("random", os.urandom(4096))):
+    # seeded: about 7 % of random byte strings fail as IndexError, KeyError or UnicodeDecodeError, not as
+    # UnpicklingError (each still one line: test_random_bytes_fail_in_one_line)
+    random_bytes = random.Random(0).randbytes(4096)
+    for kind, content in (("truncated", data[:len(data) // 3]), ("empty", b""), ("random", random_bytes)):
         paths[kind] = str(folder / f"{kind}.pt")
         with open(paths[kind], "wb") as f:
             f.write(content)
@@ -138,6 +142,22 @@ def test_read_says_what_is_wrong_in_one_line(bad_checkpoints, kind):
     assert MESSAGES[kind] in str(e.value) and bad_checkpoints[kind] in str(e.value) and "\n" not in str(e.value)
     assert not os.path.exists(marker)
     assert read(bad_checkpoints["good"])["model"]
+
+
+def test_random_bytes_fail_in_one_line(tmp_path):
+    """Whatever the unpickler trips on in random bytes (UnpicklingError mostly; IndexError, KeyError,
+    UnicodeDecodeError sometimes), the error is one line that names the file."""
+    from fairseq_outlayers.checkpoint_safety import read
+    from fairseq_outlayers.errors import OutlayersConfigError
+
+    gen = random.Random(1)
+    for i in range(60):
+        path = str(tmp_path / f"random{i}.pt")
+        with open(path, "wb") as f:
+            f.write(gen.randbytes(4096))
+        with pytest.raises(OutlayersConfigError) as e:
+            read(path, mmap=True)
+        assert f"checkpoint '{path}' cannot be read (" in str(e.value) and "\n" not in str(e.value)
 
 
 # Every entry point that loads a checkpoint, run in one interpreter (fairseq is imported once): {name: argv}, with
