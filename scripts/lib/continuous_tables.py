@@ -49,16 +49,16 @@ def loss_tables(rows, tokens, m, device, dispatch_tokens=None):
     default = benchlib.ratio(rows["vmf released (default)"]["time"], cos["time"])
     lines += ["", f"Targets ({tokens} x {m}, float32, `{device}`):", "",
               f"- every vMF variant <= {TARGET_LOSS_OPS:g}x the cosine loss's aten operations: worst "
-              f"{worst_ops[0]}, {ops_x:.2f}x -> {met(ops_x <= TARGET_LOSS_OPS)}",
+              f"{worst_ops[0]}, {ops_x:.2f}x -> {met(ops_x <= TARGET_LOSS_OPS)}.",
               f"- vMF fwd+bwd <= {TARGET_LOSS_TIME:g}x the cosine loss's time: released default {default:.2f}x; "
-              f"worst {worst_time[0]}, {time_x:.2f}x -> {met(time_x <= TARGET_LOSS_TIME)}"]
+              f"worst {worst_time[0]}, {time_x:.2f}x -> {met(time_x <= TARGET_LOSS_TIME)}."]
     if small:
         tiny = {n: benchlib.ratio(r["time_small"], cos["time_small"]) for n, r in vmf}
         worst = max(tiny, key=tiny.get)
         compiled = [f"{n} {x:.2f}x" for n, x in tiny.items() if "--vmf-compile" in n]
         lines.append(f"- the same at {dispatch_tokens} tokens (dispatch-bound): released default "
                      f"{tiny['vmf released (default)']:.2f}x" + (f"; {'; '.join(compiled)}" if compiled else "")
-                     + f"; worst {worst}, {tiny[worst]:.2f}x -> {met(tiny[worst] <= TARGET_LOSS_TIME)}")
+                     + f"; worst {worst}, {tiny[worst]:.2f}x -> {met(tiny[worst] <= TARGET_LOSS_TIME)}.")
     return lines
 def layer_tables(rows, vocabs, dims, tokens, m=300):
     """Markdown lines: per-layer measurements and the ratio table of part 1, with the targets' verdicts."""
