@@ -487,6 +487,25 @@ def test_vmf_loss_runs_at_most_one_and_a_half_times_the_kernels_of_the_cosine_lo
     assert ops <= 1.6 * cosine, (variant, ops, cosine)
 
 
+@pytest.mark.parametrize("variant", list(VMF_VARIANTS))
+def test_vmf_losses_are_unchanged_under_autocast(variant):
+    """Under ``--amp`` the criterion runs inside autocast. No operation of a vMF loss may drop to half precision
+    there (a matrix product would: the log C_m sums are hundreds, so bf16 would be off by about 1). Value and
+    gradient under CPU autocast (bfloat16) equal those outside it, bit for bit."""
+    gen = torch.Generator().manual_seed(3)
+    e_hat = (torch.randn(32, 300, generator=gen) * 3).requires_grad_(True)
+    target = F.normalize(torch.randn(32, 300, generator=gen), dim=-1)
+    results = []
+    for enabled in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+            loss = VMF_VARIANTS[variant](e_hat, target)
+        loss.sum().backward()
+        results.append((loss.detach().clone(), e_hat.grad.clone()))
+        e_hat.grad = None
+    assert results[1][0].dtype == torch.float32
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
 def _broken_compile(fn, **kwargs):
     """A torch.compile whose result fails when called, as one without a C++ compiler does."""
     def call(*args):
