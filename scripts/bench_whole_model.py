@@ -19,6 +19,11 @@ folded onto a 16-word target dictionary (same sentences, same lengths) and a sof
 trained. Each method's tokens/s is given as a ratio to the softmax's, to the bound's, and as the share of the
 possible gain it takes: (method - softmax) / (bound - softmax).
 
+``--repeats N`` runs every method N times in rounds (each method once, then again): the table gives the median
+tokens/s and, for x softmax, the median and range of the per-round ratios. A "Targets" list reads the table
+against the package's speed goals: continuous (vmf_nll) at least 1.3x the softmax's tokens/s, joint d_j = d at
+least 0.9x the tied layer's.
+
 Results go to ``--output`` (markdown; refused if it exists unless ``--force``). A method that fails (e.g. out of
 memory) gets a row saying so; the run goes on.
 """
@@ -254,10 +259,12 @@ def parse_log(text, warmup, wpb=None, last=math.inf):
     return (statistics.median(wps) if wps else float("nan")), wps, params, oom
 
 
-def run_one(args, data, method, precision, max_tokens, files, log=print):
+def run_one(args, data, method, precision, max_tokens, files, log=print, profiled=True):
+    """One fairseq-train run of ``method``: a row with its tokens/s, peak memory and (``profiled`` and
+    ``args.profile``) the profiled update's counts."""
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
-        profile = ["--profile-update", str(args.updates + 1)] if getattr(args, "profile", False) else []
+        profile = ["--profile-update", str(args.updates + 1)] if profiled and getattr(args, "profile", False) else []
         cmd = [sys.executable, os.path.abspath(__file__), "--child", result] + profile + ["--"] + train_command(
             args, data, method, precision, max_tokens, files, os.path.join(tmp, "ckpt"))
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -313,34 +320,97 @@ def profile_cells(row, cuda):
     return cells
 
 
+def merge_runs(runs):
+    """One method's runs (one per round) as one row: the median tokens/s of those that trained, their largest peak
+    memory, the profile of the run that has one; ``error`` when none trained, ``failed_runs`` when some did not."""
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return dict(runs[0])
+    row = dict(ok[0], tok_s=statistics.median(r["tok_s"] for r in ok))
+    key = "cuda_allocated" if "cuda_allocated" in ok[0] else "max_rss"
+    if key in ok[0]:
+        row[key] = max(r.get(key, 0) for r in ok)
+    row["profile"] = next((r["profile"] for r in runs if r.get("profile")), None)
+    row["failed_runs"] = len(runs) - len(ok)
+    row["runs"] = len(runs)
+    return row
+
+
+def paired_ratios(runs, baseline_runs):
+    """tokens/s of each run over the baseline's in the same round (rounds where both trained)."""
+    base = {r.get("round", 0): r["tok_s"] for r in baseline_runs if "error" not in r}
+    return [benchlib.ratio(r["tok_s"], base[r.get("round", 0)]) for r in runs
+            if "error" not in r and r.get("round", 0) in base]
+
+
+def ratio_cell(ratios):
+    """The median of per-round ratios, with their range when there are several: ``1.21 (1.18-1.25)``."""
+    if not ratios:
+        return ""
+    cell = fmt_ratio(statistics.median(ratios))
+    return cell + (f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else "")
+
+
+def grouped(rows):
+    """{(V, precision, tokens per update): {method: [its runs]}} in the order the rows came."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["vocab"], r["precision"], r["max_tokens"]), {}).setdefault(r["method"], []).append(r)
+    return groups
+
+
 def table(rows, device):
-    """Markdown lines: one row per (V, precision, tokens per update, method)."""
+    """Markdown lines: one row per (V, precision, tokens per update, method); several runs of a method (rounds)
+    give the median tokens/s, and x softmax is the median of the per-round ratios with their range."""
     cuda = device.startswith("cuda")
     mem = "peak GPU memory GiB (allocated)" if cuda else "peak resident memory GiB"
     extra = ["aten ops / update"] + (["CUDA kernels / update", "GPU busy"] if cuda else [])
     lines = [f"| V | precision | tokens/update | method | tokens/s (median) | x softmax | x bound | share of the "
              f"possible gain | {mem} | x softmax memory | " + " | ".join(extra) + " |",
              "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * len(extra)]
-    groups = {}
-    for r in rows:
-        groups.setdefault((r["vocab"], r["precision"], r["max_tokens"]), []).append(r)
-    for (vocab, precision, max_tokens), group in groups.items():
-        by = {r["method"]: r for r in group}
+    for (vocab, precision, max_tokens), methods in grouped(rows).items():
+        by = {method: merge_runs(runs) for method, runs in methods.items()}
         soft, bound = by.get("softmax"), by.get(BOUND)
         ok = lambda r: r is not None and "error" not in r  # noqa: E731
-        for r in group:
+        for method, r in by.items():
             if not ok(r):
-                lines.append(f"| {vocab} | {precision} | {max_tokens} | {r['method']} | failed: {r['error']} | | | | | |"
+                lines.append(f"| {vocab} | {precision} | {max_tokens} | {method} | failed: {r['error']} | | | | | |"
                              + " |" * len(extra))
                 continue
-            x_soft = benchlib.ratio(r["tok_s"], soft["tok_s"]) if ok(soft) else float("nan")
+            x_soft = ratio_cell(paired_ratios(methods[method], methods["softmax"])) if ok(soft) else ""
             x_bound = benchlib.ratio(r["tok_s"], bound["tok_s"]) if ok(bound) else float("nan")
             gain = (benchlib.ratio(r["tok_s"] - soft["tok_s"], bound["tok_s"] - soft["tok_s"])
                     if ok(soft) and ok(bound) else float("nan"))
             m_soft = benchlib.ratio(peak_bytes(r), peak_bytes(soft)) if ok(soft) else float("nan")
-            lines.append(f"| {vocab} | {precision} | {max_tokens} | {r['method']} | {r['tok_s']:,.0f} | "
-                         f"{fmt_ratio(x_soft)} | {fmt_ratio(x_bound)} | {fmt_pct(gain)} | {peak_bytes(r) / GiB:.2f} | "
+            failed = f" ({r['failed_runs']} of {r['runs']} runs failed)" if r.get("failed_runs") else ""
+            lines.append(f"| {vocab} | {precision} | {max_tokens} | {method} | {r['tok_s']:,.0f}{failed} | "
+                         f"{x_soft} | {fmt_ratio(x_bound)} | {fmt_pct(gain)} | {peak_bytes(r) / GiB:.2f} | "
                          f"{fmt_ratio(m_soft)} | " + " | ".join(profile_cells(r, cuda)) + " |")
+    return lines
+
+
+#: the targets the whole-model table is read against: (method, baseline, the smallest ratio of tokens/s that meets it)
+TARGETS = (("continuous, vmf_nll", "softmax", 1.3), ("joint d_j = d", "tied", 0.9))
+
+
+def target_lines(rows):
+    """One bullet per target and (V, precision, tokens per update) where both rows trained: the median ratio and
+    "met" / "not met", or "within the run-to-run range" when the rounds' ratios lie on both sides of it."""
+    lines = []
+    for (vocab, precision, max_tokens), methods in grouped(rows).items():
+        for method, baseline, target in TARGETS:
+            ratios = paired_ratios(methods.get(method, []), methods.get(baseline, []))
+            if not ratios:
+                continue
+            if min(ratios) >= target:
+                verdict = "met"
+            elif max(ratios) < target:
+                verdict = "not met"
+            else:
+                verdict = "within the run-to-run range"
+            lines.append(f"- V = {vocab}, {precision}, {max_tokens} tokens/update: {method} at "
+                         f"{ratio_cell(ratios)}x {baseline}'s tokens/s (target: at least {target:.2f}x): "
+                         f"**{verdict}**.")
     return lines
 
 
@@ -398,7 +468,14 @@ def render(args, command, env, rows, elapsed, partial=False):
     ]) + [
         "",
     ]
+    if getattr(args, "repeats", 1) > 1:
+        lines += [f"Each method ran {args.repeats} times, in rounds (every method once, then again), so that a "
+                  "drift of the machine's speed touches every method alike. tokens/s is the median of the runs; x "
+                  "softmax is the median of the per-round ratios, with their range in brackets.", ""]
     lines += table(rows, args.device)
+    targets = target_lines(rows)
+    if targets:
+        lines += ["", "## Targets", ""] + targets
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -422,6 +499,10 @@ def main(argv=None):
                         help="default: all of " + ", ".join(METHODS))
     parser.add_argument("--updates", type=int, default=40 if cuda else 8)
     parser.add_argument("--warmup-updates", type=int, default=10 if cuda else 2)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of every method, in rounds (every method once, then again); the table gives "
+                        "median tokens/s and the range of the per-round ratios to the softmax. Only the first round "
+                        "is profiled")
     parser.add_argument("--log-interval", type=int, default=5 if cuda else 2)
     parser.add_argument("--sentences", type=int, default=None,
                         help="training sentences (default: enough for the largest --max-tokens x --updates)")
@@ -445,6 +526,8 @@ def main(argv=None):
         parser.error("--precision fp16 needs --device cuda (fairseq's fp16 runs on CUDA only)")
     if args.warmup_updates >= args.updates:
         parser.error("--warmup-updates must be below --updates")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     benchlib.check_output(args.output, args.force)
     sentences = args.sentences or int(1.2 * max(args.max_tokens) * args.updates / 25) + 64
     args.sentences = sentences
@@ -459,15 +542,17 @@ def main(argv=None):
             data, bound, files = write_corpus(directory, vocab, sentences, workers=args.workers)
             for precision in args.precision:
                 for max_tokens in args.max_tokens:
-                    print(f"V={vocab} {precision} {max_tokens} tokens/update", flush=True)
-                    for method in args.methods:
-                        row = run_one(args, bound if method == BOUND else data, method, precision, max_tokens,
-                                      files)
-                        row["vocab"] = vocab
-                        rows.append(row)
-                        # rewritten after every run: a run stopped by a time limit leaves what it measured
-                        benchlib.write_output(args.output, render(args, command, env, rows, time.time() - start,
-                                                                  partial=True))
+                    for round_ in range(args.repeats):
+                        print(f"V={vocab} {precision} {max_tokens} tokens/update"
+                              + (f", round {round_ + 1} of {args.repeats}" if args.repeats > 1 else ""), flush=True)
+                        for method in args.methods:
+                            row = run_one(args, bound if method == BOUND else data, method, precision, max_tokens,
+                                          files, profiled=round_ == 0)
+                            row.update(vocab=vocab, round=round_)
+                            rows.append(row)
+                            # rewritten after every run: a run stopped by a time limit leaves what it measured
+                            benchlib.write_output(args.output, render(args, command, env, rows,
+                                                                      time.time() - start, partial=True))
     finally:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)

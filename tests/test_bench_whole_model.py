@@ -68,6 +68,40 @@ def test_table_ratios_and_gain_share(bench):
     assert cpu[0].endswith("| aten ops / update |") and cpu[2].endswith("| 4,321 |")
 
 
+def test_repeated_runs_give_median_speed_paired_ratios_and_target_verdicts(bench):
+    """Three rounds: tokens/s is the median of a method's runs, x softmax the median of the per-round ratios with
+    their range; the targets say met, not met, or within the range; a failed run is counted, not averaged."""
+    def runs(method, speeds, **kw):
+        return [{"method": method, "vocab": 50000, "precision": "fp32", "max_tokens": 2048, "round": i,
+                 "tok_s": t, "max_rss": (2 + i) * bench.GiB, **kw} for i, t in enumerate(speeds)]
+
+    rows = (runs("softmax", [100.0, 50.0, 100.0]) + runs("tied", [100.0, 100.0, 100.0])
+            + runs("continuous, vmf_nll", [150.0, 70.0, 140.0]) + runs("joint d_j = d", [96.0, 85.0, 88.0])
+            + runs(bench.BOUND, [200.0, 100.0, 200.0]))
+    rows[-5]["error"] = "out of memory"  # joint's second round
+    lines = bench.table(rows, "cpu")
+    # softmax: median 100; vmf: median 140, ratios 1.5, 1.4, 1.4; peak: the largest of the rounds
+    assert "| 50000 | fp32 | 2048 | softmax | 100 | 1.00 (1.00-1.00) | 0.50 | 0 % | 4.00 | 1.00 |  |" in lines
+    assert ("| 50000 | fp32 | 2048 | continuous, vmf_nll | 140 | 1.40 (1.40-1.50) | 0.70 | 40 % | 4.00 | 1.00 |  |"
+            in lines)
+    assert ("| 50000 | fp32 | 2048 | joint d_j = d | 92 (1 of 3 runs failed) | 0.92 (0.88-0.96) | 0.46 | -8 % | 4.00 "
+            "| 1.00 |  |" in lines)
+    targets = bench.target_lines(rows)
+    assert targets == [
+        "- V = 50000, fp32, 2048 tokens/update: continuous, vmf_nll at 1.40 (1.40-1.50)x softmax's tokens/s "
+        "(target: at least 1.30x): **met**.",
+        "- V = 50000, fp32, 2048 tokens/update: joint d_j = d at 0.92 (0.88-0.96)x tied's tokens/s "
+        "(target: at least 0.90x): **within the run-to-run range**."]
+    one_round = [r for r in rows if r["round"] == 1 and r["method"] != "joint d_j = d"]
+    assert bench.target_lines(one_round) == [
+        "- V = 50000, fp32, 2048 tokens/update: continuous, vmf_nll at 1.40x softmax's tokens/s "
+        "(target: at least 1.30x): **met**."]
+    slow = [dict(r, tok_s=r["tok_s"] * 0.9 if r["method"] == "continuous, vmf_nll" else r["tok_s"]) for r in one_round]
+    assert "(target: at least 1.30x): **not met**." in bench.target_lines(slow)[0]  # 1.26x
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--repeats", "0", "--output", "/nonexistent/x.md"])
+
+
 def test_fp16_on_the_cpu_is_refused(bench, tmp_path):
     with pytest.raises(SystemExit):
         bench.main(["--device", "cpu", "--precision", "fp16", "--output", str(tmp_path / "x.md")])
