@@ -1,6 +1,7 @@
 # fairseq_outlayers -- the commands a new user needs.
 #   make demo     install everything, prepare Multi30k de-en, train every output layer, print the comparison
-#   make test     install everything, run the default test suite (what CI runs)
+#   make test     install everything, run the default test suite (what CI runs), on every core
+#   make test-fast  the tests that start no command (maths, readers, option checks, registries): under 90 s
 #   make results  the docs/results.md comparison: every row of configs/demo and configs/continuous, 800 updates,
 #                 seeds 1 and 2 (hours on a CPU; finished runs in work/results are reused)
 VENV ?= .venv
@@ -15,7 +16,7 @@ RESULTS_UPDATES ?= 800
 RESULTS_SEEDS ?= 1 2
 RESULTS_OUT ?= work/results
 
-.PHONY: install demo results test test-slow
+.PHONY: install demo results test test-fast test-slow
 
 install:
 	VENV=$(VENV) PYTHON=$(PYTHON) TORCH_INDEX=$(TORCH_INDEX) TORCH_EXTRA_INDEX=$(TORCH_EXTRA_INDEX) bash scripts/install.sh
@@ -30,6 +31,9 @@ results: install
 
 test: install
 	$(PY) -m pytest -q tests
+
+test-fast: install
+	$(PY) -m pytest -q tests --fast
 
 test-slow: install
 	$(PY) -m pytest -q tests --run-slow

@@ -42,7 +42,10 @@ setup(
         # Cut Cross-Entropy's CUDA kernel for --criterion fused_cross_entropy (Triton: Linux only; not a default
         # dependency because it pulls Triton onto CPU machines, where the criterion's chunked path serves)
         "cce": ['cut-cross-entropy>=25.1.1; platform_system == "Linux"'],
-        "test": ["pytest>=7", "hypothesis>=6", "mpmath", SYSTRAN_ALIGN, "gensim>=4.3", "matplotlib", "faiss-cpu"],
+        # pytest-xdist: the suite on every core (pytest.ini); pytest-randomly: the order-independence check
+        # (`-p randomly`); coverage >= 7.10 follows the commands the tests start (docs/development.md)
+        "test": ["pytest>=7", "pytest-xdist>=3.5", "pytest-randomly>=3.15", "coverage>=7.10", "hypothesis>=6",
+                 "mpmath", SYSTRAN_ALIGN, "gensim>=4.3", "matplotlib", "faiss-cpu"],
     },
     entry_points={
         "console_scripts": [

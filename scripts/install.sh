@@ -141,3 +141,4 @@ print(f"==> ok: torch {torch.__version__} ({build}; a GPU visible: {torch.cuda.i
       f"fairseq {fairseq.__version__}, sacrebleu {sacrebleu.__version__}, "
       f"fairseq_outlayers {fairseq_outlayers.__version__}")
 PY
+echo "==> install.sh took ${SECONDS} s"

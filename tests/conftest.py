@@ -1,16 +1,22 @@
 import os
-import sys
+import subprocess
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fairseq_outlayers  # noqa: F401  (registers models; allow-lists checkpoint classes)
+from harness import DEVICE_ENV, make_corpus, preprocess
 
-import fairseq_outlayers  # noqa: E402,F401  (registers models; allow-lists checkpoint classes)
-from harness import DEVICE_ENV, make_corpus, preprocess  # noqa: E402
+# One thread a test process: pytest-xdist runs one worker a core (``-n auto``), and the commands the tests start
+# are forks of it (forked.py) that must not inherit a thread pool.
+os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help="the fast tier (make test-fast): every test that starts a command (fairseq-train, a "
+                     "tool, a script) is skipped; the maths, readers, option checks and registries run")
     parser.addoption("--run-slow", action="store_true", help="also run the slow real-data tests")
     parser.addoption("--device", choices=("cpu", "cuda"), default=None,
                      help="where the harness's fairseq-train / fairseq-generate runs go (default: cpu, or "
@@ -50,3 +56,31 @@ def tiny_bin(tiny_raw, tmp_path_factory):
 def tiny_bin_joined(tiny_raw, tmp_path_factory):
     """Binarised tiny corpus with one joined dictionary."""
     return preprocess(tiny_raw, str(tmp_path_factory.mktemp("bin_joined")), joined=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_tier(request):
+    """With ``--fast``, starting a command skips the test that does it (``pytest.skip`` is not an ``Exception``,
+    so no handler in the code under test swallows it). Session-scoped and autouse, so it is in place before any
+    other fixture (the tiny corpora run ``fairseq-preprocess``)."""
+    if not request.config.getoption("--fast"):
+        yield
+        return
+    real = subprocess.Popen
+
+    class NoCommand(real):
+        def __init__(self, args, *a, **kw):
+            name = os.path.basename(str(args[0] if isinstance(args, (list, tuple)) else args).split()[0])
+            pytest.skip(f"starts a command ({name}): make test runs it")
+
+    previous = os.environ.get("OUTLAYERS_TEST_SUBPROCESS")
+    os.environ["OUTLAYERS_TEST_SUBPROCESS"] = "1"  # the harness's forks become subprocesses, and so are skipped
+    subprocess.Popen = NoCommand
+    try:
+        yield
+    finally:
+        subprocess.Popen = real
+        if previous is None:
+            os.environ.pop("OUTLAYERS_TEST_SUBPROCESS", None)
+        else:
+            os.environ["OUTLAYERS_TEST_SUBPROCESS"] = previous

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from typing import Dict, List, Optional
 
+import forked
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_outlayers")
 BIN = os.path.dirname(sys.executable)
@@ -41,11 +43,20 @@ def tool(name: str) -> str:
 
 def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None, check: bool = True,
         timeout: int = 600, input: Optional[str] = None) -> subprocess.CompletedProcess:
+    """``cmd`` in a process of its own. A console script of this venv, or ``python -m MODULE`` / ``python
+    SCRIPT.py``, runs in a fork of the test process (``forked.py``): the same function with the same argv,
+    environment and working directory, without a second start of Python, torch and fairseq.
+    ``OUTLAYERS_TEST_SUBPROCESS=1`` starts every command afresh instead."""
     full_env = dict(os.environ)
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints without it
     full_env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     full_env.update(env or {})
-    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, input=input)
+    target = forked.target(cmd, BIN, full_env)
+    if target is not None:
+        proc = forked.run(target, cmd, cwd=cwd, env=full_env, timeout=timeout, input=input)
+    else:
+        proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
+                              input=input)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"command failed ({proc.returncode}): {' '.join(cmd)}\n--- stdout ---\n{proc.stdout[-4000:]}"

@@ -1,0 +1,177 @@
+"""A command of the tests run in a fork of the test process, instead of a new Python.
+
+Every ``fairseq-train`` or ``outlayers-generate`` the tests start would first import torch and fairseq again:
+about three CPU-seconds a command before any work, most of the suite's time. A fork already has them. The child
+gets the command's argv, environment, working directory and standard input; its standard output and error go to
+files the parent reads back; its exit status is the command's (``SystemExit`` as a console script gives it, 1
+and a traceback on stderr for an uncaught exception). The parent waits, with the command's timeout.
+
+What a fork cannot give is a fresh import. So a command runs in a real subprocess when its environment changes
+what Python imports (``PYTHONPATH``, ``PYTHONHOME`` ...), for ``fairseq-hydra-train`` (Hydra keeps global
+state), for anything but a console script of this venv or ``python -m MODULE`` / ``python SCRIPT.py``, and for
+every command when ``OUTLAYERS_TEST_SUBPROCESS=1`` (the coverage run of ``docs/development.md`` uses it).
+"""
+import importlib
+import io
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from importlib import metadata
+from typing import Callable, Dict, List, Optional
+
+SUBPROCESS_ENV = "OUTLAYERS_TEST_SUBPROCESS"
+#: console scripts that keep global state a fork would share with the test process
+NOT_FORKED = {"fairseq-hydra-train"}
+#: environment variables that change what a new Python imports: a fork could not honour them
+IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PYTHONNOUSERSITE",
+              "PYTHONUSERBASE", "PYTHONEXECUTABLE")
+FAIRSEQ_LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+
+_scripts: Optional[Dict[str, str]] = None
+
+
+def _console_scripts() -> Dict[str, str]:
+    global _scripts
+    if _scripts is None:
+        _scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
+    return _scripts
+
+
+def target(cmd: List[str], bin_dir: str, env: Dict[str, str]) -> Optional[Callable[[], object]]:
+    """The function that runs ``cmd`` in this process, or None when ``cmd`` needs a new Python."""
+    if env.get(SUBPROCESS_ENV) == "1" or not cmd or not hasattr(os, "fork"):
+        return None
+    if any(env.get(k) != os.environ.get(k) for k in IMPORT_ENV):
+        return None
+    program = cmd[0]
+    if os.path.abspath(program) in (os.path.abspath(sys.executable), os.path.join(bin_dir, "python")):
+        if len(cmd) >= 3 and cmd[1] == "-m" and not cmd[2].startswith("-"):
+            module = cmd[2]
+            return lambda: _run_module(module)
+        if len(cmd) >= 2 and cmd[1].endswith(".py") and os.path.isfile(cmd[1]):
+            path = cmd[1]
+            return lambda: _run_path(path)
+        return None
+    name = os.path.basename(program)
+    if os.path.dirname(program) not in ("", bin_dir) or name in NOT_FORKED:
+        return None
+    value = _console_scripts().get(name)
+    if value is None or ":" not in value:
+        return None
+    module, _, attr = value.partition(":")
+    if not (module.startswith("fairseq_cli.") or module.startswith("fairseq_outlayers.")):
+        return None
+
+    def call():
+        function = importlib.import_module(module)
+        for part in attr.split("."):
+            function = getattr(function, part)
+        return function()
+    return call
+
+
+def _run_module(module: str):
+    import runpy
+
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _run_path(path: str):
+    import runpy
+
+    runpy.run_path(path, run_name="__main__")
+
+
+def _argv(cmd: List[str]) -> List[str]:
+    if len(cmd) >= 3 and cmd[1] == "-m":
+        return [cmd[2]] + cmd[3:]  # runpy sets argv[0] to the module's file
+    if len(cmd) >= 2 and cmd[1].endswith(".py"):
+        return cmd[1:]
+    return list(cmd)
+
+
+def _child(function, cmd, cwd, env, stdin_fd, out_fd, err_fd) -> int:
+    os.dup2(stdin_fd, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", line_buffering=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", line_buffering=True)
+    sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+    os.environ.clear()
+    os.environ.update(env)
+    if cwd:
+        os.chdir(cwd)
+    sys.argv = _argv(cmd)
+    # a new Python's logging: no handler (pytest's are the parent's), then fairseq's programs' own configuration
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    logging.basicConfig(format=FAIRSEQ_LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S",
+                        level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stdout)
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and "torch" in sys.modules and threads.isdigit():
+        sys.modules["torch"].set_num_threads(int(threads))
+    warnings.resetwarnings()
+    if env.get("PYTHONWARNINGS") == "ignore":
+        warnings.simplefilter("ignore")
+    try:
+        result = function()
+        code = 0 if result is None else result
+    except SystemExit as e:
+        code = e.code
+    except BaseException:  # what Python does with an uncaught exception
+        traceback.print_exc()
+        code = 1
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    return code
+
+
+def run(function, cmd: List[str], cwd: Optional[str], env: Dict[str, str], timeout: float,
+        input: Optional[str]) -> subprocess.CompletedProcess:
+    """``cmd`` run by ``function`` in a fork; the result as ``subprocess.run(..., capture_output=True,
+    text=True)`` gives it."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as stdin:
+        stdin.write((input or "").encode("utf-8"))
+        stdin.flush()
+        stdin.seek(0)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the test process
+            code = 1
+            try:
+                code = _child(function, cmd, cwd, env, stdin.fileno(), out.fileno(), err.fileno())
+            finally:
+                try:
+                    for stream in (sys.stdout, sys.stderr):
+                        stream.flush()
+                finally:
+                    os._exit(code & 0xFF)
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, returncode, out.read().decode("utf-8", "replace"),
+                                           err.read().decode("utf-8", "replace"))
