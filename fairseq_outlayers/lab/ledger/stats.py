@@ -6,7 +6,8 @@ the test sentences once (numpy ``default_rng(seed).choice``, as sacreBLEU does) 
 seed of both systems; the statistic is the difference of the mean BLEU over the seeds both systems have. The
 p-value is sacreBLEU's: the resampled absolute differences are centred on their mean, and p = (number above the
 observed absolute difference + 1) / (resamples + 1). With one seed it is exactly sacreBLEU's own test (same seed,
-same resamples: tests/test_ledger_stats.py checks it against ``sacrebleu.significance.PairedTest``).
+same resamples: tests/test_ledger.py checks it against ``sacrebleu.significance.PairedTest``; tests/test_ledger_stats.py
+checks the vectorised resampling against a loop over the resamples).
 """
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -42,12 +43,30 @@ def sentence_stats(hyps: List[str], refs: List[str], lowercase: bool) -> np.ndar
     level = logger.level
     logger.setLevel(logging.ERROR)  # its advice on smoothing sentence scores: only the raw counts are used here
     try:
-        for h, r in zip(hyps, refs):
-            s = bleu.sentence_score(h, [r])
-            rows.append([s.sys_len, s.ref_len, *s.counts, *s.totals])
+        # one pass over the corpus: the same per-sentence statistics as ``bleu.sentence_score(h, [r])`` gives
+        # sentence by sentence ([hyp length, ref length, matches, totals]), without caching the references anew
+        # for every sentence (tests/test_ledger.py checks the two agree)
+        if hyps:
+            rows = [list(row) for row in _reference_cache(bleu, lowercase, refs)._extract_corpus_statistics(
+                list(hyps), None)]
     finally:
         logger.setLevel(level)
-    return np.array(rows, dtype="float32")
+    return np.array(rows, dtype="float32").reshape(len(rows), -1) if rows else np.zeros((0, 10), dtype="float32")
+
+
+_REFERENCES: Dict[Tuple[bool, Tuple[str, ...]], object] = {}
+
+
+def _reference_cache(bleu, lowercase: bool, refs: Sequence[str]):
+    """``bleu`` holding the references' n-grams (sacreBLEU's own reference cache), kept for the next system
+    scored against the same references: every record of a table shares them."""
+    key = (lowercase, tuple(refs))
+    if key not in _REFERENCES:
+        if len(_REFERENCES) >= 8:
+            _REFERENCES.clear()
+        bleu._ref_cache = bleu._cache_references([list(refs)])
+        _REFERENCES[key] = bleu
+    return _REFERENCES[key]
 
 
 def bleu_from_stats(sums: np.ndarray) -> float:
@@ -98,7 +117,18 @@ def paired_bootstrap_test(system: Dict[int, np.ndarray], baseline: Dict[int, np.
 
     observed = difference(None)
     idxs = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
-    signed = np.array([difference(idx) for idx in idxs])
+    # every resample's float32 sums at once, per seed and system, summed in the order ``a[idx].sum(0)`` sums
+    # (row after row), in blocks that bound the memory to about 40 MB
+    block = max(1, (10_000_000 // max(1, n * 10)))
+
+    def resampled_sums(a):
+        return np.concatenate([a[idxs[i:i + block]].sum(1) for i in range(0, n_samples, block)])
+
+    sys_sums = [resampled_sums(system[s]) for s in seeds]
+    base_sums = [resampled_sums(baseline[s]) for s in seeds]
+    signed = np.array([sum(bleu_from_stats(sums[k]) for sums in sys_sums) / len(seeds)
+                       - sum(bleu_from_stats(sums[k]) for sums in base_sums) / len(seeds)
+                       for k in range(n_samples)])
     diffs = np.abs(signed)
     centred = diffs - diffs.mean()
     p = (np.sum(centred > abs(observed)).item() + 1) / (n_samples + 1)
