@@ -6,8 +6,8 @@ the test sentences once (numpy ``default_rng(seed).choice``, as sacreBLEU does) 
 seed of both systems; the statistic is the difference of the mean BLEU over the seeds both systems have. The
 p-value is sacreBLEU's: the resampled absolute differences are centred on their mean, and p = (number above the
 observed absolute difference + 1) / (resamples + 1). With one seed it is exactly sacreBLEU's own test (same seed,
-same resamples: tests/test_ledger.py checks it against ``sacrebleu.significance.PairedTest``; tests/test_ledger_stats.py
-checks the vectorised resampling against a loop over the resamples).
+same resamples: tests/test_ledger.py checks it against ``sacrebleu.significance.PairedTest``;
+tests/test_ledger_stats.py checks the vectorised resampling against a loop over the resamples).
 """
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
