@@ -20,6 +20,8 @@ import argparse
 import numpy
 import torch
 
+from fairseq_outlayers.errors import OutlayersConfigError, describe_load_error, load_error_message  # noqa: F401
+
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct
 except ImportError:  # pragma: no cover  (numpy 1.x)
@@ -41,47 +43,10 @@ def install():
         add(list(ALLOWED_GLOBALS))
 
 
-def _global_named(exc: BaseException):
-    """The ``module.name`` a refused pickle asked for, from torch's weights-only error, or None."""
-    import re
-
-    found = re.search(r"GLOBAL ([\w.]+)", str(exc))
-    return found.group(1) if found else None
-
-
-def describe_load_error(path: str, exc: BaseException) -> str:
-    """One line for a checkpoint that could not be loaded: missing, empty, unsafe (a pickle that names code a
-    fairseq checkpoint never holds; nothing of it ran) or damaged."""
-    import os
-    import pickle
-
-    if not os.path.exists(path):
-        return f"checkpoint '{path}' does not exist; pass the path of a .pt file written by fairseq-train"
-    if os.path.isdir(path):
-        return f"checkpoint '{path}' is a directory; pass the path of a .pt file in it (e.g. checkpoint_best.pt)"
-    if os.path.getsize(path) == 0:
-        return (f"checkpoint '{path}' is empty (0 bytes): an interrupted save? use another checkpoint of the run "
-                "(e.g. checkpoint_best.pt or the newest checkpointN.pt)")
-    name = _global_named(exc)
-    if isinstance(exc, pickle.UnpicklingError) and name is not None:
-        return (f"checkpoint '{path}' was refused and nothing in it was run: its pickle asks for '{name}', which no "
-                "fairseq checkpoint holds (a crafted or tampered file?); use a checkpoint you trained or trust")
-    import re
-
-    text = " ".join(str(exc).split())
-    cause = re.search(r"WeightsUnpickler error: (.*?)(?: Check the documentation|\. |$)", text)  # torch's weights-only boilerplate
-    text = cause.group(1) if cause else re.split(r"(?<=[a-z])\. ", text)[0]
-    reason = f"{type(exc).__name__}: {text}"[:160]
-    return (f"checkpoint '{path}' cannot be read ({reason}); it is truncated, damaged or not a .pt file written by "
-            "fairseq-train: use another checkpoint of the run")
-
-
 def read(path: str, mmap: bool = False) -> dict:
     """The state of a fairseq checkpoint, loaded with torch's weights-only unpickler and this allow-list, on the
     CPU; ``OutlayersConfigError`` with one line (``describe_load_error``) when it is missing, damaged, unsafe or
     not a fairseq checkpoint. ``mmap`` maps the tensors instead of reading them (for a look at the options)."""
-    from fairseq_outlayers.errors import OutlayersConfigError
-
     install()
     error = None
     for kwargs in ([{"mmap": True}] if mmap else []) + [{}]:  # a file of torch's legacy format cannot be mapped
@@ -98,28 +63,43 @@ def read(path: str, mmap: bool = False) -> dict:
     return state
 
 
-def load_error_message(exc: BaseException):
-    """The one line for an exception raised while fairseq loaded a checkpoint (inside its
-    ``checkpoint_utils.load_checkpoint_to_cpu``, or its "Model file not found"), or None for any other."""
-    import traceback
+def non_finite(weights: dict):
+    """[(name, values that are NaN or infinite, values)] of the floating-point tensors of a state dict."""
+    found = []
+    for name, value in weights.items():
+        if torch.is_tensor(value) and (value.is_floating_point() or value.is_complex()):
+            bad = value.numel() - int(torch.isfinite(value).sum())
+            if bad:
+                found.append((name, bad, value.numel()))
+    return found
 
-    for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
-        if not frame.f_code.co_filename.replace("\\", "/").endswith("fairseq/checkpoint_utils.py"):
-            continue
-        if frame.f_code.co_name == "load_checkpoint_to_cpu" and isinstance(frame.f_locals.get("path"), str):
-            return describe_load_error(frame.f_locals["path"], exc)
-        if isinstance(exc, OSError) and "Model file not found" in str(exc) and isinstance(
-                frame.f_locals.get("filename"), str):
-            return describe_load_error(frame.f_locals["filename"], exc)
-    return None
+
+def check_finite(path: str, state: dict):
+    """Refuse, in one line naming the tensor, a checkpoint whose weights hold NaN or infinite values (a run that
+    diverged before the save): decoding it would fail deep in the beam search or give garbage."""
+    bad = non_finite(state.get("model") or {})
+    if bad:
+        name, count, total = bad[0]
+        more = f"; {len(bad) - 1} more tensor(s) too" if len(bad) > 1 else ""
+        raise OutlayersConfigError(f"checkpoint '{path}': tensor '{name}' holds {count} NaN or infinite value(s) of "
+                                   f"{total}{more}; training diverged before this save: use an earlier checkpoint "
+                                   "of the run, or train again with a lower --lr")
+
+
+def check_decodable(paths):
+    """Each checkpoint of ``paths`` (a list, or fairseq's ``--path A.pt:B.pt``) is readable by the safe loader, a
+    fairseq checkpoint, and holds finite weights; else ``OutlayersConfigError`` with one line. The tensors are
+    memory-mapped, so the check costs one read of the file."""
+    if isinstance(paths, str):
+        paths = paths.split(":")
+    for path in paths:
+        check_finite(path, read(path, mmap=True))
 
 
 def load_model_ensemble_and_task(paths, arg_overrides=None, **kwargs):
     """fairseq's ``checkpoint_utils.load_model_ensemble_and_task`` (the safe load, with this allow-list), a missing,
     damaged or unsafe checkpoint raised as ``OutlayersConfigError`` with one line."""
     from fairseq import checkpoint_utils
-
-    from fairseq_outlayers.errors import OutlayersConfigError
 
     install()
     try:

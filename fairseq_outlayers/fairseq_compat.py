@@ -11,10 +11,15 @@ In this file:
 * ``transformer_config``: what fairseq's Transformer ``build_model`` does to the options, which its builders
   take only as a ``TransformerConfig`` (the seams need the options as arguments).
 * ``keep_tied_key_out``: fairseq's checkpoint upgrade re-inserts ``output_projection.weight`` for a tied decoder.
+* ``atomic_checkpoint_copies``: fairseq writes ``checkpoint_last.pt`` (and ``checkpoint_best.pt``) by copying the
+  checkpoint it has just saved, in place: a disk that fills up during the copy leaves it truncated.
+  ``outlayers-train`` copies to a temporary file and renames it instead. fairseq also logs the traceback of a
+  failed save; for a full disk ``outlayers-train`` says it in one line instead.
 
 Elsewhere, each where fairseq's own code runs:
 
-* ``tools/resume.py``: ``checkpoint_last.pt`` is written by a non-atomic copy; a truncated one ends the next run.
+* ``tools/resume.py``: under plain ``fairseq-train``, ``checkpoint_last.pt`` is written by a non-atomic copy; a
+  truncated one ends the next run.
 * ``lab/ledger/resume.py``: ``--patience`` is counted in memory only (``should_stop_early.num_runs``), so a
   resumed run starts it again; the ledger sets it from the log.
 * ``lab/fairseq_runs.py`` and ``tests/harness.py``: the batch-prefetch thread (``BufferedIterator``) can abort
@@ -23,6 +28,7 @@ Elsewhere, each where fairseq's own code runs:
 * ``models/lstm.py``: ``LSTMDecoder`` allocates ``fc_out`` unless tied, and the LSTM base sets adaptive softmax.
 """
 import argparse
+import contextlib
 import importlib.util
 import logging
 import os
@@ -195,3 +201,69 @@ def keep_tied_key_out(decoder):
     """fairseq's ``upgrade_state_dict_named`` copies the embedding to ``output_projection.weight`` for a decoder
     with ``share_input_output_embed``; the output layer ties itself, so the decoder says it does not."""
     decoder.share_input_output_embed = False
+
+
+# ---- checkpoint copies -------------------------------------------------------------------------------------------
+
+def atomic_copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+    """``PathManager.copy`` for a local file, done atomically: copied to a temporary file beside ``dst_path`` and
+    renamed over it, so ``dst_path`` keeps its old content when the copy fails (disk full)."""
+    import shutil
+    import tempfile
+
+    if os.path.exists(dst_path) and not overwrite:
+        return False
+    folder = os.path.dirname(os.path.abspath(dst_path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(dst_path) + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(src_path, tmp)
+        if os.path.exists(dst_path):  # the mode the file had, else the one a plain copy would get
+            os.chmod(tmp, os.stat(dst_path).st_mode & 0o7777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, dst_path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+@contextlib.contextmanager
+def atomic_checkpoint_copies():
+    """Within the block, fairseq's checkpoint copies (``checkpoint_utils`` copies the saved checkpoint to
+    ``checkpoint_last.pt`` and ``checkpoint_best.pt`` with ``PathManager.copy``) go through ``atomic_copy`` for
+    local paths, and the traceback fairseq logs for a save that failed on a full disk is left out (the caller
+    reports it in one line). Used by ``outlayers-train`` around its run; importing the plugin changes nothing."""
+    from fairseq.file_io import PathManager
+
+    original = PathManager.__dict__["copy"]
+    plain = original.__func__ if isinstance(original, staticmethod) else original
+
+    def copy(src_path, dst_path, overwrite=False):
+        if "://" in str(src_path) or "://" in str(dst_path):  # a remote path: ioPath's own handler
+            return plain(src_path, dst_path, overwrite)
+        return atomic_copy(src_path, dst_path, overwrite)
+
+    PathManager.copy = staticmethod(copy)
+    log = logging.getLogger("fairseq.checkpoint_utils")
+    log.addFilter(_no_disk_full_traceback)
+    try:
+        yield
+    finally:
+        PathManager.copy = original
+        log.removeFilter(_no_disk_full_traceback)
+
+
+def _no_disk_full_traceback(record) -> bool:
+    """False for the traceback fairseq logs when a checkpoint save failed on a full (or read-only) disk."""
+    import re
+
+    from fairseq_outlayers.outfiles import DISK_ERRORS
+
+    text = str(record.msg)
+    found = re.search(r"^\w*Error: \[Errno (\d+)\]", text, re.M) if text.startswith("Traceback") else None
+    return not (found and int(found.group(1)) in DISK_ERRORS)

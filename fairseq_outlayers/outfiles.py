@@ -14,9 +14,12 @@
   directories (SIGKILL cannot be caught).
 * ``atomic_write(path)``: a context manager giving a file object on a temporary file in the same directory; on
   success it is renamed over ``path`` (``os.replace``, atomic on POSIX), on any error it is removed, so ``path``
-  holds either the old file or the complete new one, never a half-written one.
+  holds either the old file or the complete new one, never a half-written one. A write that fails for want of
+  space (disk full, quota, file too large, read-only or failing disk) is an ``OutlayersConfigError`` that says
+  the old file is left as it was.
 """
 import contextlib
+import errno
 import os
 import signal
 import tempfile
@@ -121,6 +124,10 @@ def check_work_dir(path: str, force: bool = False, inputs: Iterable[Optional[str
     check_writable_dir(path, option)
 
 
+#: errors of a write that failed for want of space or a writable disk, not because of what was written
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+
+
 def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -160,9 +167,13 @@ def atomic_write(path: str, mode: str = "w", encoding: Optional[str] = "utf-8"):
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno in DISK_ERRORS:
+            kept = "left as it was" if os.path.exists(path) else "not written"
+            raise OutlayersConfigError(f"could not write '{path}' ({e.strerror or e}); it is {kept}: free space in "
+                                       f"'{directory}' (or choose another path) and run again") from e
         raise
 
 

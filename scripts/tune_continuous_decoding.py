@@ -20,6 +20,7 @@ import sys
 import tempfile
 
 from fairseq_outlayers import checks
+from fairseq_outlayers.checkpoint_safety import check_decodable
 from fairseq_outlayers.tools.evaluation.scoring import score_subset
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
@@ -75,13 +76,17 @@ def main(argv=None):
         parser.error(str(e))
 
     rows = []
-    with tempfile.TemporaryDirectory(prefix="tune-continuous-") as work_dir:
-        for lenpen in args.lenpens:
-            for scale in args.scales:
-                row = decode(args, scale, lenpen, work_dir)
-                rows.append(row)
-                print(f"scale {'κ (model)' if scale is None else scale:>10}  lenpen {lenpen:4.2f}  "
-                      f"{args.subset} BLEU {row['bleu']:.2f}", flush=True)
+    try:
+        check_decodable(args.checkpoint)  # refused, damaged or NaN weights: one line before any decoding
+        with tempfile.TemporaryDirectory(prefix="tune-continuous-") as work_dir:
+            for lenpen in args.lenpens:
+                for scale in args.scales:
+                    row = decode(args, scale, lenpen, work_dir)
+                    rows.append(row)
+                    print(f"scale {'κ (model)' if scale is None else scale:>10}  lenpen {lenpen:4.2f}  "
+                          f"{args.subset} BLEU {row['bleu']:.2f}", flush=True)
+    except OutlayersConfigError as e:  # the checkpoint, or a decode that failed (e.g. an override it refuses)
+        parser.exit(1, f"{parser.prog}: error: {e}\n")
     best = max(rows, key=lambda r: r["bleu"])
     result = {"checkpoint": args.checkpoint, "subset": args.subset, "beam": args.beam, "rows": rows, "best": best}
     with atomic_write(args.output) as f:

@@ -297,7 +297,8 @@ def test_evaluate_never_overwrites_any_output_without_force(tmp_path, existing):
 
 def test_evaluate_failed_run_with_force_keeps_earlier_results(tmp_path):
     ckpt = tmp_path / "checkpoint_best.pt"
-    ckpt.write_bytes(b"a damaged checkpoint")
+    # a fairseq checkpoint to the preflight (a damaged one stops there, tests/test_faults.py), with no model in it
+    torch.save({"model": {}, "cfg": {"model": {}}}, str(ckpt))
     (tmp_path / "data").mkdir()
     out = tmp_path / "eval"
     out.mkdir()

@@ -22,6 +22,16 @@ from fairseq_outlayers.checks import Range
 LR = Range(0, 10, low_open=True, why="Adam moves each bias by about --lr per update")
 
 
+def missing_splits(data: str, splits=("train", "valid")):
+    """The splits of ``splits`` that a data-bin directory (fairseq's first path of ``a:b:c``) has no binarised file
+    of (``SPLIT.SRC-TGT.LANG.idx``, or ``SPLIT1...`` for a split in several parts)."""
+    import glob
+
+    folder = data.split(os.pathsep)[0]
+    return [s for s in splits if not glob.glob(os.path.join(glob.escape(folder), f"{s}.*.idx"))
+            and not glob.glob(os.path.join(glob.escape(folder), f"{s}[0-9]*.*.idx"))]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="outlayers-fit-bias", description=__doc__.strip().splitlines()[0])
     parser.add_argument("checkpoint", help="a checkpoint written by fairseq-train (e.g. checkpoints/checkpoint_best.pt)")
@@ -52,6 +62,12 @@ def main(argv=None):
         parser.error(str(e))
     if args.data is not None and not os.path.isdir(args.data):
         parser.error(f"--data '{args.data}' is not a directory; pass the data-bin directory used for training")
+    if args.data is not None:
+        missing = missing_splits(args.data)
+        if missing:
+            parser.error(f"--data '{args.data}' has no binarised {' or '.join(missing)} split ({missing[0]}.SRC-TGT.*."
+                         "idx/.bin); the bias is fitted on the training split and measured on the validation split: "
+                         "pass the data-bin directory fairseq-preprocess wrote for training")
     for name in ("train_sentences", "epochs", "max_tokens"):
         value = getattr(args, name)
         if value < (0 if name == "train_sentences" else 1):

@@ -4,7 +4,8 @@ fairseq writes ``checkpoint_last.pt`` by copying another checkpoint, not atomica
 leaves it empty or truncated, and the next run of the same command dies on it. ``outlayers-train`` and
 ``scripts/train.sh`` call :func:`restore_args` first: when ``SAVE_DIR/checkpoint_last.pt`` cannot be read, the
 intact checkpoint with the most updates (``checkpoint_N.pt``, ``checkpoint_E_U.pt``, ``checkpoint_best.pt``, ...)
-is passed to fairseq as ``--restore-file``, with a warning. The unreadable file is left where it is (fairseq
+is passed to fairseq as ``--restore-file``, with a warning. A ``checkpoint_last.pt`` that the safe loader refused
+(its pickle names code; a crafted or tampered file, not a damaged copy) is one line and no fallback. The unreadable file is left where it is (fairseq
 replaces it at its next save). Nothing is done when the user gave ``--restore-file``, but a missing file named by
 ``--restore-file`` or ``--finetune-from-model`` is refused (fairseq would train from scratch or end in a traceback).
 
@@ -28,18 +29,25 @@ def _option(argv: List[str], name: str) -> Optional[str]:
     return value
 
 
-def updates(path: str) -> Optional[int]:
-    """The number of updates a checkpoint holds, or None when it cannot be read (empty, truncated, not one)."""
+def _load(path: str):
+    """(state, None) of a checkpoint read with the safe loader (tensors mapped), or (None, the exception)."""
     import torch
 
     import fairseq_outlayers  # noqa: F401  (allow-lists what fairseq checkpoints pickle)
 
+    error = None
     for kwargs in ({"mmap": True}, {}):
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True, **kwargs)
-            break
-        except Exception:
-            state = None
+            return torch.load(path, map_location="cpu", weights_only=True, **kwargs), None
+        except Exception as e:
+            error = e
+    return None, error
+
+
+def updates(path: str) -> Optional[int]:
+    """The number of updates a checkpoint holds, or None when it cannot be read (empty, truncated, refused, not
+    one)."""
+    state, _ = _load(path)
     if not isinstance(state, dict) or "model" not in state:
         return None
     history = state.get("optimizer_history") or [{}]
@@ -66,6 +74,12 @@ def restore_args(argv: List[str]) -> List[str]:
     last = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.exists(last) or updates(last) is not None:
         return []
+    from fairseq_outlayers.errors import describe_load_error, is_refused
+
+    _, error = _load(last)
+    if error is not None and is_refused(error):  # not a damaged copy: a file someone else wrote
+        raise SystemExit(f"{PROG}: error: {describe_load_error(last, error)}; move it away to resume from another "
+                         "checkpoint of the run, or give a new --save-dir")
     found = []
     for path in glob.glob(os.path.join(save_dir, "checkpoint*.pt")):
         if os.path.abspath(path) != os.path.abspath(last):

@@ -33,6 +33,9 @@ def main(argv=None) -> int:
     try:
         if not os.path.isfile(args.checkpoint):
             raise OutlayersConfigError(f"--checkpoint '{args.checkpoint}' does not exist")
+        from fairseq_outlayers.checkpoint_safety import check_decodable
+
+        check_decodable(args.checkpoint)  # refused, damaged or NaN weights: before any set is prepared
         sets = parse_raw_sets(args.test_set)
         prep = Preparation.from_data(args.data)
         for name, (src, ref) in sorted(sets.items()):

@@ -35,17 +35,13 @@ LONG_LINES = ("error", "skip", "truncate")
 def source_limit(checkpoint: str) -> int:
     """The most source tokens (with the end-of-sentence token) fairseq-generate lets the checkpoint read: the
     model's ``max_source_positions`` when the checkpoint's configuration gives one, and never more than the task's
-    default. Read with the package's safe load, memory-mapped (the weights are not read); a checkpoint that cannot
-    be read this way leaves fairseq-generate's own check (and its refusal) in place."""
-    import torch
-
-    import fairseq_outlayers  # noqa: F401  (the allow-list of what fairseq checkpoints hold)
+    default. Read with the package's safe load, memory-mapped, before the text is prepared: a checkpoint that is
+    refused, damaged or holds NaN weights is an ``OutlayersConfigError`` (one line) here."""
+    from fairseq_outlayers.checkpoint_safety import check_finite, read
 
     limit = TASK_MAX_SOURCE_POSITIONS
-    try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # damaged or unsafe: fairseq-generate says so when it loads it
-        return limit
+    state = read(checkpoint, mmap=True)
+    check_finite(checkpoint, state)
     cfg = state.get("cfg") if isinstance(state, dict) else None
     model = (cfg or {}).get("model") if isinstance(cfg, dict) else None
     if model is None and isinstance(state, dict):

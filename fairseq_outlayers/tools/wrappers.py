@@ -6,7 +6,7 @@ import sys
 
 from fairseq_outlayers import USER_DIR
 from fairseq_outlayers.checks import check_decoding_argv
-from fairseq_outlayers.errors import one_line_errors
+from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors
 
 
 def _with_user_dir(argv):
@@ -38,6 +38,66 @@ def _bf16_asked(argv):
     return any(a in ("--bf16", "--memory-efficient-bf16") for a in argv)
 
 
+def _option_value(argv, option):
+    value = None
+    for i, a in enumerate(argv):
+        if a == option and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(option + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _check_checkpoints(argv):
+    """The checkpoints of ``--path`` are readable fairseq checkpoints with finite weights, before fairseq starts."""
+    from fairseq_outlayers.checkpoint_safety import check_decodable
+
+    path = _option_value(argv, "--path")
+    if path:
+        check_decodable(path)
+
+
+def check_training_device(args):
+    """Options that need a device this run does not have, refused before any work: ``--fp16`` needs CUDA
+    (fairseq's FP16 optimizer asserts it deep inside its setup; ``--memory-efficient-fp16``, which sets ``fp16``
+    too, and ``--amp`` run on the CPU)."""
+    import torch
+
+    plain_fp16 = getattr(args, "fp16", False) and not getattr(args, "memory_efficient_fp16", False)
+    if plain_fp16 and not getattr(args, "bf16", False) and (
+            getattr(args, "cpu", False) or not torch.cuda.is_available()):
+        where = "--cpu was given" if getattr(args, "cpu", False) else "torch here sees no CUDA GPU"
+        raise OutlayersConfigError(f"--fp16 needs a CUDA GPU, and {where}; drop --fp16 to train in float32, or use "
+                                   "--bf16, which also trains on the CPU")
+
+
+def _save_error(exc: BaseException):
+    """(message, partial file) for an ``OSError`` raised while fairseq wrote a checkpoint (disk full, quota, a
+    read-only file system), or None for any other exception."""
+    import traceback
+
+    if not isinstance(exc, OSError):
+        return None
+    target = None
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        name, local = frame.f_code.co_name, frame.f_locals
+        if name == "torch_persistent_save" and isinstance(local.get("filename"), str):
+            target = local["filename"]
+        elif name == "save_checkpoint" and target is None and isinstance(local.get("checkpoints"), list):
+            target = (local["checkpoints"] or [None])[0]
+        elif name == "atomic_copy" and isinstance(local.get("dst_path"), str):
+            target = local["dst_path"]
+    if target is None:
+        return None
+    import os
+
+    reason = exc.strerror or str(exc)
+    folder = os.path.dirname(target) or "."
+    return (f"could not write checkpoint '{target}' ({reason}); the checkpoints saved before are intact: free space "
+            f"in '{folder}' (or give another --save-dir) and run the same command again to resume from "
+            "checkpoint_last.pt"), target + ".tmp"
+
+
 def _train(bf16: bool):
     """fairseq_cli.train.cli_main, with a new run's option checks (``models.checks.check_new_run``, which
     ``build_model`` runs too) before fairseq creates the save directory, and for bf16 the ``--tpu`` that fairseq
@@ -49,7 +109,6 @@ def _train(bf16: bool):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from fairseq_outlayers.errors import OutlayersConfigError
     from fairseq_outlayers.fairseq_compat import keep_bf16_off_the_tpu
     from fairseq_outlayers.models.checks import check_new_run
 
@@ -58,17 +117,36 @@ def _train(bf16: bool):
         keep_bf16_off_the_tpu(args)
         if getattr(args, "use_plasma_view", False):
             raise OutlayersConfigError("--use-plasma-view with bf16 is not supported by outlayers-train; drop it")
+    from fairseq_outlayers.fairseq_compat import atomic_checkpoint_copies
+    from fairseq_outlayers.outfiles import check_writable_dir
+
+    check_training_device(args)
     model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
     if model is not None and model.__module__.startswith("fairseq_outlayers."):
         check_new_run(args)
+    if not getattr(args, "no_save", False):  # fairseq would fail on it after building the model
+        check_writable_dir(args.save_dir, "--save-dir")
     cfg = convert_namespace_to_omegaconf(args)
-    if args.profile:
-        import torch
+    try:
+        with atomic_checkpoint_copies():
+            if args.profile:
+                import torch
 
-        with torch.cuda.profiler.profile(), torch.autograd.profiler.emit_nvtx():
-            distributed_utils.call_main(cfg, main)
-    else:
-        distributed_utils.call_main(cfg, main)
+                with torch.cuda.profiler.profile(), torch.autograd.profiler.emit_nvtx():
+                    distributed_utils.call_main(cfg, main)
+            else:
+                distributed_utils.call_main(cfg, main)
+    except OSError as e:
+        found = _save_error(e)
+        if found is None:
+            raise
+        import contextlib
+        import os
+
+        message, partial = found
+        with contextlib.suppress(OSError):
+            os.unlink(partial)  # the half-written file fairseq renames over the checkpoint only when complete
+        raise OutlayersConfigError(message) from e
 
 
 @one_line_errors
@@ -85,6 +163,7 @@ def train():
 @one_line_errors
 def generate():
     check_decoding_argv(sys.argv[1:])
+    _check_checkpoints(sys.argv[1:])
     if not _replace_unk_asked():
         return _run("fairseq_cli.generate")
     from fairseq import options
@@ -101,6 +180,7 @@ def generate():
 @one_line_errors
 def interactive():
     check_decoding_argv(sys.argv[1:])
+    _check_checkpoints(sys.argv[1:])
     from fairseq import options
 
     from fairseq_outlayers.tools.evaluation.interactive import interactive_main  # names over-long lines; --replace-unk
@@ -114,6 +194,7 @@ def validate():
     """fairseq-validate with fairseq-generate's defaults: the translation task unless ``--task`` is given
     (fairseq-validate has none: ``KeyError: None``) and ``--max-tokens 12000`` unless a batch size is given
     (fairseq-validate asserts one)."""
+    _check_checkpoints(sys.argv[1:])
     extra = [] if _given("--task") else ["--task", "translation"]
     if not (_given("--max-tokens") or _given("--batch-size") or _given("--max-sentences")):
         extra += ["--max-tokens", "12000"]

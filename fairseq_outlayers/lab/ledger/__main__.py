@@ -167,6 +167,10 @@ def _render(args) -> int:
     from fairseq_outlayers.lab.ledger.render import render
     from fairseq_outlayers.outfiles import check_output_path, check_writable_dir, write_text
 
+    if not os.path.isdir(args.ledger):  # before anything is created: a misspelt ledger is not an empty one
+        what = "is not a directory" if os.path.exists(args.ledger) else "does not exist"
+        raise OutlayersConfigError(f"--ledger '{args.ledger}' {what}; give the folder of the records that "
+                                   f"'ledger run' wrote (default {LEDGER})")
     figures = None if args.out == "-" else {}
     if args.out != "-":  # before reading anything: the output is none of the ledger's files, nor a user's file
         check_writable_dir(os.path.dirname(args.out) or ".", "--out (its directory)")

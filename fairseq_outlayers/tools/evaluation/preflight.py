@@ -25,6 +25,10 @@ def check(args):
     from fairseq_outlayers.outfiles import is_input
     from fairseq_outlayers.tools.rawtext import read_text
 
+    if args.checkpoint:
+        from fairseq_outlayers.checkpoint_safety import check_decodable
+
+        check_decodable(args.checkpoint)  # missing, refused, damaged or NaN: one line before any translation
     if args.lexicon:
         read_lexicon(args.lexicon)
     sentences = subset_sentences(args.data, args.subset)

@@ -62,16 +62,33 @@ def hypotheses_from(text: str) -> List[str]:
 def generate(data_bin: str, checkpoint: str, results_dir: str, beam: int = 5, lenpen: float = 1.0,
              batch_size: int = 128, subset: str = "test", extra: Sequence[str] = (),
              env: Optional[Dict[str, str]] = None) -> Tuple[List[str], List[str]]:
-    """(the command, the tokenised hypotheses in sentence order); ``env``: variables set for fairseq-generate only."""
+    """(the command, the tokenised hypotheses in sentence order); ``env``: variables set for fairseq-generate only.
+    A checkpoint that is missing, refused, damaged or holds NaN weights is one line before fairseq-generate runs."""
+    from fairseq_outlayers.checkpoint_safety import check_decodable
+
+    check_decodable(checkpoint)
     os.makedirs(results_dir, exist_ok=True)
     cmd = generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset) + [
         "--results-path", results_dir, *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **env) if env else None)
     if proc.returncode != 0:
         raise OutlayersConfigError(f"fairseq-generate failed on {data_bin} ({subset}) with {checkpoint}: "
-                                   f"{(proc.stderr.strip().splitlines() or [''])[-1]}")
+                                   f"{failure_line(proc.stderr)}")
     with open(os.path.join(results_dir, f"generate-{subset}.txt"), encoding="utf-8") as f:
         return cmd, hypotheses_from(f.read())
+
+
+def failure_line(stderr: str) -> str:
+    """The line of a failed fairseq program's standard error that says why: the package's one line, else the
+    exception line of the traceback (``Name: message``), else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("fairseq_outlayers: error: "):
+            return line[len("fairseq_outlayers: error: "):]
+    for line in reversed(lines):
+        if re.match(r"^[\w.]+(Error|Exception): ", line):
+            return line
+    return lines[-1] if lines else ""
 
 
 def detokenise(lines: Sequence[str], lang: str) -> List[str]:
