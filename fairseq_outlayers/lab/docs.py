@@ -16,6 +16,7 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
 - ``options WORD ...``: the options of the package's output layers, embedding methods and criterions whose
   section title contains a WORD (``outlayers-options``, read from the registries);
 - ``cli MODULE:FUNCTION``: the options of the argparse parser that FUNCTION builds (a console command's);
+- ``bench FILE [N ...]``: the tables of a benchmark page (the N-th ones), verbatim, with its date and commit;
 - ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit and device. A page without
   one of the four is refused.
 
@@ -253,8 +254,31 @@ def _benchmarks_block(ctx: Context, args: List[str]) -> List[str]:
     return lines
 
 
+def _bench_block(ctx: Context, args: List[str]) -> List[str]:
+    """The tables of a benchmark page, verbatim: ``bench FILE`` (every table) or ``bench FILE N...`` (the N-th
+    tables, from 1), under a line naming the page, its date, commit and device."""
+    if not args:
+        raise OutlayersConfigError("a bench block names a page of docs/benchmarks/ (e.g. fused_loss_cpu.md)")
+    path = ctx.path(os.path.join(BENCHMARKS, args[0]))
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"bench block: {BENCHMARKS}/{args[0]} does not exist")
+    facts = benchmark_facts(path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    tables = [m.group(0).rstrip("\n").split("\n") for m in re.finditer(r"(?:^\|.*\n?)+", text, re.M)]
+    try:
+        chosen = [tables[int(n) - 1] for n in args[1:]] if args[1:] else tables
+    except (ValueError, IndexError):
+        raise OutlayersConfigError(f"bench block: {args[0]} has {len(tables)} tables; give their numbers from 1")
+    lines = [f"From [{args[0]}](benchmarks/{args[0]}) ({facts['date']}, commit {facts['commit']}, device "
+             f"{facts['device']}).", ""]
+    for table in chosen:
+        lines += table + [""]
+    return lines[:-1]
+
+
 KINDS = {"claims": _claims_block, "rule": _rule_block, "further-seeds": _further_block, "readme-evidence": _readme_block,
-         "rows": _rows_block, "options": _options_block, "cli": _cli_block, "benchmarks": _benchmarks_block}
+         "rows": _rows_block, "options": _options_block, "cli": _cli_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
 
 
 def render_text(text: str, ctx: Context, where: str = "text") -> str:
