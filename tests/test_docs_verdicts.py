@@ -66,7 +66,7 @@ def test_the_further_seeds_verdict_waits_for_both_rows(tmp_path):
     fake_record(ledger, "joint", 4, 37.0, HYP_B, baseline="tied")
     text = "\n".join(claims_section(ledger, claims, [1, 2, 3], "test2016", {}))
     line = text.split("Over every seed both rows have")[1].strip().splitlines()[-1]
-    assert "waiting" not in line and "(seeds 1-4)" in line and line.endswith("** |")
+    assert "waiting" not in line and "over seeds 1-4 |" in line and line.endswith("** |")
     # the protocol's table keeps to seeds 1-3 and the rendered page opens with the claims
     assert render(ledger, claims=claims).index("## Claims and their verdicts") < render(ledger, claims=claims).index("## t")
     assert "## Claims" not in render(ledger)

@@ -506,7 +506,7 @@ def claim_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], cla
     side, why = target_verdict(c["interval"], system, base, claim["target"])
     low, high = c["interval"]
     welch = "—" if c["welch"] is None else f"{c['welch']['p']:.3f}"
-    measured = f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}], p = {c['p']:.3f} (seeds {welch})"
+    measured = f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}], p = {c['p']:.3f}; seeds p = {welch}"
     verdict = words.get(side, "inconclusive")
     saving = ""
     if claim.get("saving"):
@@ -543,7 +543,7 @@ def claims_table(ledger: str, claims: List[Dict], seeds: Sequence[int], test: st
     """The claims table: each claim's rows, target, measured difference over ``seeds`` and the verdict the rule
     gives (``stats.target_verdict``)."""
     tables = group(rec.read_records(ledger))
-    lines = ["| claim (source) | row vs baseline | target | Δ BLEU [95 % interval], p (seeds p) | parameters | "
+    lines = ["| claim (source) | row vs baseline | target | Δ BLEU [95 % interval], p; seeds p (Welch) | parameters | "
              "verdict |", "|---|---|---|---|---|---|"]
     for claim in claims:
         r = claim_result(ledger, tables, claim, seeds, test, cache, claims_path)
@@ -576,8 +576,8 @@ def further_verdicts(ledger: str, claims: List[Dict], test: str, cache: Dict,
                    if set(want) - set(h)]
         r = claim_result(ledger, tables, claim, None, test, cache, claims_path)
         verdict = f"waiting for seeds ({'; '.join(missing)})" if missing else f"**{r['verdict']}**"
-        lines.append(f"| {claim['claim']} | {_ranges(want)} | {recorded} | {r['measured']} "
-                     f"(seeds {_ranges(r['seeds'])}) | {verdict} |")
+        lines.append(f"| {claim['claim']} | {_ranges(want)} | {recorded} | {r['measured']}, over seeds "
+                     f"{_ranges(r['seeds'])} | {verdict} |")
     return lines
 
 
