@@ -14,7 +14,9 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
 - ``rows ROW[:OTHER] ...``: each row's test2016 mean over the protocol's seeds and its difference from its
   baseline (or from OTHER), from the records of ``docs/results/runs``;
 - ``options WORD ...``: the options of the package's output layers, embedding methods and criterions whose
-  section title contains a WORD (``outlayers-options``, read from the registries);
+  section title contains a WORD (``outlayers-options``, read from the registries); the word ``seams`` gives the
+  options of the two seams themselves;
+- ``archs``: every ``--arch`` of the package with its description;
 - ``cli MODULE:FUNCTION``: the options of the argparse parser that FUNCTION builds (a console command's);
 - ``bench FILE [N ...]``: the tables of a benchmark page (the N-th ones), verbatim, with its date and commit;
 - ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit and device. A page without
@@ -181,12 +183,13 @@ def _cell(text: str) -> str:
 
 def _options_block(ctx: Context, args: List[str]) -> List[str]:
     import fairseq_outlayers  # noqa: F401  (registers the methods and criterions)
-    from fairseq_outlayers.tools.options import criterion_sections, method_sections
+    from fairseq_outlayers.tools.options import criterion_sections, method_sections, seam_options
 
     if not args:
-        raise OutlayersConfigError("an options block names at least one word (e.g. joint, vmf_nll)")
-    sections = [s for s in method_sections() + criterion_sections()
-                if any(w.lower() in s[0].lower() for w in args)]
+        raise OutlayersConfigError("an options block names at least one word (e.g. joint, vmf_nll, seams)")
+    seams = [("--output-layer / --embeddings", "", seam_options())] if "seams" in args else []
+    sections = seams + [s for s in method_sections() + criterion_sections()
+                        if any(w.lower() in s[0].lower() for w in args)]
     if not sections:
         raise OutlayersConfigError(f"no section of outlayers-options matches {' '.join(args)}")
     lines = ["| option | default | what it does |", "| --- | --- | --- |"]
@@ -218,6 +221,16 @@ def _cli_block(ctx: Context, args: List[str]) -> List[str]:
         default = "required" if action.required else _default_text(action, action.default)
         lines.append(f"| `{_flags(action)}` | `{default}` | {_cell(' '.join((action.help or '').split()))} |")
     return lines
+
+
+def _archs_block(ctx: Context, args: List[str]) -> List[str]:
+    """Every ``--arch`` of the package with the first paragraph of its docstring (``outlayers-options presets``)."""
+    import fairseq_outlayers  # noqa: F401
+    from fairseq_outlayers.tools.options import arch_sections
+
+    return (["Generated from the registries (`outlayers-options presets` prints the same).", "",
+             "| `--arch` | model |", "| --- | --- |"]
+            + [f"| `{name}` | {_cell(doc)} |" for name, doc in arch_sections()])
 
 
 #: what a benchmark page's header must give: (name, pattern)
@@ -278,7 +291,7 @@ def _bench_block(ctx: Context, args: List[str]) -> List[str]:
 
 
 KINDS = {"claims": _claims_block, "rule": _rule_block, "further-seeds": _further_block, "readme-evidence": _readme_block,
-         "rows": _rows_block, "options": _options_block, "cli": _cli_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
+         "rows": _rows_block, "options": _options_block, "cli": _cli_block, "archs": _archs_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
 
 
 def render_text(text: str, ctx: Context, where: str = "text") -> str:
