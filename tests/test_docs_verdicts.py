@@ -88,10 +88,23 @@ def test_a_target_the_row_file_contradicts_is_refused(tmp_path):
         claims_section(ledger, _claims(tmp_path / "claims.json"), [1, 2], "test2016", {})
     assert "| joint beats tied |" in "\n".join(claims_section(ledger, _claims(tmp_path / "claims.json", target=1.0),
                                                               [1, 2], "test2016", {}))
+    # no target in the claims file: the row file's is the target
+    claim = json.loads(_claims(tmp_path / "claims.json") and (tmp_path / "claims.json").read_text())
+    del claim["claims"][0]["target"]
+    (tmp_path / "claims.json").write_text(json.dumps(claim))
+    assert "| joint vs tied | Δ ≥ +1.0 BLEU |" in "\n".join(claims_section(ledger, str(tmp_path / "claims.json"),
+                                                                        [1, 2], "test2016", {}))
+    # neither names one
+    record["description"] = "joint"
+    with open(path, "w") as f:
+        json.dump(record, f)
+    with pytest.raises(OutlayersConfigError, match=r"claim 'joint': no target: give \"target\" here, or name one "
+                                                   r"in the row file of 'joint'"):
+        claims_section(ledger, str(tmp_path / "claims.json"), [1, 2], "test2016", {})
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"target": "half"}, "claim 'joint': \"target\""),
+    ({"target": "half"}, "claim 'joint': \"target\" must be"),
     ({"row": ""}, "claim 'joint': \"row\""),
     ({"saving": {"parameters": "weights", "at_least": 10}}, "\"saving\" needs"),
     ({"further_seeds": [0]}, "\"further_seeds\""),
@@ -104,9 +117,12 @@ def test_a_bad_claims_file_is_one_line_naming_the_claim(tmp_path, change, messag
 
 
 def test_the_committed_claims_follow_the_rule():
-    """The committed claims file names rows the ledger has; the sampled joint layer's verdict is what the rule
-    gives its interval and seeds (not a verdict written by hand)."""
+    """The committed claims file names rows the ledger has, and takes the targets of the row files that name one;
+    the sampled joint layer's verdict is what the rule gives its interval and seeds (not a verdict written by
+    hand)."""
     claims = read_claims(os.path.join(REPO, "docs", "results", "claims.json"))
+    assert {c["name"] for c in claims if "target" not in c and "at_least" not in c} == {"fixed", "shared-private",
+                                                                                          "joint"}
     assert {c["name"] for c in claims} >= {"fixed", "shared-private", "joint", "joint-sampling", "continuous"}
     with open(os.path.join(REPO, "docs", "results", "ledger.md"), encoding="utf-8") as f:
         page = f.read()

@@ -444,8 +444,9 @@ def read_claims(path: str) -> List[Dict]:
         for key in ("row", "baseline"):
             if not isinstance(c.get(key), str) or not c[key]:
                 _claims_error(path, where, f"\"{key}\" (a row name) is missing")
-        if not isinstance(c.get("target"), (int, float)) or isinstance(c.get("target"), bool):
-            _claims_error(path, where, "\"target\" (the least BLEU difference claimed, e.g. 0.5 or -0.3) is missing")
+        if "target" in c and (not isinstance(c["target"], (int, float)) or isinstance(c["target"], bool)):
+            _claims_error(path, where, "\"target\" must be the least BLEU difference claimed, a number (e.g. 0.5 "
+                          "or -0.3)")
         saving = c.get("saving")
         if saving is not None and (not isinstance(saving, dict) or saving.get("parameters") not in SAVINGS
                                    or not isinstance(saving.get("at_least"), (int, float))):
@@ -462,6 +463,21 @@ def _described_target(runs: Dict[int, Dict]) -> Optional[float]:
     """The target the row file names in its description ("target: tied + 0.5 BLEU"), or None."""
     m = _TARGET_IN_DESCRIPTION.search(next(iter(runs.values())).get("description", ""))
     return None if m is None else (-1.0 if m.group(1) in "-−" else 1.0) * float(m.group(2))
+
+
+def claim_target(rows: Dict[str, Dict[int, Dict]], claim: Dict, claims_path: str = "claims") -> float:
+    """The target of a comparison claim: the one its row file names in its description ("target: tied + 0.5
+    BLEU", kept in the records), else the claims file's; both given and different, or neither, is an error."""
+    named = _described_target(rows[claim["row"]])
+    given = claim.get("target")
+    where = f"claim '{claim['name']}'"
+    if named is not None and given is not None and abs(named - given) > 1e-9:
+        _claims_error(claims_path, where, f"target {given:+g} but the row file of '{claim['row']}' names "
+                      f"{named:+g}; make them agree")
+    if named is None and given is None:
+        _claims_error(claims_path, where, f"no target: give \"target\" here, or name one in the row file of "
+                      f"'{claim['row']}' (\"target: BASELINE + 0.5 BLEU\")")
+    return named if named is not None else given
 
 
 def _param_count(params: Dict, kind: str) -> int:
@@ -488,11 +504,7 @@ def claim_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], cla
         if claim[key] not in rows_all:
             _claims_error(claims_path, f"claim '{claim['name']}'", f"{key} '{claim[key]}' has no record in table "
                           f"'{claim['table']}'")
-    named = _described_target(rows_all[claim["row"]])
-    if named is not None and abs(named - claim["target"]) > 1e-9:
-        _claims_error(claims_path, f"claim '{claim['name']}'",
-                      f"target {claim['target']:+g} but the row file of '{claim['row']}' names {named:+g}; make "
-                      "them agree")
+    target = claim_target(rows_all, claim, claims_path)
     if seeds is None:
         common = sorted(set(rows_all[claim["row"]]) & set(rows_all[claim["baseline"]]))
         rows = keep_seeds(rows_all, common)
@@ -503,7 +515,7 @@ def claim_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], cla
         return {"measured": f"not compared ({c['why']})", "saving": "", "verdict": "inconclusive",
                 "why": c["why"], "seeds": []}
     system, base = seed_scores(rows, claim["row"], test), seed_scores(rows, claim["baseline"], test)
-    side, why = target_verdict(c["interval"], system, base, claim["target"])
+    side, why = target_verdict(c["interval"], system, base, target)
     low, high = c["interval"]
     welch = "—" if c["welch"] is None else f"{c['welch']['p']:.3f}"
     measured = f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}], p = {c['p']:.3f}; seeds p = {welch}"
@@ -518,7 +530,7 @@ def claim_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], cla
         saving = f"{_sign(-cut, 1)} % {SAVINGS[kind]} (target ≥ {least:g} % fewer: {'met' if met else 'not met'})"
         verdict += f" (saving {words['above'] if met else words['below']})"
     return {"measured": measured, "saving": saving, "verdict": verdict, "why": why, "seeds": c["seeds"],
-            "diff": c["diff"], "interval": c["interval"]}
+            "diff": c["diff"], "interval": c["interval"], "target": target}
 
 
 def _best_result(rows: Dict[str, Dict[int, Dict]], claim: Dict, seeds: Optional[Sequence[int]], test: str) -> Dict:
@@ -551,7 +563,7 @@ def claims_table(ledger: str, claims: List[Dict], seeds: Sequence[int], test: st
             rows, target = f"every row of {claim['table']}", f"a mean ≥ {claim['at_least']:g} BLEU"
         else:
             rows = f"{claim['row']} vs {claim['baseline']}"
-            target = f"Δ ≥ {_sign(claim['target'], 1)} BLEU"
+            target = f"Δ ≥ {_sign(r['target'], 1)} BLEU"
         lines.append(f"| {claim['claim']} | {rows} | {target} | {r['measured']} | {r['saving'] or '—'} | "
                      f"**{r['verdict']}** |")
     return lines
