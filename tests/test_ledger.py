@@ -11,7 +11,7 @@ import pytest
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import records
-from fairseq_outlayers.lab.ledger.__main__ import build_parser, main as ledger_main
+from fairseq_outlayers.lab.ledger.__main__ import build_parser, claims_file, main as ledger_main
 from fairseq_outlayers.lab.ledger.analysis import compare, group, longest_wait, step_effect
 from fairseq_outlayers.lab.ledger.render import (compare_line, converged_figures, epoch_ceiling, loss_at_stop,
                                                  patience_margin, render)
@@ -1147,7 +1147,9 @@ def test_the_committed_tables_are_the_committed_records_rendered(monkeypatch):
     parser_defaults = build_parser().parse_args(["render"])
     figures = {}
     text = render(parser_defaults.ledger, seeds=parser_defaults.seeds, test=parser_defaults.test_name,
-                  title=parser_defaults.title, figures=figures)
+                  title=parser_defaults.title, figures=figures,
+                  claims=claims_file(parser_defaults.ledger, parser_defaults.claims))
+    assert "## Claims and their verdicts" in text  # the committed claims file is read by default
     out_dir = os.path.dirname(parser_defaults.out)
     with open(parser_defaults.out, encoding="utf-8") as f:
         assert f.read() == text + "\n", "docs/results/ledger.md is stale: run python -m fairseq_outlayers.lab.ledger render"

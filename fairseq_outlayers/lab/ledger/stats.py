@@ -191,3 +191,37 @@ def seeds_for_power(diff: float, sd: float, alpha: float = 0.05, power: float = 
         else:
             low = middle + 1
     return high
+
+
+#: the verdict rule's level for the seed-level test
+VERDICT_ALPHA = 0.05
+
+
+def target_verdict(interval: Tuple[float, float], system: Sequence[float], baseline: Sequence[float],
+                   target: float, alpha: float = VERDICT_ALPHA) -> Tuple[str, str]:
+    """The verdict rule on "system − baseline ≥ target": ("above" | "below" | "inconclusive", the reason).
+
+    "above" when the paired bootstrap's 95 % interval of the difference lies at or above the target and the seeds
+    back it: every seed of the system is more than ``target`` above every seed of the baseline, or Welch's test of
+    the system's seeds shifted by ``target`` against the baseline's finds the difference above the target at
+    ``alpha``. "below" is the mirror image (the interval below the target, the seeds below it the same way).
+    Anything else is "inconclusive": the interval holds the target, or the seeds do not back the interval."""
+    low, high = interval
+    if low >= target:
+        side = "above"
+    elif high < target:
+        side = "below"
+    else:
+        return "inconclusive", f"the interval holds the target {target:+.2f}"
+    sign = 1.0 if side == "above" else -1.0
+    if not system or not baseline:
+        return "inconclusive", "no seed scores"
+    apart = (min(system) - max(baseline) > target) if side == "above" else (max(system) - min(baseline) < target)
+    if apart:
+        return side, f"the interval and every seed pair lie {side} the target {target:+.2f}"
+    welch = welch_t_test([v - target for v in system], baseline)
+    if welch is not None and welch["p"] < alpha and sign * welch["t"] > 0:
+        return side, f"the interval lies {side} the target {target:+.2f}; seeds p = {welch['p']:.3f}"
+    seeds_p = "fewer than two seeds a side" if welch is None else f"seeds p = {welch['p']:.3f}"
+    return "inconclusive", (f"the interval lies {side} the target {target:+.2f}, the seeds do not back it "
+                            f"(seed pairs overlap it, {seeds_p})")

@@ -1,0 +1,353 @@
+"""The generated blocks of the user documents: every figure from an experiment or a benchmark, and every options
+table, is rendered from committed files between two marker comments, never typed.
+
+    python -m fairseq_outlayers.lab.docs            # rewrite every block of README.md and docs/**.md in place
+    python -m fairseq_outlayers.lab.docs --check    # exit 1, naming the file and block, where one differs
+
+A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end generated -->``. Kinds:
+
+- ``claims [PAGE]``: the claims of ``docs/results/claims.json`` (those whose page is PAGE) with the verdict the
+  ledger's rule gives over the protocol's seeds (``ledger.render.claims_table``);
+- ``rule``: the verdict rule, as ``stats.target_verdict`` applies it;
+- ``further-seeds``: the verdicts over every seed both rows have, or "waiting for seeds";
+- ``readme-evidence``: the README's evidence table (one line a claim: verdict, difference, parameters, page);
+- ``rows ROW[:OTHER] ...``: each row's test2016 mean over the protocol's seeds and its difference from its
+  baseline (or from OTHER), from the records of ``docs/results/runs``;
+- ``options WORD ...``: the options of the package's output layers, embedding methods and criterions whose
+  section title contains a WORD (``outlayers-options``, read from the registries); the word ``seams`` gives the
+  options of the two seams themselves;
+- ``archs``: every ``--arch`` of the package with its description;
+- ``cli MODULE:FUNCTION``: the options of the argparse parser that FUNCTION builds (a console command's);
+- ``bench FILE [N ...]``: the tables of a benchmark page (the N-th ones), verbatim, with its date and commit;
+- ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit and device. A page without
+  one of the four is refused.
+
+The test suite runs ``--check`` (tests/test_docs_blocks.py), so a block that is not what its files give fails.
+"""
+import argparse
+import glob
+import os
+import re
+import sys
+from typing import Dict, List, Optional, Tuple
+
+from fairseq_outlayers.errors import OutlayersConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LEDGER = "docs/results/runs"
+CLAIMS = "docs/results/claims.json"
+BENCHMARKS = "docs/benchmarks"
+TEST = "test2016"
+BLOCK = re.compile(r"^<!-- generated: (?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- end generated -->$", re.M | re.S)
+_OPEN = re.compile(r"<!-- generated: ")
+
+
+def documents(root: str = ROOT) -> List[str]:
+    """README.md and every Markdown file under docs/ (notes and benchmark pages included)."""
+    out = [os.path.join(root, "README.md")]
+    out += sorted(glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True))
+    return [p for p in out if os.path.isfile(p)]
+
+
+class Context:
+    """What the blocks are rendered from (paths relative to ``root``), read once and shared by every block."""
+
+    def __init__(self, root: str = ROOT):
+        self.root = root
+        self.cache: Dict = {}
+        self._tables = None
+        self._claims = None
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, rel)
+
+    @property
+    def tables(self):
+        if self._tables is None:
+            from fairseq_outlayers.lab.ledger import records as rec
+            from fairseq_outlayers.lab.ledger.analysis import group
+
+            self._tables = group(rec.read_records(self.path(LEDGER)))
+        return self._tables
+
+    @property
+    def claims(self) -> List[Dict]:
+        if self._claims is None:
+            from fairseq_outlayers.lab.ledger.render import read_claims
+
+            self._claims = read_claims(self.path(CLAIMS))
+        return self._claims
+
+
+def _seeds():
+    from fairseq_outlayers.lab.ledger.analysis import DEFAULT_SEEDS
+
+    return list(DEFAULT_SEEDS)
+
+
+def _claims_block(ctx: Context, args: List[str]) -> List[str]:
+    from fairseq_outlayers.lab.ledger.render import _ranges, claims_table
+
+    claims = [c for c in ctx.claims if not args or c["page"] in args]
+    if not claims:
+        raise OutlayersConfigError(f"{CLAIMS}: no claim names page {' '.join(args)}")
+    lines = claims_table(ctx.path(LEDGER), claims, _seeds(), TEST, ctx.cache, CLAIMS)
+    return [f"Seeds {_ranges(_seeds())} of each row (the protocol's); the rule: [results](results.md#the-rule)."
+            if args else f"Seeds {_ranges(_seeds())} of each row (the protocol's).", ""] + lines
+
+
+def _further_block(ctx: Context, args: List[str]) -> List[str]:
+    from fairseq_outlayers.lab.ledger.render import further_verdicts
+
+    lines = further_verdicts(ctx.path(LEDGER), ctx.claims, TEST, ctx.cache, CLAIMS)
+    return lines or ["No claim plans further seeds."]
+
+
+def _rule_block(ctx: Context, args: List[str]) -> List[str]:
+    from fairseq_outlayers.lab.ledger.render import VERDICT_RULE
+
+    return [VERDICT_RULE]
+
+
+def _readme_block(ctx: Context, args: List[str]) -> List[str]:
+    from fairseq_outlayers.lab.ledger.render import _ranges, claim_result
+
+    lines = [f"Seeds {_ranges(_seeds())} of every row (the protocol's; later seeds count in "
+             "[docs/results.md](docs/results.md)).", "",
+             "| method | verdict on the claim | Δ BLEU [95 % interval] | parameters | evidence |",
+             "| --- | --- | --- | --- | --- |"]
+    for claim in ctx.claims:
+        r = claim_result(ctx.path(LEDGER), ctx.tables, claim, _seeds(), TEST, ctx.cache, CLAIMS)
+        if "at_least" in claim:
+            diff = r["measured"]
+        else:
+            low, high = r["interval"]
+            diff = f"{_sign(r['diff'])} [{_sign(low)}, {_sign(high)}] vs {claim['baseline']}"
+        saving = r["saving"].split(" (target")[0] or "—"
+        lines.append(f"| {claim['label']} | {r['verdict']} | {diff} | {saving} | [{claim['page'][:-3]}]"
+                     f"(docs/{claim['page']}) |")
+    return lines
+
+
+def _sign(value: float) -> str:
+    return f"{value:+.2f}".replace("-", "−")
+
+
+def _row_table(ctx: Context, row: str):
+    for name, rows in ctx.tables.items():
+        if row in rows:
+            return name, rows
+    raise OutlayersConfigError(f"no record of row '{row}' in {LEDGER}; name a row the ledger has")
+
+
+def _rows_block(ctx: Context, args: List[str]) -> List[str]:
+    from fairseq_outlayers.lab.ledger.analysis import compare, keep_seeds, seed_scores
+    from fairseq_outlayers.lab.ledger.render import _ranges, mean_pm_sd
+
+    if not args:
+        raise OutlayersConfigError("a rows block names at least one row")
+    lines = [f"{TEST} sacreBLEU, seeds {_ranges(_seeds())} (the protocol's); Δ with its 95 % paired-bootstrap "
+             "interval.", "",
+             "| row | mean ± sd | against | its mean ± sd | Δ BLEU [95 % interval] | p (paired) | p (seeds) |",
+             "|---|---|---|---|---|---|---|"]
+    for arg in args:
+        row, _, other = arg.partition(":")
+        table, rows = _row_table(ctx, row)
+        rows = keep_seeds(rows, _seeds())
+        other = other or next(iter(rows[row].values())).get("baseline") or ""
+        scores = seed_scores(rows, row, TEST)
+        def seeds(name):
+            return f" (seeds {_ranges(sorted(rows[name]))})" if set(rows[name]) != set(_seeds()) else ""
+
+        cells = [f"`{row}`", mean_pm_sd(scores) + seeds(row), f"`{other}`" if other else "—"]
+        if other:
+            if other not in rows:
+                raise OutlayersConfigError(f"rows block: '{other}' is not a row of table '{table}'")
+            cells.append(mean_pm_sd(seed_scores(rows, other, TEST)) + seeds(other))
+            c = compare(ctx.path(LEDGER), rows, row, other, TEST, ctx.cache)
+            if "why" in c:
+                cells += [f"not compared ({c['why']})", "—", "—"]
+            else:
+                low, high = c["interval"]
+                cells += [f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}]", f"{c['p']:.3f}",
+                          "—" if c["welch"] is None else f"{c['welch']['p']:.3f}"]
+        else:
+            cells += ["—", "—", "—", "—"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _options_block(ctx: Context, args: List[str]) -> List[str]:
+    import fairseq_outlayers  # noqa: F401  (registers the methods and criterions)
+    from fairseq_outlayers.tools.options import criterion_sections, method_sections, seam_options
+
+    if not args:
+        raise OutlayersConfigError("an options block names at least one word (e.g. joint, vmf_nll, seams)")
+    seams = [("--output-layer / --embeddings", "", seam_options())] if "seams" in args else []
+    sections = seams + [s for s in method_sections() + criterion_sections()
+                        if any(w.lower() in s[0].lower() for w in args)]
+    if not sections:
+        raise OutlayersConfigError(f"no section of outlayers-options matches {' '.join(args)}")
+    lines = ["| option | default | what it does |", "| --- | --- | --- |"]
+    for title, _text, opts in sections:
+        if not opts:
+            lines.append(f"| `{title}` | | (no options of its own) |")
+        for flags, default, help_text in opts:
+            lines.append(f"| `{flags}` | `{default}` | {_cell(help_text)} |")
+    return [f"Generated from the registries (`outlayers-options {' '.join(args)}` prints the same)."
+            , ""] + lines
+
+
+def _cli_block(ctx: Context, args: List[str]) -> List[str]:
+    """The options of a command's argparse parser: ``cli MODULE:FUNCTION`` names the function that builds it."""
+    import argparse as _argparse
+    import importlib
+
+    from fairseq_outlayers.tools.options import _default_text, _flags
+
+    if len(args) != 1 or ":" not in args[0]:
+        raise OutlayersConfigError("a cli block names MODULE:FUNCTION, the function that builds the parser")
+    module, func = args[0].split(":")
+    parser = getattr(importlib.import_module(module), func)()
+    lines = [f"Generated from `{module}.{func}` (the command's `--help` prints the same).", "",
+             "| option | default | what it does |", "| --- | --- | --- |"]
+    for action in parser._actions:
+        if not action.option_strings or action.help == _argparse.SUPPRESS or "-h" in action.option_strings:
+            continue
+        default = "required" if action.required else _default_text(action, action.default)
+        lines.append(f"| `{_flags(action)}` | `{default}` | {_cell(' '.join((action.help or '').split()))} |")
+    return lines
+
+
+def _archs_block(ctx: Context, args: List[str]) -> List[str]:
+    """Every ``--arch`` of the package with the first paragraph of its docstring (``outlayers-options presets``)."""
+    import fairseq_outlayers  # noqa: F401
+    from fairseq_outlayers.tools.options import arch_sections
+
+    return (["Generated from the registries (`outlayers-options presets` prints the same).", "",
+             "| `--arch` | model |", "| --- | --- |"]
+            + [f"| `{name}` | {_cell(doc)} |" for name, doc in arch_sections()])
+
+
+#: what a benchmark page's header must give: (name, pattern)
+BENCH_FACTS = (("command", re.compile(r"^Command: `(?P<v>[^`]+)`", re.M)),
+               ("date", re.compile(r"\b(?P<v>20\d\d-\d\d-\d\d)\b")),
+               ("commit", re.compile(r"\bcommit:? `?(?P<v>[0-9a-f]{7,40})\b")),
+               ("device", re.compile(r"\b[Dd]evice:? `?(?P<v>[A-Za-z0-9][^;,.`(\n]*)")))
+
+
+def benchmark_facts(path: str) -> Dict[str, str]:
+    """The command, date, commit and device a benchmark page's header (before its first table) gives; a page
+    missing one is refused with a line naming the page and the fact."""
+    with open(path, encoding="utf-8") as f:
+        head = f.read().split("\n|", 1)[0]
+    facts = {}
+    for name, pattern in BENCH_FACTS:
+        m = pattern.search(head if name == "command" else BENCH_FACTS[0][1].sub("", head))
+        if m is None:
+            raise OutlayersConfigError(f"{os.path.relpath(path, ROOT)}: its header gives no {name}; a benchmark page "
+                                       "states the command, date, commit and device it was made with (take a "
+                                       "missing date or commit from `git log` of the page)")
+        facts[name] = m.group("v").strip()
+    return facts
+
+
+def _benchmarks_block(ctx: Context, args: List[str]) -> List[str]:
+    lines = ["| page | date | commit | device |", "| --- | --- | --- | --- |"]
+    for path in sorted(glob.glob(ctx.path(os.path.join(BENCHMARKS, "*.md")))):
+        if os.path.basename(path) == "README.md":
+            continue
+        f = benchmark_facts(path)
+        name = os.path.basename(path)
+        lines.append(f"| [{name}]({name}) | {f['date']} | {f['commit']} | {_cell(f['device'])} |")
+    return lines
+
+
+def _bench_block(ctx: Context, args: List[str]) -> List[str]:
+    """The tables of a benchmark page, verbatim: ``bench FILE`` (every table) or ``bench FILE N...`` (the N-th
+    tables, from 1), under a line naming the page, its date, commit and device."""
+    if not args:
+        raise OutlayersConfigError("a bench block names a page of docs/benchmarks/ (e.g. fused_loss_cpu.md)")
+    path = ctx.path(os.path.join(BENCHMARKS, args[0]))
+    if not os.path.isfile(path):
+        raise OutlayersConfigError(f"bench block: {BENCHMARKS}/{args[0]} does not exist")
+    facts = benchmark_facts(path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    tables = [m.group(0).rstrip("\n").split("\n") for m in re.finditer(r"(?:^\|.*\n?)+", text, re.M)]
+    try:
+        chosen = [tables[int(n) - 1] for n in args[1:]] if args[1:] else tables
+    except (ValueError, IndexError):
+        raise OutlayersConfigError(f"bench block: {args[0]} has {len(tables)} tables; give their numbers from 1")
+    lines = [f"From [{args[0]}](benchmarks/{args[0]}) ({facts['date']}, commit {facts['commit']}, device "
+             f"{facts['device']}).", ""]
+    for table in chosen:
+        lines += table + [""]
+    return lines[:-1]
+
+
+KINDS = {"claims": _claims_block, "rule": _rule_block, "further-seeds": _further_block, "readme-evidence": _readme_block,
+         "rows": _rows_block, "options": _options_block, "cli": _cli_block, "archs": _archs_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
+
+
+def render_text(text: str, ctx: Context, where: str = "text") -> str:
+    """``text`` with every block rendered again; an unknown kind, or a marker without its end, is an error."""
+    if len(_OPEN.findall(text)) != len(BLOCK.findall(text)):
+        raise OutlayersConfigError(f"{where}: a '<!-- generated: ... -->' marker has no '<!-- end generated -->' "
+                                   "line after it")
+
+    def one(m):
+        spec = m.group("spec").split()
+        if not spec or spec[0] not in KINDS:
+            raise OutlayersConfigError(f"{where}: unknown generated block '{m.group('spec')}'; kinds: "
+                                       f"{', '.join(KINDS)}")
+        body = KINDS[spec[0]](ctx, spec[1:])
+        return f"<!-- generated: {m.group('spec')} -->\n" + "\n".join(body) + "\n<!-- end generated -->"
+
+    return BLOCK.sub(one, text)
+
+
+def stale(paths: List[str], ctx: Optional[Context] = None, write: bool = False) -> List[Tuple[str, str]]:
+    """(file, first differing block) of every file whose blocks differ from what their files give; with
+    ``write``, those files are rewritten."""
+    ctx = ctx or Context()
+    out = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if "<!-- generated: " not in text:
+            continue
+        new = render_text(text, ctx, os.path.relpath(path, ctx.root))
+        if new != text:
+            old_blocks, new_blocks = BLOCK.findall(text), BLOCK.findall(new)
+            first = next((a[0] for a, b in zip(old_blocks, new_blocks) if a != b), "?")
+            out.append((os.path.relpath(path, ctx.root), first))
+            if write:
+                from fairseq_outlayers.outfiles import write_text
+
+                write_text(path, new)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fairseq_outlayers.lab.docs",
+                                     description=__doc__.strip().splitlines()[0])
+    parser.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/**.md)")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 naming each stale block")
+    args = parser.parse_args(argv)
+    try:
+        found = stale([os.path.abspath(f) for f in args.files] or documents(), write=not args.check)
+    except OutlayersConfigError as e:
+        print(f"docs: error: {e}", file=sys.stderr)
+        return 2
+    for path, spec in found:
+        print(f"{path}: block '{spec}' {'differs from its files' if args.check else 'rewritten'}")
+    return 1 if args.check and found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Figures generated, not typed: every generated block of README.md and docs/ is what its committed files give
+(``python -m fairseq_outlayers.lab.docs --check``), a changed figure or a stale block is found, benchmark pages
+carry command, date, commit and device, and the method pages stay short."""
+import glob
+import os
+import re
+import shutil
+
+import pytest
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.lab import docs
+from harness import REPO
+
+METHOD_PAGES = ["joint-output.md", "shared-private.md", "fixed-targets.md", "continuous-outputs.md", "fused-loss.md"]
+
+
+def test_every_generated_block_is_what_its_files_give():
+    """The claims and their verdicts, the rows, the options tables and the benchmark tables of the committed
+    documents equal what the committed records, claims file, registries and benchmark pages give today."""
+    found = docs.stale(docs.documents(REPO))
+    assert not found, ("stale generated blocks (run python -m fairseq_outlayers.lab.docs):\n"
+                       + "\n".join(f"{p}: {spec}" for p, spec in found))
+
+
+def test_the_documents_have_the_blocks_the_issue_asks_for():
+    texts = {name: open(os.path.join(REPO, "docs", name), encoding="utf-8").read() for name in METHOD_PAGES}
+    for name, text in texts.items():
+        assert "<!-- generated: options " in text, name
+        assert "```bibtex" in text, name
+    for name in METHOD_PAGES[:4]:
+        assert f"<!-- generated: claims {name} -->" in texts[name] and "<!-- generated: rows " in texts[name], name
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    assert "<!-- generated: readme-evidence -->" in readme
+    results = open(os.path.join(REPO, "docs", "results.md"), encoding="utf-8").read()
+    for kind in ("claims", "rule", "further-seeds"):
+        assert f"<!-- generated: {kind} -->" in results
+    # every claim of the claims file shows on its page
+    for claim in docs.Context(REPO).claims:
+        if claim["page"] != "results.md":
+            assert f"<!-- generated: claims {claim['page']} -->" in texts[claim["page"]], claim["name"]
+
+
+def test_the_pages_are_short():
+    """No method page over 200 lines; the top-level documents (notes and benchmark pages apart) under 2,500."""
+    lengths = {os.path.basename(p): len(open(p, encoding="utf-8").read().splitlines())
+               for p in glob.glob(os.path.join(REPO, "docs", "*.md"))}
+    assert {n: lengths[n] for n in METHOD_PAGES if lengths[n] > 200} == {}
+    assert sum(lengths.values()) < 2500, lengths
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of the files the blocks read: docs/benchmarks and docs/results (claims, records)."""
+    for sub in ("benchmarks", "results"):
+        shutil.copytree(os.path.join(REPO, "docs", sub), tmp_path / "docs" / sub)
+    return tmp_path
+
+
+def test_a_changed_figure_is_found_and_rewritten(tree):
+    page = tree / "docs" / "page.md"
+    page.write_text("# A page\n\n<!-- generated: bench fused_loss_cpu.md 1 -->\n<!-- end generated -->\n\n"
+                    "<!-- generated: options fixed -->\nold\n<!-- end generated -->\n")
+    ctx = docs.Context(str(tree))
+    assert [spec for _, spec in docs.stale([str(page)], ctx)] == ["bench fused_loss_cpu.md 1"]
+    docs.stale([str(page)], ctx, write=True)
+    assert docs.stale([str(page)], ctx) == []
+    text = page.read_text()
+    table = open(os.path.join(REPO, "docs", "benchmarks", "fused_loss_cpu.md"), encoding="utf-8").read()
+    assert "| softmax | fp32 | chunked |" in text and text.count("| softmax | fp32 | chunked |") == 1
+    assert re.search(r"\(\d{4}-\d\d-\d\d, commit [0-9a-f]{7}, device ", text)
+    assert "| `--fixed-targets-seed N` | `1` |" in text
+    # one figure typed over: found, with the block named
+    page.write_text(text.replace("1.72x", "1.27x"))
+    assert "1.72x" in table and [spec for _, spec in docs.stale([str(page)], ctx)] == ["bench fused_loss_cpu.md 1"]
+
+
+def test_a_benchmark_page_without_its_commit_or_date_is_refused(tree):
+    bench = tree / "docs" / "benchmarks" / "fixed_targets.md"
+    text = bench.read_text()
+    bench.write_text(re.sub(r"commit [0-9a-f]{7}", "", text))
+    with pytest.raises(OutlayersConfigError, match=r"fixed_targets.md: its header gives no commit; .*git log"):
+        docs.render_text("<!-- generated: benchmarks -->\n<!-- end generated -->\n", docs.Context(str(tree)))
+    bench.write_text(re.sub(r"20\d\d-\d\d-\d\d", "", text))
+    with pytest.raises(OutlayersConfigError, match="gives no date"):
+        docs.benchmark_facts(str(bench))
+    # every committed page has the four facts
+    for path in glob.glob(os.path.join(REPO, "docs", "benchmarks", "*.md")):
+        if not path.endswith("README.md"):
+            assert set(docs.benchmark_facts(path)) == {"command", "date", "commit", "device"}, path
+
+
+@pytest.mark.parametrize("text,message", [
+    ("<!-- generated: plots -->\n<!-- end generated -->\n", "unknown generated block 'plots'"),
+    ("<!-- generated: options fixed -->\nno end\n", "has no '<!-- end generated -->'"),
+    ("<!-- generated: rows no-such-row -->\n<!-- end generated -->\n", "no record of row 'no-such-row'"),
+    ("<!-- generated: options nothing-matches -->\n<!-- end generated -->\n", "no section of outlayers-options"),
+])
+def test_a_bad_block_is_one_line(text, message):
+    with pytest.raises(OutlayersConfigError) as e:
+        docs.render_text(text, docs.Context(REPO), "page.md")
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_command_line(tree, capsys):
+    page = tree / "docs" / "page.md"
+    page.write_text("<!-- generated: options fixed -->\nold\n<!-- end generated -->\n")
+    assert docs.main(["--check", str(page)]) == 1
+    assert "block 'options fixed' differs from its files" in capsys.readouterr().out
+    assert docs.main([str(page)]) == 0 and docs.main(["--check", str(page)]) == 0

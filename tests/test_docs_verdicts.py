@@ -1,0 +1,130 @@
+"""Verdicts by code: the rule of ``stats.target_verdict`` on exact cases (and its mirror image), the claims file's
+checks, and the verdict over further seeds, which waits until both rows of a pair have the planned seeds."""
+import json
+import os
+
+import pytest
+
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.lab.ledger.render import claims_section, read_claims, render
+from fairseq_outlayers.lab.ledger.stats import target_verdict, welch_t_test
+from harness import REPO
+from test_ledger import HYP_A, HYP_B, fake_record
+
+
+def test_the_rule_on_exact_cases():
+    # interval above the target, every seed of the row more than the target above every baseline seed
+    assert target_verdict((0.6, 1.2), [40.0, 40.2], [39.0, 39.4], 0.5)[0] == "above"
+    # the same interval, one seed pair closer than the target and the seeds too spread for Welch: inconclusive
+    side, why = target_verdict((0.6, 1.2), [38.9, 41.0, 40.5], [39.0, 39.4, 38.0], 0.5)
+    assert side == "inconclusive" and "do not back it" in why
+    # interval holding the target
+    assert target_verdict((0.4, 0.6), [40.0, 41.0], [38.0, 38.1], 0.5) == (
+        "inconclusive", "the interval holds the target +0.50")
+    # below: the interval under the target and every seed pair too
+    assert target_verdict((-2.6, -1.3), [37.0, 37.5], [39.0, 39.3], -0.3)[0] == "below"
+    # backed by Welch alone (the seed pairs overlap the target, the shifted seeds' test does not)
+    system, baseline = [40.6, 40.7, 40.8, 40.9, 39.75], [39.0, 39.1, 39.2, 39.3]
+    assert min(system) - max(baseline) < 0.5
+    assert welch_t_test([v - 0.5 for v in system], baseline)["p"] < 0.05
+    assert target_verdict((0.8, 1.5), system, baseline, 0.5)[0] == "above"
+
+
+def test_the_rule_is_its_own_mirror_image():
+    """Swapping the rows (interval, seeds and target negated) swaps above and below, and an inconclusive case stays
+    inconclusive: the joint + sampling case and its mirror read alike."""
+    cases = [((-0.74, 0.47), [38.63, 39.24, 38.9], [38.0, 39.5, 39.56], 0.5),
+             ((0.65, 1.71), [39.8, 41.1, 39.8], [40.05, 38.97, 38.04], 0.5),
+             ((-2.58, -1.32), [36.5, 37.0, 38.1], [39.6, 38.5, 39.3], -0.3)]
+    mirror = {"above": "below", "below": "above", "inconclusive": "inconclusive"}
+    for (low, high), system, baseline, target in cases:
+        side = target_verdict((low, high), system, baseline, target)[0]
+        assert target_verdict((-high, -low), baseline, system, -target)[0] == mirror[side]
+    # the sampled joint layer against tying: the interval below +0.5 but seeds that do not back it
+    assert target_verdict(*cases[0])[0] == "inconclusive"
+
+
+def _claims(path, **extra):
+    claim = {"name": "joint", "label": "`joint`", "page": "joint-output.md", "claim": "joint beats tied",
+             "table": "t", "row": "joint", "baseline": "tied", "target": 0.5}
+    claim.update(extra)
+    path.write_text(json.dumps({"claims": [claim]}))
+    return str(path)
+
+
+def test_the_further_seeds_verdict_waits_for_both_rows(tmp_path):
+    ledger = str(tmp_path / "runs")
+    for seed, bleu in ((1, 30.0), (2, 31.0), (3, 35.0), (4, 36.0)):
+        fake_record(ledger, "tied", seed, bleu, HYP_A)
+    for seed, bleu in ((1, 33.0), (2, 34.0), (3, 35.0)):
+        fake_record(ledger, "joint", seed, bleu, HYP_B, baseline="tied")
+    claims = _claims(tmp_path / "claims.json", further_seeds=[1, 2, 3, 4])
+    text = "\n".join(claims_section(ledger, claims, [1, 2, 3], "test2016", {}))
+    further = text.split("Over every seed both rows have")[1]
+    assert "| joint beats tied | 1-4 | joint: 1-3; tied: 1-4 |" in further
+    assert further.rstrip().endswith("| waiting for seeds (joint 4) |")
+    fake_record(ledger, "joint", 4, 37.0, HYP_B, baseline="tied")
+    text = "\n".join(claims_section(ledger, claims, [1, 2, 3], "test2016", {}))
+    line = text.split("Over every seed both rows have")[1].strip().splitlines()[-1]
+    assert "waiting" not in line and "over seeds 1-4 |" in line and line.endswith("** |")
+    # the protocol's table keeps to seeds 1-3 and the rendered page opens with the claims
+    assert render(ledger, claims=claims).index("## Claims and their verdicts") < render(ledger, claims=claims).index("## t")
+    assert "## Claims" not in render(ledger)
+
+
+def test_a_target_the_row_file_contradicts_is_refused(tmp_path):
+    ledger = str(tmp_path / "runs")
+    for seed in (1, 2):
+        fake_record(ledger, "tied", seed, 30.0 + seed, HYP_A)
+        rec = fake_record(ledger, "joint", seed, 33.0 + seed, HYP_B, baseline="tied")
+    path = os.path.join(ledger, "joint.seed1.json")
+    record = json.load(open(path))
+    record["description"] = "joint (Pappas et al. 2018; target: tied + 1.0 BLEU)"
+    with open(path, "w") as f:
+        json.dump(record, f)
+    assert rec["row"] == "joint"
+    with pytest.raises(OutlayersConfigError, match=r"claims.json: claim 'joint': target \+0.5 but the row file "
+                                                   r"of 'joint' names \+1"):
+        claims_section(ledger, _claims(tmp_path / "claims.json"), [1, 2], "test2016", {})
+    assert "| joint beats tied |" in "\n".join(claims_section(ledger, _claims(tmp_path / "claims.json", target=1.0),
+                                                              [1, 2], "test2016", {}))
+    # no target in the claims file: the row file's is the target
+    claim = json.loads(_claims(tmp_path / "claims.json") and (tmp_path / "claims.json").read_text())
+    del claim["claims"][0]["target"]
+    (tmp_path / "claims.json").write_text(json.dumps(claim))
+    assert "| joint vs tied | Δ ≥ +1.0 BLEU |" in "\n".join(claims_section(ledger, str(tmp_path / "claims.json"),
+                                                                        [1, 2], "test2016", {}))
+    # neither names one
+    record["description"] = "joint"
+    with open(path, "w") as f:
+        json.dump(record, f)
+    with pytest.raises(OutlayersConfigError, match=r"claim 'joint': no target: give \"target\" here, or name one "
+                                                   r"in the row file of 'joint'"):
+        claims_section(ledger, str(tmp_path / "claims.json"), [1, 2], "test2016", {})
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"target": "half"}, "claim 'joint': \"target\" must be"),
+    ({"row": ""}, "claim 'joint': \"row\""),
+    ({"saving": {"parameters": "weights", "at_least": 10}}, "\"saving\" needs"),
+    ({"further_seeds": [0]}, "\"further_seeds\""),
+    ({"kind": "rumour"}, "\"kind\" must be one of"),
+])
+def test_a_bad_claims_file_is_one_line_naming_the_claim(tmp_path, change, message):
+    with pytest.raises(OutlayersConfigError) as e:
+        read_claims(_claims(tmp_path / "claims.json", **change))
+    assert message in str(e.value) and "\n" not in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_the_committed_claims_follow_the_rule():
+    """The committed claims file names rows the ledger has, and takes the targets of the row files that name one;
+    the sampled joint layer's verdict is what the rule gives its interval and seeds (not a verdict written by
+    hand)."""
+    claims = read_claims(os.path.join(REPO, "docs", "results", "claims.json"))
+    assert {c["name"] for c in claims if "target" not in c and "at_least" not in c} == {"fixed", "shared-private",
+                                                                                          "joint"}
+    assert {c["name"] for c in claims} >= {"fixed", "shared-private", "joint", "joint-sampling", "continuous"}
+    with open(os.path.join(REPO, "docs", "results", "ledger.md"), encoding="utf-8") as f:
+        page = f.read()
+    line = next(x for x in page.splitlines() if x.startswith("| the joint layer keeps its gain with 25 %"))
+    assert line.endswith("| **inconclusive** |")
