@@ -123,7 +123,7 @@ def _readme_block(ctx: Context, args: List[str]) -> List[str]:
         else:
             low, high = r["interval"]
             diff = f"{_sign(r['diff'])} [{_sign(low)}, {_sign(high)}] vs {claim['baseline']}"
-        saving = r["saving"].split(" (target")[0] or "—"
+        saving = r["saving"].split(" (target")[0] or r.get("trained") or "—"
         lines.append(f"| {claim['label']} | {r['verdict']} | {diff} | {saving} | [{claim['page'][:-3]}]"
                      f"(docs/{claim['page']}) |")
     return lines

@@ -529,8 +529,10 @@ def claim_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], cla
         met = cut >= least
         saving = f"{_sign(-cut, 1)} % {SAVINGS[kind]} (target ≥ {least:g} % fewer: {'met' if met else 'not met'})"
         verdict += f" (saving {words['above'] if met else words['below']})"
+    trained = [rows[r][min(rows[r])]["params"]["trained"] for r in (claim["row"], claim["baseline"])]
     return {"measured": measured, "saving": saving, "verdict": verdict, "why": why, "seeds": c["seeds"],
-            "diff": c["diff"], "interval": c["interval"], "target": target}
+            "diff": c["diff"], "interval": c["interval"], "target": target,
+            "trained": f"{_sign(100.0 * (trained[0] - trained[1]) / trained[1], 1)} % trained parameters"}
 
 
 def _best_result(rows: Dict[str, Dict[int, Dict]], claim: Dict, seeds: Optional[Sequence[int]], test: str) -> Dict:
