@@ -181,13 +181,25 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _seam_row(flags: str, default: str, help_text: str):
+    """A seam option whose choices are the registered methods, without the list: a layer added to the registry
+    leaves the docs as they are (``outlayers-options`` and the method pages name each one)."""
+    import re
+
+    if "{" not in flags:
+        return flags, default, help_text
+    head = help_text.split(": ", 1)[0]
+    return (re.sub(r"\{[^}]*\}", "NAME", flags), default,
+            f"{head}; `outlayers-options` lists the registered ones, each with its page")
+
+
 def _options_block(ctx: Context, args: List[str]) -> List[str]:
     import fairseq_outlayers  # noqa: F401  (registers the methods and criterions)
     from fairseq_outlayers.tools.options import criterion_sections, method_sections, seam_options
 
     if not args:
         raise OutlayersConfigError("an options block names at least one word (e.g. joint, vmf_nll, seams)")
-    seams = [("--output-layer / --embeddings", "", seam_options())] if "seams" in args else []
+    seams = [("--output-layer / --embeddings", "", [_seam_row(*o) for o in seam_options()])] if "seams" in args else []
     sections = seams + [s for s in method_sections() + criterion_sections()
                         if any(w.lower() in s[0].lower() for w in args)]
     if not sections:
@@ -198,7 +210,8 @@ def _options_block(ctx: Context, args: List[str]) -> List[str]:
             lines.append(f"| `{title}` | | (no options of its own) |")
         for flags, default, help_text in opts:
             lines.append(f"| `{flags}` | `{default}` | {_cell(help_text)} |")
-    return [f"Generated from the registries (`outlayers-options {' '.join(args)}` prints the same)."
+    same = "the same, with every registered method" if seams else "the same"
+    return [f"Generated from the registries (`outlayers-options {' '.join(args)}` prints {same})."
             , ""] + lines
 
 
