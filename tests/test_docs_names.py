@@ -63,6 +63,7 @@ def known_options():
     files += glob.glob(os.path.join(REPO, "scripts", "**", "*.py"), recursive=True)
     files += glob.glob(os.path.join(REPO, "scripts", "**", "*.sh"), recursive=True)
     files += glob.glob(os.path.join(REPO, "tests", "toy_output_layer", "*.py"))  # a --user-dir of architecture.md
+    files.append(os.path.join(REPO, "tests", "conftest.py"))  # pytest's options of development.md (--fast)
     return _literals(files) | {"--help"} | set(OTHER_TOOLS)
 
 
