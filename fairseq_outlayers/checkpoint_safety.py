@@ -16,6 +16,7 @@ numpy >= 1.25, is one of ``numpy.dtypes``): those are allow-listed too, for bool
 e.g. ``os.system`` in a crafted pickle -- is still refused.
 """
 import argparse
+import os
 
 import numpy
 import torch
@@ -91,7 +92,7 @@ def check_decodable(paths):
     fairseq checkpoint, and holds finite weights; else ``OutlayersConfigError`` with one line. The tensors are
     memory-mapped, so the check costs one read of the file."""
     if isinstance(paths, str):
-        paths = paths.split(":")
+        paths = paths.split(os.pathsep)
     for path in paths:
         check_finite(path, read(path, mmap=True))
 

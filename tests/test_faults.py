@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from harness import REPO, TINY_TRANSFORMER, load_script, run, tool, train, train_args
+from harness import REPO, TINY_TRANSFORMER, load_script, run, train, train_args
 
 from fairseq_outlayers.errors import PREFIX
 

@@ -49,12 +49,17 @@ def _option_value(argv, option):
 
 
 def _check_checkpoints(argv):
-    """The checkpoints of ``--path`` are readable fairseq checkpoints with finite weights, before fairseq starts."""
+    """The checkpoints of ``--path`` are readable fairseq checkpoints with finite weights, before fairseq starts. A
+    path that is not a file (a sharded checkpoint's base name, or a missing file) is left to fairseq's loader, whose
+    errors are one line too (``errors.load_error_message``)."""
+    import os
+
     from fairseq_outlayers.checkpoint_safety import check_decodable
 
     path = _option_value(argv, "--path")
-    if path:
-        check_decodable(path)
+    paths = [p for p in (path or "").split(os.pathsep) if os.path.isfile(p)]
+    if paths:
+        check_decodable(paths)
 
 
 def check_training_device(args):
@@ -91,18 +96,24 @@ def _save_error(exc: BaseException):
         return None
     import os
 
+    from fairseq_outlayers.outfiles import DISK_ERRORS
+
     reason = exc.strerror or str(exc)
     folder = os.path.dirname(target) or "."
-    return (f"could not write checkpoint '{target}' ({reason}); the checkpoints saved before are intact: free space "
-            f"in '{folder}' (or give another --save-dir) and run the same command again to resume from "
+    fix = "free space in" if exc.errno in DISK_ERRORS else "make sure you can write in"
+    return (f"could not write checkpoint '{target}' ({reason}); the checkpoints saved before are intact: {fix} "
+            f"'{folder}' (or give another --save-dir) and run the same command again to resume from "
             "checkpoint_last.pt"), target + ".tmp"
 
 
 def _train(bf16: bool):
     """fairseq_cli.train.cli_main, with a new run's option checks (``models.checks.check_new_run``, which
-    ``build_model`` runs too) before fairseq creates the save directory, and for bf16 the ``--tpu`` that fairseq
-    0.12 implies taken back before its configuration is built (fairseq_outlayers.fairseq_compat), so bf16 trains on
-    one or several GPUs, or the CPU."""
+    ``build_model`` runs too, and ``check_training_device``) before fairseq creates the save directory, which is
+    then created and probed here; for bf16 the ``--tpu`` that fairseq 0.12 implies taken back before its
+    configuration is built (fairseq_outlayers.fairseq_compat), so bf16 trains on one or several GPUs, or the CPU.
+    Checkpoint copies are atomic (``fairseq_compat.atomic_checkpoint_copies``), and a checkpoint write that fails
+    (disk full) removes its partial file and ends in one line (``_save_error``). Workers that fairseq spawns itself
+    (several GPUs without torchrun) do not inherit the atomic copies."""
     from fairseq_cli.train import main  # first: it sets up fairseq's logging before fairseq is imported
 
     from fairseq import distributed_utils, options

@@ -8,7 +8,8 @@
 * ``--raw-ref`` and ``--tok-ref`` have one line per sentence of the subset (counted in DATA_BIN's ``.idx``);
 * each ``--test-set`` names two line-aligned UTF-8 files;
 * no file the script writes (``--outputs``, relative to ``--out``) is a file it reads (the checkpoint, the
-  references, the lexicon, the training text, the test sets, anything in DATA_BIN), with ``--force`` or not.
+  references, the lexicon, the training text, the test sets, anything in DATA_BIN), with ``--force`` or not;
+* the checkpoint is a fairseq checkpoint the safe loader reads, with finite weights.
 
 One line on standard error and exit status 1 for the first problem found; nothing is printed otherwise.
 """
@@ -25,10 +26,6 @@ def check(args):
     from fairseq_outlayers.outfiles import is_input
     from fairseq_outlayers.tools.rawtext import read_text
 
-    if args.checkpoint:
-        from fairseq_outlayers.checkpoint_safety import check_decodable
-
-        check_decodable(args.checkpoint)  # missing, refused, damaged or NaN: one line before any translation
     if args.lexicon:
         read_lexicon(args.lexicon)
     sentences = subset_sentences(args.data, args.subset)
@@ -54,6 +51,10 @@ def check(args):
         if given is not None:
             raise OutlayersConfigError(f"{path} (an output) is also an input of this command ('{given}'); choose "
                                        "another --out DIR (--force never overwrites an input)")
+    if args.checkpoint:  # last, as it reads the file: refused, damaged or NaN weights, before any translation
+        from fairseq_outlayers.checkpoint_safety import check_decodable
+
+        check_decodable(args.checkpoint)
 
 
 def main(argv=None) -> int:
