@@ -31,7 +31,8 @@ NOT_FORKED = {"fairseq-hydra-train"}
 #: environment variables that change what a new Python imports: a fork could not honour them
 IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PYTHONNOUSERSITE",
               "PYTHONUSERBASE", "PYTHONEXECUTABLE")
-FAIRSEQ_LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+#: modules a child imports afresh: the programs (what they do on import happens again), not the plugin
+FRESH_MODULES = ("fairseq_cli.", "fairseq_outlayers.tools", "fairseq_outlayers.lab", "fairseq_outlayers.__main__")
 
 _scripts: Optional[Dict[str, str]] = None
 
@@ -109,12 +110,16 @@ def _child(function, cmd, cwd, env, stdin_fd, out_fd, err_fd) -> int:
     if cwd:
         os.chdir(cwd)
     sys.argv = _argv(cmd)
-    # a new Python's logging: no handler (pytest's are the parent's), then fairseq's programs' own configuration
+    # a new Python's logging: no handler (pytest's are the parent's) and the root at WARNING. The programs'
+    # modules are imported again, so that what they do on import (fairseq_cli's logging.basicConfig on stdout)
+    # happens in this child as in a new process; the plugin itself stays (fairseq's registries hold it)
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    logging.basicConfig(format=FAIRSEQ_LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S",
-                        level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stdout)
+    root.setLevel(logging.WARNING)
+    for name in list(sys.modules):
+        if name == "fairseq_cli" or name.startswith(FRESH_MODULES):
+            del sys.modules[name]
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and "torch" in sys.modules and threads.isdigit():
         sys.modules["torch"].set_num_threads(int(threads))
