@@ -174,12 +174,7 @@ CASES = registry_cases()
 
 #: criterions whose data-parallel run cannot equal one process, and why; their case checks that the two differ,
 #: so that a fix is noticed and the entry removed
-NOT_EQUAL = {
-    "sampled_softmax": "the negatives of a micro-batch are drawn with the seed (--seed + updates, rank, micro-batch "
-    "index): rank 1 of 2 draws with (s, 1, 0) where one process with --update-freq 2 draws its second micro-batch "
-    "with (s, 0, 1). Seeding with the global micro-batch index, rank x update_freq + index, would make the two "
-    "equal (criterions/sampled_softmax.py, SampledSoftmaxCriterion._generator)",
-}
+NOT_EQUAL = {}  # none today: sampled softmax seeds each draw with the batch's index over all ranks
 
 
 def _start(cmd: List[str]) -> subprocess.Popen:

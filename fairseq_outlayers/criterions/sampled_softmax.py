@@ -23,9 +23,11 @@ The criterion works with every output layer written as a factorised softmax
 it asks the layer for ``sampled_logits(features, ids)``.
 
 Randomness: each worker draws its own negatives from a private generator seeded with
-(fairseq's per-update seed ``--seed + num_updates``, the data-parallel rank, the index of the micro-batch within
-the update). The run is reproducible from ``--seed`` (also when resumed from a checkpoint), workers do not draw
-the same negatives, and the global random state that dropout uses is left untouched.
+(fairseq's per-update seed ``--seed + num_updates``, the batch's index within the update over all workers). Rank
+r of W takes the update's batches r, r + W, ... (fairseq's sharding), so its micro-batch m is batch m * W + r: W
+processes draw what one process with W times the ``--update-freq`` draws, batch for batch. The run is reproducible
+from ``--seed`` (also when resumed from a checkpoint), workers do not draw the same negatives, and the global
+random state that dropout uses is left untouched.
 """
 import math
 from dataclasses import dataclass, field
@@ -193,9 +195,10 @@ class SampledSoftmaxCriterion(FairseqCriterion):
         base = torch.initial_seed()  # fairseq's trainer re-seeds with --seed + num_updates before every update
         if base != self._seed_base:
             self._seed_base, self._micro_batch = base, 0
-        from fairseq.distributed.utils import get_global_rank
+        from fairseq.distributed.utils import get_global_rank, get_global_world_size
 
-        seed = mix_seed(base, get_global_rank(), self._micro_batch)
+        batch = self._micro_batch * get_global_world_size() + get_global_rank()  # the update's batch, all ranks
+        seed = mix_seed(base, 0, batch)  # one process: (base, 0, micro-batch), as before ranks were counted in
         self._micro_batch += 1
         key = str(device)
         if key not in self._generators:
