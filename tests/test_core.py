@@ -214,18 +214,6 @@ def test_lstm_decoder_deeper_than_encoder(tiny_bin):
 
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_outlayers", "models")
-PRESET_NAMES = {  # every --arch preset of a method, with the seam options it fixes (issue 13, item 2)
-    "outlayers_transformer_fixed": "fixed", "outlayers_transformer_small_fixed": "fixed",
-    "outlayers_lstm_fixed": "fixed", "outlayers_lstm_luong_2x2_fixed": "fixed",
-    "outlayers_transformer_joint": "joint", "outlayers_transformer_small_joint": "joint",
-    "outlayers_transformer_iwslt_de_en_joint": "joint", "outlayers_transformer_wmt_en_de_joint": "joint",
-    "outlayers_lstm_luong_2x2_joint": "joint",
-    "outlayers_lstm_vmf_continuous": "continuous", "outlayers_transformer_small_continuous": "continuous",
-    "outlayers_transformer_shared_private": "shared-private",
-    "outlayers_transformer_small_shared_private": "shared-private",
-}
-
-
 def _models_modules():
     """{module name: parsed tree} of every file in fairseq_outlayers/models/."""
     out = {}
@@ -262,6 +250,16 @@ def _imported_models_modules(tree):
     return out
 
 
+def _registering_files():
+    """The files of fairseq_outlayers/models/ that register an output layer or embeddings, read from the registries."""
+    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+
+    modules = {spec.build.__module__ for spec in list(OUTPUT_LAYER_REGISTRY.values()) +
+               list(EMBEDDING_REGISTRY.values())}
+    assert all(m.startswith("fairseq_outlayers.models.") for m in modules), modules
+    return {m.rsplit(".", 1)[1] for m in modules}
+
+
 def test_methods_are_leaves():
     """A method's registration file imports the registry, the core and its own modules, never an architecture;
     presets.py is the one file that imports both (and only __init__.py imports presets.py)."""
@@ -269,7 +267,7 @@ def test_methods_are_leaves():
     architectures = {name for name, tree in trees.items() if _registers_a_model(tree)}
     assert {"transformer", "lstm"} <= architectures and "presets" not in architectures
     methods = set(trees) - architectures - {"__init__", "presets", "registry", "core"}
-    assert {"baselines", "fixed_targets", "joint_output", "continuous_output", "shared_private"} <= methods
+    assert _registering_files() <= methods
     for name in sorted(methods):
         wrong = _imported_models_modules(trees[name]) & (architectures | {"presets"})
         assert not wrong, f"models/{name}.py imports {sorted(wrong)}: register its --arch presets in presets.py"
@@ -310,7 +308,7 @@ def test_each_seam_option_is_declared_once():
         assert spec.defaults == {o.dest: o.default for o in spec.options}, spec.name
         assert spec.ranges == {o.dest: o.range for o in spec.options if o.range is not None}, spec.name
     models = os.path.join(os.path.dirname(__file__), "..", "fairseq_outlayers", "models")
-    for name in ("baselines", "fixed_targets", "joint_output", "continuous_output", "shared_private"):
+    for name in sorted(_registering_files()):
         with open(os.path.join(models, name + ".py"), encoding="utf-8") as f:
             text = f.read()
         assert "(default:" not in text and "DEFAULTS" not in text and "RANGES" not in text, name
@@ -321,7 +319,19 @@ def test_every_preset_is_registered_from_presets_py():
 
     from fairseq_outlayers.models import presets
 
-    assert sorted(entry[1] for entry in presets.PRESETS) == sorted(PRESET_NAMES)
+    from fairseq_outlayers.models.options import SEAM_DEFAULTS
+
+    # every outlayers_* architecture that fixes a seam to other than its default is a preset of presets.py
+    fixing = {}
+    for name, arch in ARCH_CONFIG_REGISTRY.items():
+        if name.startswith("outlayers_"):
+            args = argparse.Namespace()
+            arch(args)
+            fixed = [getattr(args, seam) for seam in ("output_layer", "embeddings") if getattr(args, seam) !=
+                     SEAM_DEFAULTS[seam]]
+            if fixed:
+                fixing[name] = fixed
+    assert sorted(entry[1] for entry in presets.PRESETS) == sorted(fixing) and len(fixing) >= 5
     for model, name, base, doc, choices, defaults in presets.PRESETS:
         assert ARCH_MODEL_NAME_REGISTRY[name] == model, name
         assert ARCH_CONFIG_REGISTRY[name].__doc__ == doc
@@ -329,7 +339,8 @@ def test_every_preset_is_registered_from_presets_py():
         assert base_names and all(ARCH_MODEL_NAME_REGISTRY[n] == model for n in base_names), name
         args = argparse.Namespace()
         ARCH_CONFIG_REGISTRY[name](args)
-        assert PRESET_NAMES[name] in (args.output_layer, args.embeddings), name
+        method = {**choices, **(defaults or {})}.get("embeddings") or choices["output_layer"]
+        assert name.endswith("_" + method.replace("-", "_")) and method in fixing[name], name  # named after it
         assert all(getattr(args, key) == value for key, value in {**choices, **(defaults or {})}.items()), name
         base_args = argparse.Namespace(**{**choices, **(defaults or {})})
         base(base_args)

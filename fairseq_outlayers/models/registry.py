@@ -164,6 +164,21 @@ def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, 
     return wrapper
 
 
+def unregister_output_layer(name: str) -> OutputLayerSpec:
+    """Remove ``--output-layer NAME`` and return its spec: a layer registered for one test, or by a user dir that is
+    unloaded. A parser built afterwards no longer offers it (the options are read at parse time)."""
+    if name not in OUTPUT_LAYER_REGISTRY:
+        raise ValueError(f"output layer '{name}' is not registered")
+    return OUTPUT_LAYER_REGISTRY.pop(name)
+
+
+def unregister_embeddings(name: str) -> EmbeddingSpec:
+    """Remove ``--embeddings NAME`` and return its spec (as ``unregister_output_layer``)."""
+    if name not in EMBEDDING_REGISTRY:
+        raise ValueError(f"embeddings '{name}' are not registered")
+    return EMBEDDING_REGISTRY.pop(name)
+
+
 def get_output_layer_spec(name: str) -> OutputLayerSpec:
     if name not in OUTPUT_LAYER_REGISTRY:
         raise ValueError(
