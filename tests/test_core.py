@@ -345,3 +345,29 @@ def test_every_preset_is_registered_from_presets_py():
         base_args = argparse.Namespace(**{**choices, **(defaults or {})})
         base(base_args)
         assert vars(args) == vars(base_args), name  # a preset only fixes seam options on its base architecture
+
+
+def test_the_core_names_no_method_or_criterion():
+    """Only the registries know a method: models/core.py, checks.py and registry.py read them and never name a
+    registered output layer, embeddings or criterion of the package. Checked on the text: no such name as a string
+    of its own or after --output-layer / --embeddings / --criterion, and no compound name (tied-all, vmf_nll)
+    anywhere. The plain words (softmax, fixed) may still appear in prose ("scores a softmax")."""
+    import re
+
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+
+    criterions = [n for n, c in CRITERION_REGISTRY.items() if c.__module__.startswith("fairseq_outlayers.")]
+    names = sorted(set(OUTPUT_LAYER_REGISTRY) | set(EMBEDDING_REGISTRY) | set(criterions))
+    assert len(names) >= 15, names
+    for file in ("core", "checks", "registry"):
+        with open(os.path.join(MODELS_DIR, file + ".py"), encoding="utf-8") as f:
+            text = f.read()
+        strings = {node.value for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Constant)}
+        for name in names:
+            assert name not in strings, (file, name)
+            assert not re.search(rf"--(output-layer|embeddings|criterion)[ =]{re.escape(name)}(?![\w-])", text), \
+                (file, name)
+            if re.search(r"[-_]", name):
+                assert not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), (file, name)

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from fairseq_outlayers import checks
 from fairseq_outlayers.checks import Range, check_decoding_argv, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+from fairseq_outlayers.models.options import SEAM_DEFAULTS
+from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, layers_trained_by
 from harness import TINY_TRANSFORMER, USER_DIR, build_model, load_script, run, tool, train
 
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -112,20 +113,17 @@ def _seam_number_options():
 
 
 def _criterion_number_options():
-    from fairseq.criterions import CRITERION_REGISTRY
+    """[(name, class, dest)] of every float option of the package's criterions, read from fairseq's registries."""
+    from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
 
     from fairseq_outlayers.checks import config_defaults
-    from fairseq_outlayers.criterions.continuous_losses import MaxMarginConfig, VMFNLLConfig
-    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyConfig
-    from fairseq_outlayers.criterions.sampled_softmax import SampledSoftmaxCriterionConfig
 
     out = []
-    for name, config in (("vmf_nll", VMFNLLConfig), ("max_margin", MaxMarginConfig),
-                         ("sampled_softmax", SampledSoftmaxCriterionConfig),
-                         ("fused_cross_entropy", FusedCrossEntropyConfig)):
-        for dest, default in config_defaults(config).items():
-            if isinstance(default, float):
-                out.append((name, CRITERION_REGISTRY[name], dest))
+    for name, cls in sorted(CRITERION_REGISTRY.items()):
+        if cls.__module__.startswith("fairseq_outlayers.") and name in CRITERION_DATACLASS_REGISTRY:
+            for dest, default in config_defaults(CRITERION_DATACLASS_REGISTRY[name]).items():
+                if isinstance(default, float):
+                    out.append((name, cls, dest))
     return out
 
 
@@ -138,7 +136,7 @@ def test_every_number_option_declares_its_range():
         assert dest in spec.ranges, f"{flag} ({spec.name}) has no declared range"
         assert spec.ranges[dest].integer == (kind is int), flag
     criterions = _criterion_number_options()
-    assert len(criterions) == 7
+    assert {name for name, _, _ in criterions} >= {"vmf_nll", "max_margin", "sampled_softmax"}
     for name, cls, dest in criterions:
         assert dest in cls.option_ranges, f"--{dest} of {name} has no declared range"
 
@@ -153,8 +151,12 @@ def _selection(spec_name, dest):
 
 
 VMF_VARIANT_OF = {"vmf_lambda1": "reg1", "vmf_lambda2": "reg2", "vmf_released_lambda": "released"}
-CRITERION_LAYER = {"vmf_nll": "continuous", "max_margin": "continuous", "sampled_softmax": "tied",
-                   "fused_cross_entropy": "tied"}
+
+
+def _layer_for(criterion_class):
+    """An output layer the criterion trains: the default one where it can, as the registry says."""
+    layers = layers_trained_by(criterion_class)
+    return SEAM_DEFAULTS["output_layer"] if SEAM_DEFAULTS["output_layer"] in layers else layers[0]
 
 
 def _outcome(extra):
@@ -199,7 +201,7 @@ def test_each_class_of_bad_float_is_refused_per_seam_option(option, value):
 def test_criterion_options_parse_iff_in_range(data):
     name, cls, dest = data.draw(st.sampled_from(_criterion_number_options()), label="option")
     value = data.draw(FLOATS, label="value")
-    extra = ["--output-layer", CRITERION_LAYER[name], "--criterion", name, f"--{dest.replace('_', '-')}={value!r}"]
+    extra = ["--output-layer", _layer_for(cls), "--criterion", name, f"--{dest.replace('_', '-')}={value!r}"]
     if name == "vmf_nll":
         extra += ["--vmf-variant", VMF_VARIANT_OF[dest]]
     message = _outcome(extra)

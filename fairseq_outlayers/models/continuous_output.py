@@ -110,8 +110,7 @@ def decoding_options(args, task):
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
                        options=OPTIONS, selects={"tie_input_to_target_vectors": "target-vectors"},
-                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
-                       criterion_family="continuous")
+                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS, softmax_type=False)
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
     if args.continuous_score_scale is not None:  # also set when decoding (--model-overrides): checked here too
         SCORE_SCALE.check("--continuous-score-scale", args.continuous_score_scale, "give a value in that range (e.g. "

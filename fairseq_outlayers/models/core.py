@@ -106,7 +106,7 @@ class OutputLayerModelMixin:
 
 def register_method_preset(model_name, arch_name, base, doc, defaults=None, **choices):
     """Register ``arch_name``: the architecture ``base`` (a name or function) with seam options fixed to
-    ``choices`` (e.g. ``output_layer="joint"``), so a recipe is one ``--arch`` away. An explicit option that
+    ``choices`` (e.g. ``output_layer=NAME``), so a recipe is one ``--arch`` away. An explicit option that
     contradicts ``choices`` is an error, not silently overridden; ``defaults`` only fill options left unset."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
 

@@ -13,7 +13,7 @@ The builders' contract, the same for both architectures (``core.build_core_outpu
   decoder_embed)``, where ``make_embedding(dictionary, dim)`` is the architecture's own learned embedding.
 """
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.checks import fmt
 
@@ -90,7 +90,10 @@ class OutputLayerSpec:
     embedding_sized_input: bool = False  # multiplies the decoder output with the embedding matrix itself
     output_bias: bool = False  # honours --output-bias (a learned per-word bias)
     refuses_tying: Optional[str] = None  # why fairseq's tying flags contradict the layer (checked by the core)
-    criterion_family: str = "softmax"  # "continuous": trained with the continuous-output criterions only
+    # True: the layer scores a softmax over the target dictionary (logits), the one meaning of "softmax-type".
+    # False: it predicts something else (a word vector) and trains only with criterions that declare
+    # ``softmax_type = False`` (``criterion_trains``)
+    softmax_type: bool = True
     selects: Dict[str, str] = field(default_factory=dict)  # {dest: NAME}: the option, set, selects --embeddings NAME
     ranges: Dict[str, Any] = field(default_factory=dict)  # {dest: checks.Range}: checked when options are parsed
     check_args: Optional[Callable] = None  # check_args(args, num_words): checks across options (sizes that must
@@ -162,6 +165,26 @@ def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, 
         return build
 
     return wrapper
+
+
+def criterion_trains(criterion_class, spec: OutputLayerSpec) -> bool:
+    """Whether ``criterion_class`` (a class of fairseq's ``CRITERION_REGISTRY``) trains the output layer ``spec``.
+    A criterion declares ``softmax_type``: True when it scores a softmax over the vocabulary, False when it trains
+    the layers that are not softmax-type. fairseq's own criterions declare nothing and score a softmax."""
+    return bool(getattr(criterion_class, "softmax_type", True)) == spec.softmax_type
+
+
+def layers_trained_by(criterion_class) -> List[str]:
+    """The registered output layers that ``criterion_class`` trains, by name."""
+    return sorted(name for name, spec in OUTPUT_LAYER_REGISTRY.items() if criterion_trains(criterion_class, spec))
+
+
+def declared_criterions(spec: OutputLayerSpec) -> List[str]:
+    """The criterions that declare ``softmax_type`` (those of this package and of a user dir) and train ``spec``."""
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    return sorted(name for name, cls in CRITERION_REGISTRY.items()
+                  if isinstance(cls, type) and hasattr(cls, "softmax_type") and criterion_trains(cls, spec))
 
 
 def unregister_output_layer(name: str) -> OutputLayerSpec:

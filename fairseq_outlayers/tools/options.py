@@ -66,8 +66,9 @@ def _spec_options(spec) -> List[Option]:
     if spec.add_args is None:
         return []
     from fairseq_outlayers.models.options import apply_defaults
+    from fairseq_outlayers.models.registry import OutputLayerSpec
 
-    is_layer = hasattr(spec, "criterion_family")
+    is_layer = isinstance(spec, OutputLayerSpec)
     defaults = argparse.Namespace(output_layer=spec.name if is_layer else "softmax",
                                   embeddings="standard" if is_layer else spec.name)
     probe = argparse.ArgumentParser(add_help=False)
