@@ -1,4 +1,4 @@
-"""'Adding an output layer in at most four files' (docs/architecture.md), proven by a toy registered from tests/
+"""A layer registered from outside the package (docs/architecture.md), proven by a toy registered from tests/
 only: the scaled-cosine softmax of ``tests/toy_output_layer/`` trains with ``fairseq-train`` and translates with
 ``fairseq-generate`` (its directory is the ``--user-dir``; it imports ``fairseq_outlayers`` itself), its option
 reaches the module and the checkpoint, its logits are s * cos(h, w_v) to float64 rounding, and the package's
@@ -96,7 +96,7 @@ def test_toy_logits_are_scaled_cosines(toy, tiny_bin, arch):
 def test_toy_option_is_checked_by_the_package(toy, tiny_bin):
     with pytest.raises(OutlayersConfigError, match="--toy-cosine-scale needs --output-layer toy-cosine"):
         build(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "softmax", "--toy-cosine-scale", "3"])
-    with pytest.raises(OutlayersConfigError, match="--toy-cosine-scale must be a positive number"):
+    with pytest.raises(OutlayersConfigError, match="--toy-cosine-scale must be a finite number > 0, got -1"):
         build(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "toy-cosine", "--toy-cosine-scale", "-1"])
 
 
