@@ -158,10 +158,6 @@ def check_resume_options(args, checkpoint_path: str, checkpoint_args, shape, tab
 def check_resume(args, checkpoint_path: str, checkpoint_args):
     """Training: the fingerprints of this build (``args``) against those of the checkpoint fairseq will load."""
     theirs, ours = recorded(checkpoint_args), recorded(args)
-    if not theirs:
-        logger.info(f"{checkpoint_path} records no fingerprints (written by an older fairseq_outlayers); its "
-                    "dictionaries and files are not checked")
-        return
     for key in ("target_vectors", "pairing", "src_dict", "tgt_dict"):
         if key not in theirs or key not in ours:
             continue

@@ -279,17 +279,18 @@ def test_methods_are_leaves():
 
 def test_each_seam_option_is_declared_once():
     """A seam's argparse options, its defaults and its ranges all come from its ``Option`` declarations, and the
-    help's "(default: X)" is written from the default; the older ``add_args``/``defaults``/``ranges`` keywords
-    still work for a third-party layer, but not mixed with ``options``."""
+    help's "(default: X)" is written from the default; there is no other way to declare them."""
     from fairseq_outlayers.checks import Range
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, Option, declared
+    from fairseq_outlayers.models.registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, Option, OutputLayerSpec,
+                                                   register_output_layer)
 
-    add, defaults, ranges = declared([
+    spec = OutputLayerSpec("x", None, "x", options=(
         Option("--x-size", 8, type=int, metavar="N", help="size", range=Range(1, integer=True)),
         Option("--x-scale", 10.0, type=float, help="scale"), Option("--x-off", False, store_true=True, help="flag"),
-        Option("--x-file", None, metavar="F", help="file"), Option("--x-dim", None, help="dim", default_text="d")])
+        Option("--x-file", None, metavar="F", help="file"), Option("--x-dim", None, help="dim", default_text="d")))
+    defaults, ranges = spec.defaults, spec.ranges
     parser = argparse.ArgumentParser(add_help=False)
-    add(parser)
+    spec.add_args(parser)
     assert {a.dest: a.help for a in parser._actions} == {
         "x_size": "size (default: 8)", "x_scale": "scale (default: 10)", "x_off": "flag (default: off)",
         "x_file": "file", "x_dim": "dim (default: d)"}
@@ -298,12 +299,9 @@ def test_each_seam_option_is_declared_once():
     assert defaults == {"x_size": 8, "x_scale": 10.0, "x_off": False, "x_file": None, "x_dim": None}
     assert list(ranges) == ["x_size"]
 
-    def old(parser):
-        parser.add_argument("--y", type=int)
-
-    assert declared((), old, {"y": 1}, None) == (old, {"y": 1}, {})
-    with pytest.raises(ValueError, match="not both"):
-        declared([Option("--z")], add_args=old)
+    assert OutputLayerSpec("y", None, "y").add_args is None  # no options, nothing to add
+    with pytest.raises(TypeError):  # the keywords of the first releases are gone
+        register_output_layer("y", help="y", add_args=lambda parser: None)(lambda *args, **kwargs: None)
     for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
         assert spec.defaults == {o.dest: o.default for o in spec.options}, spec.name
         assert spec.ranges == {o.dest: o.range for o in spec.options if o.range is not None}, spec.name
