@@ -30,9 +30,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(HERE, "lib"))
-import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 from fairseq_outlayers.modules.fixed_random import FixedRandomOutput  # noqa: E402
 from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput  # noqa: E402

@@ -40,8 +40,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
-import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -274,7 +273,6 @@ def main():
                         help="torch CPU threads (default: torch's choice; 1 is steadier on a busy machine)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sys.path.insert(0, REPO)
     import torch
 
     if args.threads > 0:

@@ -23,7 +23,6 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 
@@ -90,13 +89,11 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3, help="steps per model per round")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
-    import benchlib
+    from fairseq_outlayers.lab.bench import benchlib
 
     benchlib.add_output_args(p, os.path.join(REPO, "docs", "benchmarks", "shared-private.md"))
     args = p.parse_args(argv)
 
-    sys.path.insert(0, REPO)
     import torch
     import torch.nn.functional as F
 

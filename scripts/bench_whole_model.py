@@ -44,9 +44,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 USER_DIR = os.path.join(REPO, "fairseq_outlayers")
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(HERE, "lib"))
-import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 GiB = 2.0 ** 30
 BOUND_WORDS = 12  # target words of the bound (+ 4 specials = 16 entries)

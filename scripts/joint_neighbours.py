@@ -13,13 +13,11 @@ Special symbols (``<s>``, ``<pad>``, ``</s>``, ``<unk>``) and the query itself a
 """
 import argparse
 import os
-import sys
 from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fairseq_outlayers.checks import Range  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors  # noqa: E402

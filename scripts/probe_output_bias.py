@@ -33,7 +33,6 @@ import sys
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from fairseq_outlayers.tools.bias_fit import (BIAS_KEY, features, fit_bias, fit_scale, load,  # noqa: E402,F401
                                        nll_bits, put_bias)

@@ -195,7 +195,6 @@ def main(argv=None):
         sys.exit(f"error: --min-count must be at least 1, got {args.min_count}")
     if args.max_n < args.min_n:
         sys.exit(f"error: --max-n ({args.max_n}) must be at least --min-n ({args.min_n})")
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from fairseq_outlayers.errors import OutlayersConfigError
     from fairseq_outlayers.outfiles import atomic_write, check_output_path
 

@@ -27,11 +27,9 @@ import os
 import platform
 import shlex
 import subprocess
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from fairseq_outlayers import checks  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402

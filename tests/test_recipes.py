@@ -15,15 +15,13 @@ import pytest
 import sacrebleu
 import torch
 
+from fairseq_outlayers.tools import corpus_tools, recipes
+from fairseq_outlayers.tools.evaluation import score_translations
 from fairseq_outlayers.tools.evaluation.unknown_words import source_words
 from harness import NO_ALIGNER, REPO, run, tool
 
 SCRIPTS = os.path.join(REPO, "scripts")
 MULTI30K = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
-sys.path.insert(0, os.path.join(SCRIPTS, "lib"))
-import corpus_tools  # noqa: E402
-import recipes  # noqa: E402
-import score_translations  # noqa: E402
 
 TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
