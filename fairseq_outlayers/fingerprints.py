@@ -47,7 +47,7 @@ def file_sha256(path: str) -> str:
 
 
 def dictionary_fingerprint(dictionary, path=None) -> dict:
-    from fairseq_outlayers.pairing.corpus import dictionary_hash  # the hash shared-private pairings record
+    from fairseq_outlayers.word_pairs.corpus import dictionary_hash  # the hash shared-private pairings record
 
     return {"sha256": dictionary_hash(dictionary), "path": path, "size": len(dictionary)}
 
@@ -116,7 +116,7 @@ def check_dictionaries(args, task):
 
 
 def _shown(value) -> str:
-    from fairseq_outlayers.checks import fmt
+    from fairseq_outlayers.value_checks import fmt
 
     if isinstance(value, bool):
         return "on" if value else "off"

@@ -76,7 +76,7 @@ FASTTEXT_BUCKETS = 2_000_000
 def check_memory(args, counts):
     """Refuse a --dim whose vectors would not fit in memory (before gensim allocates them): float32 vectors of the
     words kept (input and output weights; fastText also its n-gram buckets)."""
-    from fairseq_outlayers.checks import check_fits
+    from fairseq_outlayers.value_checks import check_fits
     from fairseq_outlayers.errors import OutlayersConfigError
 
     kept = sum(1 for c in counts.values() if c >= args.min_count) + (0 if args.no_eos else 1)

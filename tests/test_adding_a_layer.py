@@ -16,7 +16,7 @@ DOC = os.path.join(REPO, "docs", "architecture.md")
 BLOCK = re.compile(r"```(?:python|markdown)\n(?:# |<!-- )([\w./-]+\.(?:py|md))(?: -->)?\n(.*?)```", re.S)
 #: the package's tests that read the registries, by name
 REGISTRY_TESTS = ["declares_its_range", "seam_options_parse", "bad_float", "every_seam_and_method", "are_leaves",
-                  "declared_once", "names_no_method"]
+                  "declared_once", "names_no_method", "share_a_name"]
 
 
 def section_files():
@@ -47,7 +47,7 @@ def copy_checkout(root):
 def test_the_four_files_of_the_doc_make_a_working_layer(tmp_path):
     files = section_files()
     assert sorted(files) == ["docs/scaled-cosine.md", "fairseq_outlayers/models/scaled_cosine.py",
-                             "fairseq_outlayers/modules/scaled_cosine.py", "tests/test_scaled_cosine.py"]
+                             "fairseq_outlayers/modules/cosine_softmax.py", "tests/test_scaled_cosine.py"]
     root = str(tmp_path / "checkout")
     try:
         copy_checkout(root)

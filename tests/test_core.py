@@ -9,7 +9,7 @@ import torch
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules import LearnedSoftmaxOutput, LuongAttention, TiedSoftmaxOutput
-from fairseq_outlayers.params import parameter_report
+from fairseq_outlayers.parameter_counts import parameter_report
 from harness import TINY_LSTM, TINY_TRANSFORMER, build_model
 
 D = 32  # the tiny models' embedding / decoder output size
@@ -280,7 +280,7 @@ def test_methods_are_leaves():
 def test_each_seam_option_is_declared_once():
     """A seam's argparse options, its defaults and its ranges all come from its ``Option`` declarations, and the
     help's "(default: X)" is written from the default; there is no other way to declare them."""
-    from fairseq_outlayers.checks import Range
+    from fairseq_outlayers.value_checks import Range
     from fairseq_outlayers.models.registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, Option, OutputLayerSpec,
                                                    register_output_layer)
 
@@ -317,7 +317,7 @@ def test_every_preset_is_registered_from_presets_py():
 
     from fairseq_outlayers.models import presets
 
-    from fairseq_outlayers.models.options import SEAM_DEFAULTS
+    from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS
 
     # every outlayers_* architecture that fixes a seam to other than its default is a preset of presets.py
     fixing = {}
@@ -359,7 +359,7 @@ def test_the_core_names_no_method_or_criterion():
     criterions = [n for n, c in CRITERION_REGISTRY.items() if c.__module__.startswith("fairseq_outlayers.")]
     names = sorted(set(OUTPUT_LAYER_REGISTRY) | set(EMBEDDING_REGISTRY) | set(criterions))
     assert len(names) >= 15, names
-    for file in ("core", "checks", "registry"):
+    for file in ("core", "seam_checks", "registry"):
         with open(os.path.join(MODELS_DIR, file + ".py"), encoding="utf-8") as f:
             text = f.read()
         strings = {node.value for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Constant)}
@@ -369,3 +369,20 @@ def test_the_core_names_no_method_or_criterion():
                 (file, name)
             if re.search(r"[-_]", name):
                 assert not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), (file, name)
+
+
+def test_no_two_files_share_a_name():
+    """A name says one job: no two modules or folders of the package share a stem (``__init__`` and ``__main__``
+    aside), and no two differ only by the order of their words (fit_bias / bias_fit)."""
+    package = os.path.dirname(MODELS_DIR)
+    seen = {}
+    for root, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        names = [d for d in dirs] + [f[:-3] for f in files if f.endswith(".py") and f[:-3] not in ("__init__",
+                                                                                                    "__main__")]
+        for name in names:
+            key = tuple(sorted(name.split("_")))
+            path = os.path.relpath(os.path.join(root, name), package)
+            assert key not in seen, f"{path} and {seen[key]} share a name"
+            seen[key] = path
+    assert len(seen) > 60

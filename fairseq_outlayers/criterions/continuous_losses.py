@@ -17,7 +17,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
-from fairseq_outlayers.checks import Range, check_values, config_defaults, fmt
+from fairseq_outlayers.value_checks import Range, check_values, config_defaults, fmt
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.bessel import FAST_MIN_DIM
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput
@@ -143,7 +143,7 @@ class ContinuousLossCriterion(FairseqCriterion):
 
     #: it trains the output layers that are not softmax-type (``models.registry.criterion_trains``)
     softmax_type = False
-    option_ranges = {}  # {option: checks.Range}, also checked by ``check_options`` when the options are parsed
+    option_ranges = {}  # {option: value_checks.Range}, also checked by ``check_options`` when the options are parsed
 
     def __init__(self, task, sentence_avg):
         super().__init__(task)

@@ -19,7 +19,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.dataclass import ChoiceEnum
 
-from fairseq_outlayers.checks import Range, check_values, config_defaults
+from fairseq_outlayers.value_checks import Range, check_values, config_defaults
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.linear_cross_entropy import (
     CCE_MISSING,

@@ -2,13 +2,13 @@
 
 A model class (Transformer or LSTM) calls, in its ``build_model``:
 
-* ``start_build(args, task)``: the seams' checks (``models/checks.py``), and a new run's;
+* ``start_build(args, task)``: the seams' checks (``models/seam_checks.py``), and a new run's;
 * ``build_core_embeddings(args, task, encoder_dim, decoder_dim, share_all, make_embedding)``;
 * ``build_core_output_layer(args, task, decoder_embed_tokens, input_dim)``;
 * ``finish_build(model, args)``: a resumed run's fingerprints, and the parameter report;
 
 and mixes in ``OutputLayerModelMixin`` so that ``get_normalized_probs`` (what ``fairseq-generate`` and the
-criterions call) is answered by the output layer. The options are in ``models/options.py``.
+criterions call) is answered by the output layer. The options are in ``models/seam_options.py``.
 """
 import contextlib
 import logging
@@ -16,7 +16,7 @@ import logging
 from fairseq_outlayers import fairseq_compat
 from fairseq_outlayers.errors import OutlayersConfigError
 
-from .checks import check_new_run, check_resume, check_seams
+from .seam_checks import check_new_run, check_resume, check_seams
 from .registry import get_embedding_spec, get_output_layer_spec
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class OutputLayerModelMixin:
         return self.decoder.output_projection.get_normalized_probs(net_output, log_probs)
 
     def log_parameter_report(self):
-        from fairseq_outlayers.params import format_parameter_report, parameter_report
+        from fairseq_outlayers.parameter_counts import format_parameter_report, parameter_report
 
         logger.info("parameters:\n" + format_parameter_report(parameter_report(self)))
 

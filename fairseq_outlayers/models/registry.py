@@ -15,7 +15,7 @@ The builders' contract, the same for both architectures (``core.build_core_outpu
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from fairseq_outlayers.checks import fmt
+from fairseq_outlayers.value_checks import fmt
 
 
 @dataclass(frozen=True)
@@ -23,9 +23,9 @@ class Option:
     """One option of a seam, declared once: its flag, its default, its help and its allowed values.
 
     The option gets no argparse default (a flag is off), so a preset tells it given from left out; ``default`` is
-    what ``options.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written from
+    what ``seam_options.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written from
     ``default``, or from ``default_text`` where the default is a phrase ("the decoder output size"); an option
-    whose default is None and has no ``default_text`` gets no such clause. ``range``: a ``checks.Range``, checked
+    whose default is None and has no ``default_text`` gets no such clause. ``range``: a ``value_checks.Range``, checked
     when the options are parsed. ``store_true``: a flag (argparse's ``store_true``), off unless given."""
     flag: str
     default: Any = None
@@ -95,14 +95,14 @@ class SeamSpec:
 
     @property
     def ranges(self) -> Dict[str, Any]:
-        """{dest: checks.Range}, checked when the options are parsed."""
+        """{dest: value_checks.Range}, checked when the options are parsed."""
         return {o.dest: o.range for o in self.options if o.range is not None}
 
 
 @dataclass
 class OutputLayerSpec(SeamSpec):
     """``--output-layer NAME``; ``build(args, task, *, decoder_embed_tokens, input_dim) -> OutputLayer``. The flags
-    say what the layer needs, so that ``models/checks.py`` can check it."""
+    say what the layer needs, so that ``models/seam_checks.py`` can check it."""
     requires_joined_dictionary: bool = False
     shares_all_embeddings: bool = False  # encoder, decoder and output use one matrix
     ties_decoder_embedding: bool = False  # reads the decoder input embedding weight

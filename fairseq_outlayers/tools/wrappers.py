@@ -5,7 +5,7 @@ with one line (``fairseq_outlayers.errors.one_line_errors``). ``outlayers-genera
 import sys
 
 from fairseq_outlayers import USER_DIR
-from fairseq_outlayers.checks import check_decoding_argv
+from fairseq_outlayers.value_checks import check_decoding_argv
 from fairseq_outlayers.errors import one_line_errors
 
 
@@ -51,7 +51,7 @@ def _train(bf16: bool):
 
     from fairseq_outlayers.errors import OutlayersConfigError
     from fairseq_outlayers.fairseq_compat import keep_bf16_off_the_tpu
-    from fairseq_outlayers.models.checks import check_new_run
+    from fairseq_outlayers.models.seam_checks import check_new_run
 
     args = options.parse_args_and_arch(options.get_training_parser())
     if bf16:

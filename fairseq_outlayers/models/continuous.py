@@ -12,7 +12,7 @@ import logging
 import torch
 
 from fairseq_outlayers import fingerprints, model_args
-from fairseq_outlayers.checks import Range
+from fairseq_outlayers.value_checks import Range
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
@@ -73,7 +73,7 @@ def target_table(args, task):
     """The aligned unit target table: from ``--target-vectors`` for a new model, or an empty table of the right
     shape for a model rebuilt from a checkpoint (its state dict fills it)."""
     # imported here so that ``python -m fairseq_outlayers.tools.vectors`` does not find it imported by the package
-    from fairseq_outlayers.vectors import TargetTable, load_target_table
+    from fairseq_outlayers.target_vectors import TargetTable, load_target_table
 
     dictionary = task.target_dictionary
     if getattr(args, FROM_CHECKPOINT, False) and getattr(args, "continuous_dim", None):

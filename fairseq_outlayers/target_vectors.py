@@ -39,7 +39,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from fairseq_outlayers.checks import FROZEN_BYTES, check_fits
+from fairseq_outlayers.value_checks import FROZEN_BYTES, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
 
 logger = logging.getLogger(__name__)

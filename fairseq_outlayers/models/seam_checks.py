@@ -8,11 +8,11 @@ checkpoint a resume will load. Both raise a one-line ``OutlayersConfigError`` th
 import argparse
 
 from fairseq_outlayers import fairseq_compat, fingerprints
-from fairseq_outlayers.checks import check_values
+from fairseq_outlayers.value_checks import check_values
 from fairseq_outlayers.data_checks import check_binarised_data
 from fairseq_outlayers.errors import OutlayersConfigError
 
-from .options import given_options, resume_options, selected_specs, spec_options
+from .seam_options import given_options, resume_options, selected_specs, spec_options
 from .registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, criterion_trains, declared_criterions,
                        get_embedding_spec, get_output_layer_spec, layers_trained_by)
 
