@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 
 
-from fairseq_outlayers.value_checks import Range  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors  # noqa: E402
 from fairseq_outlayers.outfiles import check_output_path, write_text  # noqa: E402
+from fairseq_outlayers.value_checks import Range  # noqa: E402
 
 
 def nearest_neighbours(matrix: torch.Tensor, query_ids: List[int], k: int, exclude: Optional[List[int]] = None,

@@ -11,8 +11,8 @@ import torch
 
 from harness import REPO, TINY_TRANSFORMER, train
 
-from fairseq_outlayers.tools.output_bias import BIAS_KEY
 from fairseq_outlayers.tools.fit_bias import main as fit_bias_main
+from fairseq_outlayers.tools.output_bias import BIAS_KEY
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fairseq_outlayers import value_checks
-from fairseq_outlayers.value_checks import Range, check_decoding_argv, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS
 from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, layers_trained_by
+from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS
+from fairseq_outlayers.value_checks import Range, check_decoding_argv, check_fits
 from harness import TINY_TRANSFORMER, USER_DIR, build_model, load_script, run, tool, train
 
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

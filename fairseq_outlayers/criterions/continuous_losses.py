@@ -17,10 +17,10 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
-from fairseq_outlayers.value_checks import Range, check_values, config_defaults, fmt
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.bessel import FAST_MIN_DIM
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput
+from fairseq_outlayers.value_checks import Range, check_values, config_defaults, fmt
 from fairseq_outlayers.modules.vmf_losses import (cosine_loss, cosine_similarity, kappa_alarm_bounds, l2_loss,
                                                   max_margin_loss, synthetic_margin_loss, vmf_nll_loss,
                                                   vmf_released_loss)

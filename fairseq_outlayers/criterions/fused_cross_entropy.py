@@ -19,8 +19,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.dataclass import ChoiceEnum
 
-from fairseq_outlayers.value_checks import Range, check_values, config_defaults
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.value_checks import Range, check_values, config_defaults
 from fairseq_outlayers.modules.linear_cross_entropy import (
     CCE_MISSING,
     DEFAULT_BLOCK_ELEMENTS,

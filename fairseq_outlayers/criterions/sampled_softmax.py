@@ -40,9 +40,9 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
-from fairseq_outlayers.value_checks import Range, check_values, config_defaults
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.output_layer import FactorisedSoftmaxOutput
+from fairseq_outlayers.value_checks import Range, check_values, config_defaults
 
 
 # ---------------------------------------------------------------------------------------------------------------

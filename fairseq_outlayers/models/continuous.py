@@ -12,8 +12,8 @@ import logging
 import torch
 
 from fairseq_outlayers import fingerprints, model_args
-from fairseq_outlayers.value_checks import Range
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.value_checks import Range
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
 

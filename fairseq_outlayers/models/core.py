@@ -16,8 +16,8 @@ import logging
 from fairseq_outlayers import fairseq_compat
 from fairseq_outlayers.errors import OutlayersConfigError
 
-from .seam_checks import check_new_run, check_resume, check_seams
 from .registry import get_embedding_spec, get_output_layer_spec
+from .seam_checks import check_new_run, check_resume, check_seams
 
 logger = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ checks them (one-line errors that name the option and the fix). Its ``--arch`` p
 """
 import logging
 
-from fairseq_outlayers.value_checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.fixed_random import INITS, FixedRandomOutput, is_power_of_two
+from fairseq_outlayers.value_checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 
 from .registry import Option, register_output_layer
 

@@ -6,8 +6,8 @@ the options are parsed; the layer's constructor checks its arguments again (the 
 one-line error naming ``--output-layer joint``).
 """
 
-from fairseq_outlayers.value_checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
+from fairseq_outlayers.value_checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 
 from .registry import Option, register_output_layer
 

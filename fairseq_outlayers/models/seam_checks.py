@@ -8,9 +8,9 @@ checkpoint a resume will load. Both raise a one-line ``OutlayersConfigError`` th
 import argparse
 
 from fairseq_outlayers import fairseq_compat, fingerprints
-from fairseq_outlayers.value_checks import check_values
 from fairseq_outlayers.data_checks import check_binarised_data
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.value_checks import check_values
 
 from .seam_options import given_options, resume_options, selected_specs, spec_options
 from .registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, criterion_trains, declared_criterions,

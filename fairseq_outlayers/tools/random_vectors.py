@@ -8,9 +8,9 @@ apart. The same dictionary, dimension and seed give the same file on every machi
 """
 import logging
 
-from fairseq_outlayers.value_checks import FROZEN_BYTES, NON_NEGATIVE_INT, POSITIVE_INT, check_fits
-from fairseq_outlayers.tools.export_vectors import exportable
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
+from fairseq_outlayers.tools.export_vectors import exportable
+from fairseq_outlayers.value_checks import FROZEN_BYTES, NON_NEGATIVE_INT, POSITIVE_INT, check_fits
 
 logger = logging.getLogger(__name__)
 

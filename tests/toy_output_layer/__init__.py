@@ -15,9 +15,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fairseq_outlayers  # noqa: F401  (registers the package's models, before the toy joins their registry)
-from fairseq_outlayers.value_checks import Range
 from fairseq_outlayers.models.registry import Option, register_output_layer
 from fairseq_outlayers.modules import FactorisedSoftmaxOutput
+from fairseq_outlayers.value_checks import Range
 
 DEFAULT_SCALE = 10.0
 
