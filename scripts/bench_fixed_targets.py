@@ -121,7 +121,7 @@ def memory_in_subprocess(args, method, vocab):
 
 
 def step_flops(method, tokens, dim, vocab):
-    """fwd+bwd FLOP (scripts/lib/benchlib.py): the fixed layer's matrix is frozen, so no weight gradient."""
+    """fwd+bwd FLOP (fairseq_outlayers/lab/bench/benchlib.py): the fixed layer's matrix is frozen, so no weight gradient."""
     return benchlib.softmax_step_flops(tokens, dim, vocab, weight_grad=(method != "fixed"))
 
 

@@ -125,7 +125,7 @@ def main(argv=None):
     if raw_ref:
         ref_detok = read_ref(raw_ref, "--raw-ref")
         ref_origin = raw_ref
-        # as scripts/lib/corpus_tools.py tokenize: escaped, optionally lowercased
+        # as fairseq_outlayers/tools/corpus_tools.py tokenize: escaped, optionally lowercased
         ref_tok = Preparation(src="", tgt=tgt, lowercase=lower, bpe_codes=None, target_bpe=False).tokenise(
             ref_detok, tgt)
         tok_origin = f"{raw_ref} tokenised with sacremoses{' and lowercased' if lower else ''}"
