@@ -20,7 +20,7 @@ Elsewhere, each where fairseq's own code runs:
 
 * ``tools/resume.py``: under plain ``fairseq-train``, ``checkpoint_last.pt`` is written by a non-atomic copy; a
   truncated one ends the next run.
-* ``lab/ledger/resume.py``: ``--patience`` is counted in memory only (``should_stop_early.num_runs``), so a
+* ``lab/ledger/patience.py``: ``--patience`` is counted in memory only (``should_stop_early.num_runs``), so a
   resumed run starts it again; the ledger sets it from the log.
 * ``lab/fairseq_runs.py`` and ``tests/harness.py``: the batch-prefetch thread (``BufferedIterator``) can abort
   the process at exit after a complete run.

@@ -47,7 +47,7 @@ def file_sha256(path: str) -> str:
 
 
 def dictionary_fingerprint(dictionary, path=None) -> dict:
-    from fairseq_outlayers.pairing.corpus import dictionary_hash  # the hash shared-private pairings record
+    from fairseq_outlayers.word_pairs.corpus import dictionary_hash  # the hash shared-private pairings record
 
     return {"sha256": dictionary_hash(dictionary), "path": path, "size": len(dictionary)}
 
@@ -116,7 +116,7 @@ def check_dictionaries(args, task):
 
 
 def _shown(value) -> str:
-    from fairseq_outlayers.checks import fmt
+    from fairseq_outlayers.value_checks import fmt
 
     if isinstance(value, bool):
         return "on" if value else "off"
@@ -158,10 +158,6 @@ def check_resume_options(args, checkpoint_path: str, checkpoint_args, shape, tab
 def check_resume(args, checkpoint_path: str, checkpoint_args):
     """Training: the fingerprints of this build (``args``) against those of the checkpoint fairseq will load."""
     theirs, ours = recorded(checkpoint_args), recorded(args)
-    if not theirs:
-        logger.info(f"{checkpoint_path} records no fingerprints (written by an older fairseq_outlayers); its "
-                    "dictionaries and files are not checked")
-        return
     for key in ("target_vectors", "pairing", "src_dict", "tgt_dict"):
         if key not in theirs or key not in ours:
             continue

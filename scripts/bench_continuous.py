@@ -50,14 +50,13 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(HERE, "lib"))
-import benchlib  # noqa: E402
-from continuous_layer import layer_probe  # noqa: E402
-from continuous_loss import run_loss_benchmark  # noqa: E402
-from continuous_models import build_models, run_decode_benchmark, run_model_benchmark, write_model_data  # noqa: E402
-from continuous_probes import run_layer_benchmark  # noqa: E402
-from continuous_report import environment, render  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench.continuous_layer import layer_probe  # noqa: E402
+from fairseq_outlayers.lab.bench.continuous_loss_timing import run_loss_benchmark  # noqa: E402
+from fairseq_outlayers.lab.bench.continuous_models import (build_models, run_decode_benchmark,  # noqa: E402
+                                                           run_model_benchmark, write_model_data)
+from fairseq_outlayers.lab.bench.continuous_probes import run_layer_benchmark  # noqa: E402
+from fairseq_outlayers.lab.bench.continuous_report import environment, render  # noqa: E402
 
 
 def _loadavg():

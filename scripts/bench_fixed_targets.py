@@ -30,9 +30,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(HERE, "lib"))
-import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 from fairseq_outlayers.modules.fixed_random import FixedRandomOutput  # noqa: E402
 from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput  # noqa: E402
@@ -123,7 +121,7 @@ def memory_in_subprocess(args, method, vocab):
 
 
 def step_flops(method, tokens, dim, vocab):
-    """fwd+bwd FLOP (scripts/lib/benchlib.py): the fixed layer's matrix is frozen, so no weight gradient."""
+    """fwd+bwd FLOP (fairseq_outlayers/lab/bench/benchlib.py): the fixed layer's matrix is frozen, so no weight gradient."""
     return benchlib.softmax_step_flops(tokens, dim, vocab, weight_grad=(method != "fixed"))
 
 

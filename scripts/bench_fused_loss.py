@@ -27,14 +27,11 @@ that the resident-set peak of each step is its own):
 import argparse
 import os
 import platform
-import sys
 import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
-sys.path.insert(0, REPO)
-import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 #: the environment that changes the figures, written before the command in the report

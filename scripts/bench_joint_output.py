@@ -22,8 +22,8 @@ model's full softmax, and peak memory, written to ``--output``.
 
 Batches are realistic by default: 4096 target tokens (at a few hundred tokens, computing g_out(E) over the whole
 vocabulary once per step dominates and the joint layer looks slower than it is in training); on a GPU use the
-paper's d = 512 (the default). Each table has an achieved-GFLOP/s column, counted as in scripts/lib/benchlib.py
-(6 N H V for a softmax step, 6 (N d_j V + V d d_j + N H d_j) for the joint layer, with |V'| for sampling), next
+paper's d = 512 (the default). Each table has an achieved-GFLOP/s column, counted as in
+fairseq_outlayers/lab/bench/benchlib.py (6 N H V for a softmax step, 6 (N d_j V + V d d_j + N H d_j) for the joint layer, with |V'| for sampling), next
 to the device's measured float32 matmul FLOP/s.
 
 Example (the CPU run in docs/benchmarks/joint_output.md):
@@ -40,8 +40,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
-import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -274,7 +273,6 @@ def main():
                         help="torch CPU threads (default: torch's choice; 1 is steadier on a busy machine)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sys.path.insert(0, REPO)
     import torch
 
     if args.threads > 0:

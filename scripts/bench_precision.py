@@ -42,9 +42,7 @@ import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
-sys.path.insert(0, REPO)
-import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 PRECISIONS = {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"], "bf16": ["--bf16"],
               "mebf16": ["--memory-efficient-bf16"]}

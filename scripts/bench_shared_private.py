@@ -23,7 +23,6 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 
@@ -34,7 +33,7 @@ def synthetic_data(tmp: str, vocab: int):
     """Two dictionaries of ``vocab`` words and a pairing file for them; returns (src_dict, tgt_dict, pairing)."""
     from fairseq.data import Dictionary
 
-    from fairseq_outlayers.pairing import pair_dictionaries, write_pairing
+    from fairseq_outlayers.word_pairs import pair_dictionaries, write_pairing
 
     shared = [str(i) for i in range(max(1, vocab // 100))]  # same word form on both sides, like numbers
     dicts = []
@@ -90,19 +89,17 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3, help="steps per model per round")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
-    import benchlib
+    from fairseq_outlayers.lab.bench import benchlib
 
     benchlib.add_output_args(p, os.path.join(REPO, "docs", "benchmarks", "shared-private.md"))
     args = p.parse_args(argv)
 
-    sys.path.insert(0, REPO)
     import torch
     import torch.nn.functional as F
 
     import fairseq_outlayers  # noqa: F401
-    from fairseq_outlayers.pairing import load_dictionary, read_pairing
-    from fairseq_outlayers.params import parameter_report
+    from fairseq_outlayers.word_pairs import load_dictionary, read_pairing
+    from fairseq_outlayers.parameter_counts import parameter_report
 
     torch.set_num_threads(args.threads)
     benchlib.check_device(p, args.device)

@@ -44,9 +44,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 USER_DIR = os.path.join(REPO, "fairseq_outlayers")
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(HERE, "lib"))
-import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 GiB = 2.0 ** 30
 BOUND_WORDS = 12  # target words of the bound (+ 4 specials = 16 entries)
@@ -154,7 +152,7 @@ def write_identical_pairing(data):
     """The shared-private pairing file of a corpus whose source and target share one dictionary."""
     from fairseq.data import Dictionary
 
-    from fairseq_outlayers.pairing.pairs import pair_identical, write_pairing
+    from fairseq_outlayers.word_pairs.pairs import pair_identical, write_pairing
 
     path = os.path.join(data, "pairing.txt")
     src, tgt = (Dictionary.load(os.path.join(data, f"dict.{lang}.txt")) for lang in ("src", "tgt"))

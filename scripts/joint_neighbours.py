@@ -13,17 +13,15 @@ Special symbols (``<s>``, ``<pad>``, ``</s>``, ``<unk>``) and the query itself a
 """
 import argparse
 import os
-import sys
 from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fairseq_outlayers.checks import Range  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors  # noqa: E402
 from fairseq_outlayers.outfiles import check_output_path, write_text  # noqa: E402
+from fairseq_outlayers.value_checks import Range  # noqa: E402
 
 
 def nearest_neighbours(matrix: torch.Tensor, query_ids: List[int], k: int, exclude: Optional[List[int]] = None,

@@ -66,7 +66,7 @@ def system_stats(paths, refs, lang, lowercase):
 
 
 def main(argv=None):
-    from fairseq_outlayers import checks
+    from fairseq_outlayers import value_checks
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,7 +76,7 @@ def main(argv=None):
     p.add_argument("--baseline", required=True, nargs="+", metavar="NAME=FILE", help="one file per seed")
     p.add_argument("--system", required=True, nargs="+", action="append", metavar="NAME=FILE",
                    help="one file per seed; repeat --system for more systems")
-    p.add_argument("--samples", type=checks.POSITIVE_INT, default=1000, help="bootstrap resamples (default: 1000, as "
+    p.add_argument("--samples", type=value_checks.POSITIVE_INT, default=1000, help="bootstrap resamples (default: 1000, as "
                    "sacreBLEU)")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--force", action="store_true", help="overwrite --json if it exists")

@@ -33,13 +33,12 @@ import sys
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from fairseq_outlayers.tools.bias_fit import (BIAS_KEY, features, fit_bias, fit_scale, load,  # noqa: E402,F401
+from fairseq_outlayers.tools.output_bias import (BIAS_KEY, features, fit_bias, fit_scale, load,  # noqa: E402,F401
                                        nll_bits, put_bias)
-from fairseq_outlayers.tools.bias_fit import accepts_bias as layer_accepts_bias  # noqa: E402
-from fairseq_outlayers.tools.bias_fit import write_checkpoint  # noqa: E402
-from fairseq_outlayers import checks  # noqa: E402
+from fairseq_outlayers.tools.output_bias import accepts_bias as layer_accepts_bias  # noqa: E402
+from fairseq_outlayers.tools.output_bias import write_checkpoint  # noqa: E402
+from fairseq_outlayers import value_checks  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors  # noqa: E402
 from fairseq_outlayers.outfiles import check_output_dir  # noqa: E402
 
@@ -49,10 +48,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("checkpoint")
     parser.add_argument("--data", default=None, help="binarised data (default: the checkpoint's own --data)")
-    parser.add_argument("--train-sentences", type=checks.POSITIVE_INT, default=None, help="fit on the first N training sentences")
-    parser.add_argument("--epochs", type=checks.POSITIVE_INT, default=3)
-    parser.add_argument("--lr", type=checks.LEARNING_RATE, default=0.05)
-    parser.add_argument("--max-tokens", type=checks.POSITIVE_INT, default=4096)
+    parser.add_argument("--train-sentences", type=value_checks.POSITIVE_INT, default=None, help="fit on the first N training sentences")
+    parser.add_argument("--epochs", type=value_checks.POSITIVE_INT, default=3)
+    parser.add_argument("--lr", type=value_checks.LEARNING_RATE, default=0.05)
+    parser.add_argument("--max-tokens", type=value_checks.POSITIVE_INT, default=4096)
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     parser.add_argument("--out-checkpoint", default=None,
                         help="a copy of the checkpoint with the fitted bias added to the output layer's own per-word "

@@ -28,8 +28,7 @@ import os
 import sys
 from collections import Counter
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from score_translations import word_f1_by_frequency  # noqa: E402
+from fairseq_outlayers.tools.evaluation.score_translations import word_f1_by_frequency  # noqa: E402
 
 from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402
 from fairseq_outlayers.tools.evaluation.scoring import check_same_length  # noqa: E402

@@ -13,7 +13,6 @@ paired and between randomly matched vectors, the quantity the figure illustrates
 """
 import argparse
 import os
-import sys
 from typing import List, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,7 +88,6 @@ def main(argv=None):
                    help="SVG figure; the coordinates go to the same name with .tsv (default: shared_private_pca.svg)")
     p.add_argument("--force", action="store_true", help="overwrite the figure and table if they exist")
     args = p.parse_args(argv)
-    sys.path.insert(0, REPO)
     from fairseq_outlayers.errors import OutlayersConfigError
     from fairseq_outlayers.outfiles import check_output_path, write_text
 
@@ -139,7 +137,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, REPO)
     from fairseq_outlayers.errors import one_line_errors
 
     one_line_errors(main)()

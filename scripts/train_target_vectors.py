@@ -76,7 +76,7 @@ FASTTEXT_BUCKETS = 2_000_000
 def check_memory(args, counts):
     """Refuse a --dim whose vectors would not fit in memory (before gensim allocates them): float32 vectors of the
     words kept (input and output weights; fastText also its n-gram buckets)."""
-    from fairseq_outlayers.checks import check_fits
+    from fairseq_outlayers.value_checks import check_fits
     from fairseq_outlayers.errors import OutlayersConfigError
 
     kept = sum(1 for c in counts.values() if c >= args.min_count) + (0 if args.no_eos else 1)
@@ -195,7 +195,6 @@ def main(argv=None):
         sys.exit(f"error: --min-count must be at least 1, got {args.min_count}")
     if args.max_n < args.min_n:
         sys.exit(f"error: --max-n ({args.max_n}) must be at least --min-n ({args.min_n})")
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from fairseq_outlayers.errors import OutlayersConfigError
     from fairseq_outlayers.outfiles import atomic_write, check_output_path
 

@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from fairseq_outlayers import checks
+from fairseq_outlayers import value_checks
 from fairseq_outlayers.checkpoint_safety import check_decodable
 from fairseq_outlayers.tools.evaluation.scoring import score_subset
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -55,11 +55,11 @@ def main(argv=None):
     parser.add_argument("--subset", default="valid", help="the subset to tune on (default valid; never test)")
     parser.add_argument("--lang", default="en", help="target language of the detokeniser (default en)")
     parser.add_argument("--lowercase", action="store_true", help="lowercase the references (the data was)")
-    parser.add_argument("--beam", type=checks.BEAM, default=5)
+    parser.add_argument("--beam", type=value_checks.BEAM, default=5)
     parser.add_argument("--scales", type=parse_scale, nargs="+", default=[None, 10.0, 20.0, 40.0],
                         help="'none' (the model's own κ) and/or fixed scales s > 0")
-    parser.add_argument("--lenpens", type=checks.FINITE, nargs="+", default=[1.0])
-    parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
+    parser.add_argument("--lenpens", type=value_checks.FINITE, nargs="+", default=[1.0])
+    parser.add_argument("--batch-size", type=value_checks.POSITIVE_INT, default=128)
     parser.add_argument("-o", "--output", required=True, help="JSON table of the settings and their BLEU")
     parser.add_argument("--force", action="store_true", help="overwrite --output")
     args = parser.parse_args(argv)

@@ -27,13 +27,11 @@ import os
 import platform
 import shlex
 import subprocess
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from fairseq_outlayers import checks  # noqa: E402
+from fairseq_outlayers import value_checks  # noqa: E402
 from fairseq_outlayers.errors import OutlayersConfigError  # noqa: E402
 from fairseq_outlayers.lab import compare, fairseq_runs, gpus  # noqa: E402
 from fairseq_outlayers.lab.ledger import records, runner  # noqa: E402
@@ -155,15 +153,15 @@ def main(argv=None):
     parser.add_argument("--raw-dir", default="work/multi30k/raw")
     parser.add_argument("--test-prefix", default="test_2016_flickr")
     parser.add_argument("--valid-prefix", default="val", help="raw validation file name without the language")
-    parser.add_argument("--seeds", type=checks.NON_NEGATIVE_INT, nargs="+", default=[1, 2])
-    parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=None,
+    parser.add_argument("--seeds", type=value_checks.NON_NEGATIVE_INT, nargs="+", default=[1, 2])
+    parser.add_argument("--max-update", type=value_checks.POSITIVE_INT, default=None,
                         help="every row's budget (default: each row's '# budget: N')")
-    parser.add_argument("--lenpen", type=checks.FINITE, default=1.0)
-    parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
+    parser.add_argument("--lenpen", type=value_checks.FINITE, default=1.0)
+    parser.add_argument("--batch-size", type=value_checks.POSITIVE_INT, default=128)
     parser.add_argument("--base-args", default=None, help="fairseq-train options of every row (default: a row's "
                         "'# base: FILE', else configs/demo-base.args)")
-    parser.add_argument("--jobs", type=checks.POSITIVE_INT, default=1, help="runs trained at the same time")
-    parser.add_argument("--threads", type=checks.POSITIVE_INT, default=None, help="torch threads per run (default: "
+    parser.add_argument("--jobs", type=value_checks.POSITIVE_INT, default=1, help="runs trained at the same time")
+    parser.add_argument("--threads", type=value_checks.POSITIVE_INT, default=None, help="torch threads per run (default: "
                         "cores/jobs)")
     parser.add_argument("--out", default="work/vmf-sweep", help="checkpoints, logs, translations, sweep.md")
     parser.add_argument("--records", default=os.path.join(ROOT, "docs", "continuous-sweep"),

@@ -2,8 +2,6 @@
 references computed here), chunking does not change it, the fairseq-built models train and decode at the
 forced length, and the results writer produces the expected rows and verdicts. No timing is asserted."""
 import math
-import os
-import sys
 from argparse import Namespace
 
 import mpmath
@@ -11,17 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import REPO, load_script
-
-sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
-import benchlib  # noqa: E402
-from continuous_layer import (GiB, MiB, choose_chunks, layer_step, make_criterion, make_dictionary,  # noqa: E402
-                              make_layer, make_sample, softmax_peak_model)
-from continuous_loss import count_loss_ops, loss_variants  # noqa: E402
-from continuous_models import (build, decode_batch, decode_generator, run_decode_benchmark,  # noqa: E402
-                               run_model_benchmark, synthetic_batch, write_model_data)
-from continuous_probes import probe_in_subprocess, summarise_layer  # noqa: E402
-from continuous_tables import layer_tables, model_tables, target_verdicts  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib
+from fairseq_outlayers.lab.bench.continuous_layer import (GiB, MiB, choose_chunks, layer_step, make_criterion,
+                                                          make_dictionary, make_layer, make_sample,
+                                                          softmax_peak_model)
+from fairseq_outlayers.lab.bench.continuous_loss_timing import count_loss_ops, loss_variants
+from fairseq_outlayers.lab.bench.continuous_models import (build, decode_batch, decode_generator, run_decode_benchmark,
+                                                           run_model_benchmark, synthetic_batch, write_model_data)
+from fairseq_outlayers.lab.bench.continuous_probes import probe_in_subprocess, summarise_layer
+from fairseq_outlayers.lab.bench.continuous_tables import layer_tables, model_tables, target_verdicts
+from harness import load_script
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from fairseq.data import Dictionary
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput, TargetVectorEmbedding
 from fairseq_outlayers.modules.nn_search import nearest_neighbours
-from fairseq_outlayers.vectors import SPECIAL_SEED, load_target_table
+from fairseq_outlayers.target_vectors import SPECIAL_SEED, load_target_table
 from harness import TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
 
 M = 16
@@ -298,7 +298,7 @@ def test_train_then_generate_greedy_is_nearest_neighbour(tiny_bin, tiny_vectors,
     assert any(len(h.split()) > 1 for h in hyps.values())
     _, beam5 = generate(tiny_bin, ckpt, ["--beam", "5"])
     assert len(beam5) == 24
-    from fairseq_outlayers.params import parameter_report
+    from fairseq_outlayers.parameter_counts import parameter_report
 
     report = parameter_report(model)
     assert report["output"] == 32 * M + M + 48 * M and report["output_trained"] == 32 * M + M

@@ -9,7 +9,7 @@ import torch
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules import LearnedSoftmaxOutput, LuongAttention, TiedSoftmaxOutput
-from fairseq_outlayers.params import parameter_report
+from fairseq_outlayers.parameter_counts import parameter_report
 from harness import TINY_LSTM, TINY_TRANSFORMER, build_model
 
 D = 32  # the tiny models' embedding / decoder output size
@@ -214,18 +214,6 @@ def test_lstm_decoder_deeper_than_encoder(tiny_bin):
 
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_outlayers", "models")
-PRESET_NAMES = {  # every --arch preset of a method, with the seam options it fixes (issue 13, item 2)
-    "outlayers_transformer_fixed": "fixed", "outlayers_transformer_small_fixed": "fixed",
-    "outlayers_lstm_fixed": "fixed", "outlayers_lstm_luong_2x2_fixed": "fixed",
-    "outlayers_transformer_joint": "joint", "outlayers_transformer_small_joint": "joint",
-    "outlayers_transformer_iwslt_de_en_joint": "joint", "outlayers_transformer_wmt_en_de_joint": "joint",
-    "outlayers_lstm_luong_2x2_joint": "joint",
-    "outlayers_lstm_vmf_continuous": "continuous", "outlayers_transformer_small_continuous": "continuous",
-    "outlayers_transformer_shared_private": "shared-private",
-    "outlayers_transformer_small_shared_private": "shared-private",
-}
-
-
 def _models_modules():
     """{module name: parsed tree} of every file in fairseq_outlayers/models/."""
     out = {}
@@ -262,6 +250,16 @@ def _imported_models_modules(tree):
     return out
 
 
+def _registering_files():
+    """The files of fairseq_outlayers/models/ that register an output layer or embeddings, read from the registries."""
+    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+
+    modules = {spec.build.__module__ for spec in list(OUTPUT_LAYER_REGISTRY.values()) +
+               list(EMBEDDING_REGISTRY.values())}
+    assert all(m.startswith("fairseq_outlayers.models.") for m in modules), modules
+    return {m.rsplit(".", 1)[1] for m in modules}
+
+
 def test_methods_are_leaves():
     """A method's registration file imports the registry, the core and its own modules, never an architecture;
     presets.py is the one file that imports both (and only __init__.py imports presets.py)."""
@@ -269,7 +267,7 @@ def test_methods_are_leaves():
     architectures = {name for name, tree in trees.items() if _registers_a_model(tree)}
     assert {"transformer", "lstm"} <= architectures and "presets" not in architectures
     methods = set(trees) - architectures - {"__init__", "presets", "registry", "core"}
-    assert {"baselines", "fixed_targets", "joint_output", "continuous_output", "shared_private"} <= methods
+    assert _registering_files() <= methods
     for name in sorted(methods):
         wrong = _imported_models_modules(trees[name]) & (architectures | {"presets"})
         assert not wrong, f"models/{name}.py imports {sorted(wrong)}: register its --arch presets in presets.py"
@@ -281,17 +279,18 @@ def test_methods_are_leaves():
 
 def test_each_seam_option_is_declared_once():
     """A seam's argparse options, its defaults and its ranges all come from its ``Option`` declarations, and the
-    help's "(default: X)" is written from the default; the older ``add_args``/``defaults``/``ranges`` keywords
-    still work for a third-party layer, but not mixed with ``options``."""
-    from fairseq_outlayers.checks import Range
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, Option, declared
+    help's "(default: X)" is written from the default; there is no other way to declare them."""
+    from fairseq_outlayers.value_checks import Range
+    from fairseq_outlayers.models.registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, Option, OutputLayerSpec,
+                                                   register_output_layer)
 
-    add, defaults, ranges = declared([
+    spec = OutputLayerSpec("x", None, "x", options=(
         Option("--x-size", 8, type=int, metavar="N", help="size", range=Range(1, integer=True)),
         Option("--x-scale", 10.0, type=float, help="scale"), Option("--x-off", False, store_true=True, help="flag"),
-        Option("--x-file", None, metavar="F", help="file"), Option("--x-dim", None, help="dim", default_text="d")])
+        Option("--x-file", None, metavar="F", help="file"), Option("--x-dim", None, help="dim", default_text="d")))
+    defaults, ranges = spec.defaults, spec.ranges
     parser = argparse.ArgumentParser(add_help=False)
-    add(parser)
+    spec.add_args(parser)
     assert {a.dest: a.help for a in parser._actions} == {
         "x_size": "size (default: 8)", "x_scale": "scale (default: 10)", "x_off": "flag (default: off)",
         "x_file": "file", "x_dim": "dim (default: d)"}
@@ -300,17 +299,14 @@ def test_each_seam_option_is_declared_once():
     assert defaults == {"x_size": 8, "x_scale": 10.0, "x_off": False, "x_file": None, "x_dim": None}
     assert list(ranges) == ["x_size"]
 
-    def old(parser):
-        parser.add_argument("--y", type=int)
-
-    assert declared((), old, {"y": 1}, None) == (old, {"y": 1}, {})
-    with pytest.raises(ValueError, match="not both"):
-        declared([Option("--z")], add_args=old)
+    assert OutputLayerSpec("y", None, "y").add_args is None  # no options, nothing to add
+    with pytest.raises(TypeError):  # the keywords of the first releases are gone
+        register_output_layer("y", help="y", add_args=lambda parser: None)(lambda *args, **kwargs: None)
     for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
         assert spec.defaults == {o.dest: o.default for o in spec.options}, spec.name
         assert spec.ranges == {o.dest: o.range for o in spec.options if o.range is not None}, spec.name
     models = os.path.join(os.path.dirname(__file__), "..", "fairseq_outlayers", "models")
-    for name in ("baselines", "fixed_targets", "joint_output", "continuous_output", "shared_private"):
+    for name in sorted(_registering_files()):
         with open(os.path.join(models, name + ".py"), encoding="utf-8") as f:
             text = f.read()
         assert "(default:" not in text and "DEFAULTS" not in text and "RANGES" not in text, name
@@ -321,7 +317,19 @@ def test_every_preset_is_registered_from_presets_py():
 
     from fairseq_outlayers.models import presets
 
-    assert sorted(entry[1] for entry in presets.PRESETS) == sorted(PRESET_NAMES)
+    from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS
+
+    # every outlayers_* architecture that fixes a seam to other than its default is a preset of presets.py
+    fixing = {}
+    for name, arch in ARCH_CONFIG_REGISTRY.items():
+        if name.startswith("outlayers_"):
+            args = argparse.Namespace()
+            arch(args)
+            fixed = [getattr(args, seam) for seam in ("output_layer", "embeddings") if getattr(args, seam) !=
+                     SEAM_DEFAULTS[seam]]
+            if fixed:
+                fixing[name] = fixed
+    assert sorted(entry[1] for entry in presets.PRESETS) == sorted(fixing) and len(fixing) >= 5
     for model, name, base, doc, choices, defaults in presets.PRESETS:
         assert ARCH_MODEL_NAME_REGISTRY[name] == model, name
         assert ARCH_CONFIG_REGISTRY[name].__doc__ == doc
@@ -329,8 +337,52 @@ def test_every_preset_is_registered_from_presets_py():
         assert base_names and all(ARCH_MODEL_NAME_REGISTRY[n] == model for n in base_names), name
         args = argparse.Namespace()
         ARCH_CONFIG_REGISTRY[name](args)
-        assert PRESET_NAMES[name] in (args.output_layer, args.embeddings), name
+        method = {**choices, **(defaults or {})}.get("embeddings") or choices["output_layer"]
+        assert name.endswith("_" + method.replace("-", "_")) and method in fixing[name], name  # named after it
         assert all(getattr(args, key) == value for key, value in {**choices, **(defaults or {})}.items()), name
         base_args = argparse.Namespace(**{**choices, **(defaults or {})})
         base(base_args)
         assert vars(args) == vars(base_args), name  # a preset only fixes seam options on its base architecture
+
+
+def test_the_core_names_no_method_or_criterion():
+    """Only the registries know a method: models/core.py, checks.py and registry.py read them and never name a
+    registered output layer, embeddings or criterion of the package. Checked on the text: no such name as a string
+    of its own or after --output-layer / --embeddings / --criterion, and no compound name (tied-all, vmf_nll)
+    anywhere. The plain words (softmax, fixed) may still appear in prose ("scores a softmax")."""
+    import re
+
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+
+    criterions = [n for n, c in CRITERION_REGISTRY.items() if c.__module__.startswith("fairseq_outlayers.")]
+    names = sorted(set(OUTPUT_LAYER_REGISTRY) | set(EMBEDDING_REGISTRY) | set(criterions))
+    assert len(names) >= 15, names
+    for file in ("core", "seam_checks", "registry"):
+        with open(os.path.join(MODELS_DIR, file + ".py"), encoding="utf-8") as f:
+            text = f.read()
+        strings = {node.value for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Constant)}
+        for name in names:
+            assert name not in strings, (file, name)
+            assert not re.search(rf"--(output-layer|embeddings|criterion)[ =]{re.escape(name)}(?![\w-])", text), \
+                (file, name)
+            if re.search(r"[-_]", name):
+                assert not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), (file, name)
+
+
+def test_no_two_files_share_a_name():
+    """A name says one job: no two modules or folders of the package share a stem (``__init__`` and ``__main__``
+    aside), and no two differ only by the order of their words (fit_bias / bias_fit)."""
+    package = os.path.dirname(MODELS_DIR)
+    seen = {}
+    for root, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        names = [d for d in dirs] + [f[:-3] for f in files if f.endswith(".py") and f[:-3] not in ("__init__",
+                                                                                                    "__main__")]
+        for name in names:
+            key = tuple(sorted(name.split("_")))
+            path = os.path.relpath(os.path.join(root, name), package)
+            assert key not in seen, f"{path} and {seen[key]} share a name"
+            seen[key] = path
+    assert len(seen) > 60

@@ -1,5 +1,5 @@
 """outlayers-fit-bias (python -m fairseq_outlayers fit-bias): the per-word bias fitted on a frozen model is the one
-bias_fit.fit_bias finds on the same features, it goes into the checkpoint fairseq-generate loads, and bad input
+output_bias.fit_bias finds on the same features, it goes into the checkpoint fairseq-generate loads, and bad input
 stops before any work with a message naming the argument."""
 import json
 import os
@@ -11,8 +11,8 @@ import torch
 
 from harness import REPO, TINY_TRANSFORMER, train
 
-from fairseq_outlayers.tools.bias_fit import BIAS_KEY
 from fairseq_outlayers.tools.fit_bias import main as fit_bias_main
+from fairseq_outlayers.tools.output_bias import BIAS_KEY
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def sampled_joint(tiny_bin, tmp_path_factory):
 
 
 def test_the_bias_written_is_the_one_fitted_and_fairseq_builds_it(sampled_joint, tiny_bin, tmp_path, capsys):
-    from fairseq_outlayers.tools import bias_fit
+    from fairseq_outlayers.tools import output_bias
 
     out = tmp_path / "joint+bias.pt"
     assert fit_bias_main([sampled_joint, "--out", str(out), "--data", tiny_bin, "--train-sentences", "0",
@@ -34,16 +34,16 @@ def test_the_bias_written_is_the_one_fitted_and_fairseq_builds_it(sampled_joint,
     assert figures["train_sentences"] is None and figures["epochs"] == 5 and figures["lr"] == 0.1
     assert figures["train_nll_bits"]["fitted bias"] < figures["train_nll_bits"]["as trained"]
     # independently: the same features and fit, added to the joint layer's own bias
-    model, task, _ = bias_fit.load(sampled_joint, tiny_bin)
-    feats, targets = bias_fit.features(model, task, "train", 4096)
-    fitted = bias_fit.fit_bias(model.decoder.output_projection, feats, targets, len(task.target_dictionary), 5, 0.1)
-    before = torch.load(sampled_joint, map_location="cpu", weights_only=False)["model"][bias_fit.BIAS_KEY]
-    after = torch.load(out, map_location="cpu", weights_only=False)["model"][bias_fit.BIAS_KEY]
+    model, task, _ = output_bias.load(sampled_joint, tiny_bin)
+    feats, targets = output_bias.features(model, task, "train", 4096)
+    fitted = output_bias.fit_bias(model.decoder.output_projection, feats, targets, len(task.target_dictionary), 5, 0.1)
+    before = torch.load(sampled_joint, map_location="cpu", weights_only=False)["model"][output_bias.BIAS_KEY]
+    after = torch.load(out, map_location="cpu", weights_only=False)["model"][output_bias.BIAS_KEY]
     assert torch.equal(after, before + fitted) and fitted.abs().sum() > 0
     assert figures["valid_nll_bits"]["as trained"] == round(
-        bias_fit.nll_bits(model.decoder.output_projection, *bias_fit.features(model, task, "valid", 4096)), 4)
+        output_bias.nll_bits(model.decoder.output_projection, *output_bias.features(model, task, "valid", 4096)), 4)
     # fairseq-generate loads it: the model it builds holds the new bias
-    reloaded, _, _ = bias_fit.load(str(out), tiny_bin)
+    reloaded, _, _ = output_bias.load(str(out), tiny_bin)
     assert torch.equal(reloaded.decoder.output_projection.bias.detach(), after)
     # the module entry point is the same command
     res = subprocess.run([sys.executable, "-m", "fairseq_outlayers", "fit-bias", sampled_joint, "--out",
@@ -133,7 +133,7 @@ def test_a_checkpoint_replaced_during_the_fit_runs_nothing_and_writes_nothing(sa
     refused too; nothing is written in either case."""
     import shutil
 
-    from fairseq_outlayers.tools import bias_fit
+    from fairseq_outlayers.tools import output_bias
     from fairseq_outlayers.checkpoint_safety import read
 
     marker = "/tmp/outlayers-pwned-fit"
@@ -148,13 +148,13 @@ def test_a_checkpoint_replaced_during_the_fit_runs_nothing_and_writes_nothing(sa
         replacement = read(sampled_joint)
         replacement["model"]["decoder.embed_tokens.weight"] = replacement["model"]["decoder.embed_tokens.weight"] + 1
         message = "changed while the bias was fitted"
-    real_fit = bias_fit.fit_bias
+    real_fit = output_bias.fit_bias
 
     def replace_then_fit(*args, **kwargs):
         torch.save(replacement, path)
         return real_fit(*args, **kwargs)
 
-    monkeypatch.setattr(bias_fit, "fit_bias", replace_then_fit)
+    monkeypatch.setattr(output_bias, "fit_bias", replace_then_fit)
     out = tmp_path / "out.pt"
     with pytest.raises(SystemExit):
         fit_bias_main([path, "--out", str(out), "--data", tiny_bin, "--epochs", "1"])

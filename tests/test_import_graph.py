@@ -74,8 +74,8 @@ def test_every_module_belongs_to_a_part_the_folders_show():
     assert {part(n) for n in names} == {"plugin", "tools", "lab"}
     assert part("fairseq_outlayers.tools.pairing.lexicon") == "tools"
     assert part("fairseq_outlayers.lab.ledger.runner") == "lab"
-    assert part("fairseq_outlayers.pairing.pairs") == "plugin"  # the file format the model reads
-    assert part("fairseq_outlayers.vectors") == "plugin"
+    assert part("fairseq_outlayers.word_pairs.pairs") == "plugin"  # the file format the model reads
+    assert part("fairseq_outlayers.target_vectors") == "plugin"
 
 
 def test_loading_the_plugin_imports_no_tool_and_no_lab_module():

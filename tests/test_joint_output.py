@@ -362,7 +362,7 @@ def test_bad_joint_dim_is_one_line_error(tiny_bin, tmp_path):
 
     from fairseq_outlayers.errors import OutlayersConfigError
     from fairseq_outlayers.models.core import build_core_output_layer
-    from fairseq_outlayers.models.options import apply_defaults
+    from fairseq_outlayers.models.seam_options import apply_defaults
     from fairseq_outlayers.models.registry import get_output_layer_spec
 
     # each value is checked once, by the layer's constructor; the core names the seam in the one-line error

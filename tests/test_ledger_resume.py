@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fairseq_outlayers.lab.ledger import resume
+from fairseq_outlayers.lab.ledger import patience
 
 
 def validation(epoch, bleu, loss):
@@ -20,11 +20,11 @@ def write_log(path, scores):
 def test_early_stopping_state_counts_like_fairseq(tmp_path):
     # a tie with the best does not reset the count (fairseq's is_better is strict); loss is minimised
     log = write_log(tmp_path / "train.log", [(10.0, 5.0), (20.0, 4.0), (19.0, 4.5), (20.0, 3.9), (18.5, 4.2)])
-    assert resume.early_stopping_state(log, "bleu") == (20.0, 3)
-    assert resume.early_stopping_state(log, "loss") == (3.9, 1)
-    assert resume.early_stopping_state(write_log(tmp_path / "empty.log", []), "bleu") is None
+    assert patience.early_stopping_state(log, "bleu") == (20.0, 3)
+    assert patience.early_stopping_state(log, "loss") == (3.9, 1)
+    assert patience.early_stopping_state(write_log(tmp_path / "empty.log", []), "bleu") is None
     # epoch 5 was validated by a run killed before its checkpoint was saved: the resume from epoch 4 redoes it
-    assert resume.early_stopping_state(log, "bleu", upto_epoch=4) == (20.0, 2)
+    assert patience.early_stopping_state(log, "bleu", upto_epoch=4) == (20.0, 2)
 
 
 def test_resume_entry_sets_fairseqs_own_count_and_hands_over_the_arguments(monkeypatch):
@@ -33,7 +33,7 @@ def test_resume_entry_sets_fairseqs_own_count_and_hands_over_the_arguments(monke
     seen = {}
     monkeypatch.setattr(train, "cli_main", lambda: seen.update(argv=list(sys.argv)))
     monkeypatch.setattr(sys, "argv", list(sys.argv))
-    resume.main(["20.0", "3", "--", "data", "--patience", "5", "--seed", "2"])
+    patience.main(["20.0", "3", "--", "data", "--patience", "5", "--seed", "2"])
     assert seen["argv"] == ["fairseq-train", "data", "--patience", "5", "--seed", "2"]
     # fairseq's own should_stop_early now stops after two more validations without a strictly better score,
     # as an uninterrupted run with best 20.0 three validations ago would
@@ -44,12 +44,12 @@ def test_resume_entry_sets_fairseqs_own_count_and_hands_over_the_arguments(monke
     assert train.should_stop_early(cfg, 21.0) is False and train.should_stop_early.num_runs == 0
     del train.should_stop_early.best, train.should_stop_early.num_runs
     with pytest.raises(SystemExit, match="usage"):
-        resume.main(["20.0", "3", "data"])
+        patience.main(["20.0", "3", "data"])
 
 
 def test_command_keeps_the_fairseq_train_arguments():
-    cmd = resume.command(["/x/fairseq-train", "data", "--seed", "1"], (39.15, 2))
-    assert cmd == [sys.executable, "-m", "fairseq_outlayers.lab.ledger.resume", "39.15", "2", "--", "data", "--seed", "1"]
+    cmd = patience.command(["/x/fairseq-train", "data", "--seed", "1"], (39.15, 2))
+    assert cmd == [sys.executable, "-m", "fairseq_outlayers.lab.ledger.patience", "39.15", "2", "--", "data", "--seed", "1"]
 
 
 def partial_run(tmp_path, scores, patience=None):
@@ -99,7 +99,7 @@ def test_runner_resumes_with_the_count_or_not_at_all(tmp_path, monkeypatch, scor
     if trains is None:
         assert calls == [] and len(loaded) == 2
     else:
-        assert calls[0][:6] == [sys.executable, "-m", "fairseq_outlayers.lab.ledger.resume", repr(trains[0]),
+        assert calls[0][:6] == [sys.executable, "-m", "fairseq_outlayers.lab.ledger.patience", repr(trains[0]),
                                 str(trains[1]), "--"]
         assert calls[0][6] == str(tmp_path / "data")
         assert calls[0][calls[0].index("--patience") + 1] == str(patience or 5)
@@ -137,7 +137,7 @@ def test_a_real_resume_keeps_the_count_where_fairseq_train_alone_forgets_it(tiny
         save.mkdir()
         (save / "checkpoint_last.pt").write_bytes((tmp_path / "first" / "checkpoint_last.pt").read_bytes())
         cmd = [tool("fairseq-train")] + train_args(tiny_bin, str(save), extra=extra, max_update=8)
-        proc = run(cmd if entry is None else resume.command(cmd, entry))
+        proc = run(cmd if entry is None else patience.command(cmd, entry))
         updates = torch.load(str(save / "checkpoint_last.pt"), map_location="cpu",
                              weights_only=False)["optimizer_history"][-1]["num_updates"]
         stopped = "early stop since valid performance hasn't improved for last 2 runs" in proc.stdout + proc.stderr

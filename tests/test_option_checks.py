@@ -14,10 +14,11 @@ from fairseq.data import Dictionary
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fairseq_outlayers import checks
-from fairseq_outlayers.checks import Range, check_decoding_argv, check_fits
+from fairseq_outlayers import value_checks
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, layers_trained_by
+from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS
+from fairseq_outlayers.value_checks import Range, check_decoding_argv, check_fits
 from harness import TINY_TRANSFORMER, USER_DIR, build_model, load_script, run, tool, train
 
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -28,7 +29,7 @@ def parse(*extra, data="/nonexistent-data"):
     ``build_model`` runs first, before it reads the data directory (none is read here)."""
     from fairseq import options
 
-    from fairseq_outlayers.models.checks import check_new_run
+    from fairseq_outlayers.models.seam_checks import check_new_run
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [data, "--user-dir", USER_DIR] + TINY_TRANSFORMER + list(extra))
@@ -93,7 +94,7 @@ def test_check_fits_states_the_estimate_and_the_largest_value():
         check_fits("--n", 4096, per_unit=1024, what="its rows", fix="use less", fixed=1024, memory=2 ** 20)
     assert str(e.value) == ("--n 4096 needs about 4.0 MiB of memory for its rows, more than the 1.0 MiB this "
                             "machine has (the largest value that fits is 1,023); use less")
-    assert checks.memory_bytes() > 2 ** 28  # this machine's memory is read
+    assert value_checks.memory_bytes() > 2 ** 28  # this machine's memory is read
 
 
 # ---- every number option of every seam and criterion ------------------------------------------------------------
@@ -112,20 +113,17 @@ def _seam_number_options():
 
 
 def _criterion_number_options():
-    from fairseq.criterions import CRITERION_REGISTRY
+    """[(name, class, dest)] of every float option of the package's criterions, read from fairseq's registries."""
+    from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
 
-    from fairseq_outlayers.checks import config_defaults
-    from fairseq_outlayers.criterions.continuous_losses import MaxMarginConfig, VMFNLLConfig
-    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyConfig
-    from fairseq_outlayers.criterions.sampled_softmax import SampledSoftmaxCriterionConfig
+    from fairseq_outlayers.value_checks import config_defaults
 
     out = []
-    for name, config in (("vmf_nll", VMFNLLConfig), ("max_margin", MaxMarginConfig),
-                         ("sampled_softmax", SampledSoftmaxCriterionConfig),
-                         ("fused_cross_entropy", FusedCrossEntropyConfig)):
-        for dest, default in config_defaults(config).items():
-            if isinstance(default, float):
-                out.append((name, CRITERION_REGISTRY[name], dest))
+    for name, cls in sorted(CRITERION_REGISTRY.items()):
+        if cls.__module__.startswith("fairseq_outlayers.") and name in CRITERION_DATACLASS_REGISTRY:
+            for dest, default in config_defaults(CRITERION_DATACLASS_REGISTRY[name]).items():
+                if isinstance(default, float):
+                    out.append((name, cls, dest))
     return out
 
 
@@ -138,7 +136,7 @@ def test_every_number_option_declares_its_range():
         assert dest in spec.ranges, f"{flag} ({spec.name}) has no declared range"
         assert spec.ranges[dest].integer == (kind is int), flag
     criterions = _criterion_number_options()
-    assert len(criterions) == 7
+    assert {name for name, _, _ in criterions} >= {"vmf_nll", "max_margin", "sampled_softmax"}
     for name, cls, dest in criterions:
         assert dest in cls.option_ranges, f"--{dest} of {name} has no declared range"
 
@@ -153,8 +151,12 @@ def _selection(spec_name, dest):
 
 
 VMF_VARIANT_OF = {"vmf_lambda1": "reg1", "vmf_lambda2": "reg2", "vmf_released_lambda": "released"}
-CRITERION_LAYER = {"vmf_nll": "continuous", "max_margin": "continuous", "sampled_softmax": "tied",
-                   "fused_cross_entropy": "tied"}
+
+
+def _layer_for(criterion_class):
+    """An output layer the criterion trains: the default one where it can, as the registry says."""
+    layers = layers_trained_by(criterion_class)
+    return SEAM_DEFAULTS["output_layer"] if SEAM_DEFAULTS["output_layer"] in layers else layers[0]
 
 
 def _outcome(extra):
@@ -191,7 +193,7 @@ def test_each_class_of_bad_float_is_refused_per_seam_option(option, value):
     message = _outcome(_selection(spec.name, dest) + [f"{flag}={value}"])
     assert (message is None) == spec.ranges[dest].contains(float(value)), message
     if message:
-        assert message.startswith(f"{flag} must be ") and f"got {checks.fmt(float(value))}" in message
+        assert message.startswith(f"{flag} must be ") and f"got {value_checks.fmt(float(value))}" in message
 
 
 @FEW
@@ -199,7 +201,7 @@ def test_each_class_of_bad_float_is_refused_per_seam_option(option, value):
 def test_criterion_options_parse_iff_in_range(data):
     name, cls, dest = data.draw(st.sampled_from(_criterion_number_options()), label="option")
     value = data.draw(FLOATS, label="value")
-    extra = ["--output-layer", CRITERION_LAYER[name], "--criterion", name, f"--{dest.replace('_', '-')}={value!r}"]
+    extra = ["--output-layer", _layer_for(cls), "--criterion", name, f"--{dest.replace('_', '-')}={value!r}"]
     if name == "vmf_nll":
         extra += ["--vmf-variant", VMF_VARIANT_OF[dest]]
     message = _outcome(extra)
@@ -268,9 +270,9 @@ def test_the_defaults_and_the_papers_values_still_parse():
 def test_sizes_are_checked_again_against_the_vocabulary_when_built(monkeypatch):
     """At parse time the vocabulary size is unknown; the build checks the |V| x D tables before allocating."""
     from fairseq_outlayers.models.fixed_targets import check_fixed_args
-    from fairseq_outlayers.models.joint_output import check_joint_args
+    from fairseq_outlayers.models.joint import check_joint_args
 
-    monkeypatch.setattr(checks, "memory_bytes", lambda: 2 ** 30)
+    monkeypatch.setattr(value_checks, "memory_bytes", lambda: 2 ** 30)
     args = argparse.Namespace(fixed_targets_dim=4096, decoder_embed_dim=512, decoder_output_dim=512,
                               joint_structure="full", joint_dim=4096)
     check_fixed_args(args, None)  # 4096 x 512 x 16 bytes = 32 MiB
@@ -287,7 +289,7 @@ def test_sizes_are_checked_again_against_the_vocabulary_when_built(monkeypatch):
 
 def test_a_decoding_score_scale_from_model_overrides_is_checked_when_built(tiny_bin):
     """--continuous-score-scale is also set at decoding (--model-overrides): the build checks it again."""
-    from fairseq_outlayers.models.continuous_output import build_continuous
+    from fairseq_outlayers.models.continuous import build_continuous
 
     args = argparse.Namespace(continuous_score_scale=float("inf"))
     with pytest.raises(OutlayersConfigError, match=r"--continuous-score-scale must be in \(0, 10000\], got inf"):
@@ -321,7 +323,7 @@ def test_outlayers_generate_refuses_beam_zero_in_one_line(tiny_bin, tmp_path):
 
 
 def test_a_vectors_header_without_vectors_allocates_nothing(tmp_path):
-    from fairseq_outlayers.vectors import load_target_table
+    from fairseq_outlayers.target_vectors import load_target_table
 
     d = Dictionary()
     for w in ("a", "b"):
@@ -333,13 +335,13 @@ def test_a_vectors_header_without_vectors_allocates_nothing(tmp_path):
 
 
 def test_a_vector_table_larger_than_memory_is_refused(tmp_path, monkeypatch):
-    from fairseq_outlayers.vectors import load_target_table
+    from fairseq_outlayers.target_vectors import load_target_table
 
     d = Dictionary()
     d.add_symbol("a")
     path = tmp_path / "v.vec"
     path.write_text("1 4\na 1 2 3 4\n")
-    monkeypatch.setattr(checks, "memory_bytes", lambda: 64)
+    monkeypatch.setattr(value_checks, "memory_bytes", lambda: 64)
     with pytest.raises(OutlayersConfigError, match=r"--target-vectors .*v\.vec: vector size 4 needs about 160 bytes "
                                                    r"of memory for the 5-word target table"):
         load_target_table(d, str(path))
@@ -349,7 +351,7 @@ def test_a_vector_table_larger_than_memory_is_refused(tmp_path, monkeypatch):
 def test_train_target_vectors_refuses_a_dim_beyond_memory_before_training(tmp_path, monkeypatch, algorithm):
     """fastText's 2,000,000 n-gram buckets alone take 7.5 GiB per 1,000 dimensions; word2vec's tables scale with the
     words kept (5 here: 3.7 GiB at --dim 100000000, more than the 1 GiB this test gives the machine)."""
-    monkeypatch.setattr(checks, "memory_bytes", lambda: 2 ** 30)
+    monkeypatch.setattr(value_checks, "memory_bytes", lambda: 2 ** 30)
     ttv = load_script("train_target_vectors.py")
     text = tmp_path / "t.en"
     text.write_text("a b c\nb c d\n")

@@ -1,7 +1,6 @@
 """The shell recipes: scripts/prepare-*.sh on tiny fake raw corpora in the official layouts (offline path),
 the --force / never-overwrite rule, one-line errors on bad input, scripts/train.sh and scripts/evaluate.sh end
-to end on a 300-line slice of Multi30k, and the recipe table (configs/DATASET/METHOD.yaml) against fairseq's parser
-and against what train.sh gave before the YAMLs became the recipes.
+to end on a 300-line slice of Multi30k, and the recipe table (configs/DATASET/METHOD.yaml) against fairseq's parser.
 """
 import collections
 import json
@@ -16,15 +15,13 @@ import pytest
 import sacrebleu
 import torch
 
+from fairseq_outlayers.tools import corpus_tools, recipes
+from fairseq_outlayers.tools.evaluation import score_translations
 from fairseq_outlayers.tools.evaluation.unknown_words import source_words
 from harness import NO_ALIGNER, REPO, run, tool
 
 SCRIPTS = os.path.join(REPO, "scripts")
 MULTI30K = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
-sys.path.insert(0, os.path.join(SCRIPTS, "lib"))
-import corpus_tools  # noqa: E402
-import recipes  # noqa: E402
-import score_translations  # noqa: E402
 
 TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
@@ -373,7 +370,6 @@ def test_prepare_without_local_copy_tries_the_download(tmp_path, script, args, v
 # train.sh, evaluate.sh, the recipes (configs/DATASET/METHOD.yaml)
 # ---------------------------------------------------------------------------------------------------------------
 RECIPES = recipes.recipes()  # (method, dataset) for every configs/DATASET/METHOD.yaml
-EXPECTED = os.path.join(REPO, "tests", "expected")
 
 
 def print_args(method, dataset, env=None):
@@ -468,43 +464,6 @@ def test_train_sh_first_stage_failures(tmp_path):
     ok = bash("train.sh", "continuous", "iwslt14", env=env)
     assert "exported" in ok.stdout and "SECOND STAGE" in ok.stdout and (stage / "output.en.vec").is_file()
     assert "done training in" in (stage / "train.log").read_text()
-
-
-def _options(args):
-    """{option: [values]} of a fairseq-train argument list after its positional data path; an option given
-    twice is an error (the recipe would depend on the order)."""
-    options, current = {}, None
-    for arg in args[1:]:
-        if arg.startswith("--"):
-            assert arg not in options, f"{arg} given twice"
-            current = options[arg] = []
-        else:
-            current.append(arg)
-    return options
-
-
-def test_train_sh_gives_the_same_recipes_as_before():
-    """tests/expected/train_sh_recipes.json holds what train.sh printed for every recipe when the recipes were
-    its own case blocks: the same data path, --user-dir, options and values (in the YAML's order now), and the
-    same evaluate.sh hint (continuous on wmt14: beam 1, the documented setting, where the old hint kept 4). The
-    tied-bias entries were added later (2026-11-25): each is its dataset's tied entry with --output-bias and its
-    own checkpoint folder."""
-    with open(os.path.join(EXPECTED, "train_sh_recipes.json"), encoding="utf-8") as f:
-        expected = json.load(f)
-    assert sorted(expected) == sorted(f"{d}/{m}" for m, d in RECIPES)
-    for name, before in expected.items():
-        dataset, method = name.split("/")
-        dry = bash("train.sh", "--dry-run", method, dataset).stdout.replace(REPO, "{root}").split("\n")
-        command = [line for line in dry if line.startswith("+ fairseq-train ")]
-        args = shlex.split(command[-1])[2:]  # the printed command, as the shell reads it (after a first stage)
-        if method == "continuous":  # the target vectors are made as VECTORS_FROM says (now: a first softmax stage)
-            vectors, old = args.index("--target-vectors") + 1, before["args"].index("--target-vectors") + 1
-            tgt = before["args"][old].split(".")[-3]  # the old default: {prepared}/vectors[.word].TGT.300d.vec
-            assert args[vectors] == f"{{root}}/checkpoints/{dataset}/softmax-vectors-800/output.{tgt}.vec", name
-            args[vectors] = before["args"][old]
-        assert args[:3] == before["args"][:3], name
-        assert _options(args) == _options(before["args"]), name
-        assert before["afterwards"] in dry, name
 
 
 def _plain(value):

@@ -61,21 +61,24 @@ def registry_cases() -> List[Case]:
     import fairseq_outlayers  # noqa: F401  (registers everything)
     from fairseq.criterions import CRITERION_REGISTRY
 
-    from fairseq_outlayers.criterions.continuous_losses import ContinuousLossCriterion
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, criterion_trains
 
     ours = {n: c for n, c in CRITERION_REGISTRY.items() if isinstance(c, type) and _package(c)}
-    continuous = sorted(n for n, c in ours.items() if issubclass(c, ContinuousLossCriterion))
     layers = {n: s for n, s in OUTPUT_LAYER_REGISTRY.items() if _package(s.build)}
 
+    def trained_by(spec):  # the package's criterions for a layer that is not softmax-type, else cross-entropy
+        return sorted(n for n, c in ours.items() if criterion_trains(c, spec)) if not spec.softmax_type \
+            else ["cross_entropy"]
+
     def default_criterion(layer):
-        return continuous[0] if layers[layer].criterion_family == "continuous" else "cross_entropy"
+        return trained_by(layers[layer])[0]
 
     cases = []
     for name, spec in layers.items():
-        for criterion in continuous if spec.criterion_family == "continuous" else ["cross_entropy"]:
+        for criterion in trained_by(spec):
             cases.append(Case(name, "standard", criterion, spec.requires_joined_dictionary))
-    for criterion in sorted(set(ours) - set(continuous)):
+    softmax_criterions = {n for n, c in ours.items() if getattr(c, "softmax_type", True)}
+    for criterion in sorted(softmax_criterions):
         cases.append(Case("tied", "standard", criterion, False))
     for name, spec in EMBEDDING_REGISTRY.items():
         if name != "standard" and _package(spec.build):

@@ -11,7 +11,7 @@ import torch
 
 from fairseq_outlayers.tools.params import main as params_main
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.vectors import load_target_table
+from fairseq_outlayers.target_vectors import load_target_table
 from fairseq_outlayers.tools.vectors import main as vectors_main
 
 from harness import load_script

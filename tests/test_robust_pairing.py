@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.pairing import read_pairing
+from fairseq_outlayers.word_pairs import read_pairing
 from fairseq_outlayers.tools.pairing.__main__ import main as pairing_main
 from fairseq_outlayers.tools.pairing.alignment import LexicalTable, forward_viterbi
 from fairseq_outlayers.tools.pairing.lexicon import main as lexicon_main
@@ -181,7 +181,7 @@ def test_output_is_written_atomically(tmp_path, capsys, monkeypatch):
     out = tmp_path / "p.txt"
     assert pairing_main(_args(s, t, ds, dt, out)) == 0
     before = out.read_text()
-    from fairseq_outlayers.pairing import pairs
+    from fairseq_outlayers.word_pairs import pairs
 
     def broken(self):
         raise KeyboardInterrupt
@@ -195,7 +195,7 @@ def test_output_is_written_atomically(tmp_path, capsys, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the pairing reader used at training time (models/shared_private.py calls read_pairing)
+# the pairing reader used at training time (models/shared_private_embeddings.py calls read_pairing)
 
 
 def _header(n_src=10, n_tgt=10, counts="lm=1 wf=1 ur=0"):

@@ -240,7 +240,7 @@ def test_train_then_generate_without_pairing_file(tiny_bin, tiny_pairing, tmp_pa
     log = proc.stdout + proc.stderr
     losses = logged_losses(log)
     assert len(losses) == 6 and losses[-1] < losses[0], losses
-    from fairseq_outlayers.pairing import read_pairing
+    from fairseq_outlayers.word_pairs import read_pairing
 
     counts = read_pairing(pairing).counts()
     expected = closed_form_numel(counts, (0.9, 0.7, 0.5), 48, 48, 32)

@@ -1,15 +1,17 @@
-"""'Adding an output layer in at most four files' (docs/architecture.md), proven by a toy registered from tests/
+"""A layer registered from outside the package (docs/architecture.md), proven by a toy registered from tests/
 only: the scaled-cosine softmax of ``tests/toy_output_layer/`` trains with ``fairseq-train`` and translates with
 ``fairseq-generate`` (its directory is the ``--user-dir``; it imports ``fairseq_outlayers`` itself), its option
 reaches the module and the checkpoint, its logits are s * cos(h, w_v) to float64 rounding, and the package's
 option check covers it without a line of ``fairseq_outlayers/`` naming it."""
 import os
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY, unregister_output_layer
 from harness import REPO, TINY_LSTM, TINY_TRANSFORMER, device_args, logged_losses, parse_hypotheses, run, tool, \
     train_args
 
@@ -18,19 +20,26 @@ TOY_DIR = os.path.join(REPO, "tests", "toy_output_layer")
 ENV = {"PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
 
 
+@pytest.fixture
 def toy():
-    """The toy module, imported in this process (it registers ``--output-layer toy-cosine`` once per session)."""
-    import toy_output_layer  # tests/ is on sys.path (conftest.py)
+    """The toy module, imported in this process: ``--output-layer toy-cosine`` is registered for one test and
+    removed afterwards, so no other test sees it, in any order."""
+    import importlib
 
-    assert os.path.dirname(toy_output_layer.__file__) == TOY_DIR
-    return toy_output_layer
+    from fairseq import utils
+
+    module = importlib.import_module("toy_output_layer")  # tests/ is on sys.path (conftest.py)
+    assert os.path.dirname(module.__file__) == TOY_DIR and "toy-cosine" in OUTPUT_LAYER_REGISTRY
+    yield module
+    unregister_output_layer("toy-cosine")
+    del sys.modules["toy_output_layer"]  # the next import registers it again
+    getattr(utils.import_user_module, "memo", set()).discard(TOY_DIR)  # so does the next --user-dir
 
 
 def build(bin_dir, arch_args, extra):
     """(task, model) as fairseq-train builds them, with the toy's directory as the user dir."""
     from fairseq import options, tasks
 
-    toy()
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [bin_dir, "--user-dir", TOY_DIR] + arch_args + extra)
     task = tasks.setup_task(args)
@@ -59,10 +68,10 @@ def test_toy_trains_and_generates_through_fairseq_clis(tiny_bin, tmp_path):
 
 
 @pytest.mark.parametrize("arch", [TINY_TRANSFORMER, TINY_LSTM], ids=["transformer", "lstm"])
-def test_toy_logits_are_scaled_cosines(tiny_bin, arch):
+def test_toy_logits_are_scaled_cosines(toy, tiny_bin, arch):
     task, model = build(tiny_bin, arch, ["--output-layer", "toy-cosine", "--toy-cosine-scale", "2.5"])
     layer = model.decoder.output_projection
-    assert isinstance(layer, toy().ScaledCosineOutput) and layer.scale.item() == 2.5
+    assert isinstance(layer, toy.ScaledCosineOutput) and layer.scale.item() == 2.5
     model.double().eval()
     torch.manual_seed(0)
     src = torch.randint(task.source_dictionary.nspecial, len(task.source_dictionary), (2, 5))
@@ -84,10 +93,10 @@ def test_toy_logits_are_scaled_cosines(tiny_bin, arch):
                                atol=1e-13)
 
 
-def test_toy_option_is_checked_by_the_package(tiny_bin):
+def test_toy_option_is_checked_by_the_package(toy, tiny_bin):
     with pytest.raises(OutlayersConfigError, match="--toy-cosine-scale needs --output-layer toy-cosine"):
         build(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "softmax", "--toy-cosine-scale", "3"])
-    with pytest.raises(OutlayersConfigError, match="--toy-cosine-scale must be a positive number"):
+    with pytest.raises(OutlayersConfigError, match="--toy-cosine-scale must be a finite number > 0, got -1"):
         build(tiny_bin, TINY_TRANSFORMER, ["--output-layer", "toy-cosine", "--toy-cosine-scale", "-1"])
 
 
@@ -103,3 +112,14 @@ def test_toy_needed_at_most_four_files_and_none_in_the_package():
                 with open(os.path.join(root, name), encoding="utf-8") as f:
                     text = f.read()
                 assert "toy-cosine" not in text and "toy_output_layer" not in text, os.path.join(root, name)
+
+
+def test_the_toy_is_gone_after_its_tests():
+    """The fixture's teardown: the tests above leave neither the layer nor its module behind."""
+    from fairseq import options
+
+    assert "toy-cosine" not in OUTPUT_LAYER_REGISTRY and "toy_output_layer" not in sys.modules
+    parser = options.get_training_parser()
+    with pytest.raises(SystemExit):
+        options.parse_args_and_arch(parser, ["/nonexistent-data", "--arch", "outlayers_transformer", "--output-layer",
+                                             "toy-cosine"])

@@ -159,7 +159,7 @@ def test_export_trained_output_matrix_round_trips_into_target_vectors(tiny_bin, 
     from fairseq.data import Dictionary
 
     from fairseq_outlayers.tools.vectors import main
-    from fairseq_outlayers.vectors import load_target_table
+    from fairseq_outlayers.target_vectors import load_target_table
 
     save = str(tmp_path / "softmax")
     train(tiny_bin, save, TINY_TRANSFORMER, ["--output-layer", "softmax"], max_update=2)

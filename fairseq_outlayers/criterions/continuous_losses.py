@@ -17,10 +17,10 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
-from fairseq_outlayers.checks import Range, check_values, config_defaults, fmt
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.bessel import FAST_MIN_DIM
 from fairseq_outlayers.modules.continuous_output import ContinuousOutput
+from fairseq_outlayers.value_checks import Range, check_values, config_defaults, fmt
 from fairseq_outlayers.modules.vmf_losses import (cosine_loss, cosine_similarity, kappa_alarm_bounds, l2_loss,
                                                   max_margin_loss, synthetic_margin_loss, vmf_nll_loss,
                                                   vmf_released_loss)
@@ -141,7 +141,9 @@ def continuous_output_layer(model) -> ContinuousOutput:
 class ContinuousLossCriterion(FairseqCriterion):
     """Shared forward pass and metrics; subclasses define ``token_losses``."""
 
-    option_ranges = {}  # {option: checks.Range}, also checked by the model core when the options are parsed
+    #: it trains the output layers that are not softmax-type (``models.registry.criterion_trains``)
+    softmax_type = False
+    option_ranges = {}  # {option: value_checks.Range}, also checked by ``check_options`` when the options are parsed
 
     def __init__(self, task, sentence_avg):
         super().__init__(task)
@@ -150,6 +152,11 @@ class ContinuousLossCriterion(FairseqCriterion):
     @classmethod
     def option_defaults(cls):
         return {}
+
+    @classmethod
+    def check_options(cls, read):
+        """The options when they are parsed, before any data is read (``read(name, default)``: the value given)."""
+        check_values(cls.option_ranges, {name: read(name) for name in cls.option_ranges}, cls.option_defaults())
 
     def token_losses(self, e_hat, target_ids, target_vectors, layer):  # (N, m), (N,), (N, m) -> (N,)
         raise NotImplementedError
@@ -230,6 +237,15 @@ class VMFNLLCriterion(ContinuousLossCriterion):
     @classmethod
     def option_defaults(cls):
         return config_defaults(VMFNLLConfig)
+
+    @classmethod
+    def check_options(cls, read):
+        """A vMF setting that cannot train is refused before any data is read."""
+        super().check_options(read)
+        defaults = cls.option_defaults()
+        check_vmf_options(*(read(name, defaults[name]) for name in ("vmf_variant", "vmf_lambda1", "vmf_lambda2",
+                                                                   "vmf_released_lambda", "vmf_log_cm",
+                                                                   "vmf_compile")))
 
     def __init__(self, task, sentence_avg, vmf_variant="released", vmf_lambda1=0.2, vmf_lambda2=0.1,
                  vmf_released_lambda=0.2, vmf_log_cm="exact", vmf_warmup_updates=0, vmf_compile=False):
@@ -321,6 +337,12 @@ class MaxMarginCriterion(ContinuousLossCriterion):
     @classmethod
     def option_defaults(cls):
         return config_defaults(MaxMarginConfig)
+
+    @classmethod
+    def check_options(cls, read):
+        super().check_options(read)
+        defaults = cls.option_defaults()
+        check_margin_options(read("margin_negative", defaults["margin_negative"]), read("margin", defaults["margin"]))
 
     def __init__(self, task, sentence_avg, margin=0.5, margin_negative="informative"):
         super().__init__(task, sentence_avg)

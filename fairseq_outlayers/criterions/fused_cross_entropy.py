@@ -19,8 +19,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.dataclass import ChoiceEnum
 
-from fairseq_outlayers.checks import Range, check_values, config_defaults
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.value_checks import Range, check_values, config_defaults
 from fairseq_outlayers.modules.linear_cross_entropy import (
     CCE_MISSING,
     DEFAULT_BLOCK_ELEMENTS,
@@ -30,6 +30,7 @@ from fairseq_outlayers.modules.linear_cross_entropy import (
     linear_cross_entropy,
     resolve_impl,
 )
+from fairseq_outlayers.modules.output_layer import FactorisedSoftmaxOutput
 
 logger = logging.getLogger(__name__)
 
@@ -50,22 +51,27 @@ class FusedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
 def logit_factors(model, features):
     """``(context, weight, bias)`` of the model's output layer, or a one-line error for a layer without them."""
     layer = getattr(getattr(model, "decoder", None), "output_projection", None)
-    if hasattr(layer, "logit_factors"):
+    if isinstance(layer, FactorisedSoftmaxOutput):
         return layer.logit_factors(features)
     if type(layer) is nn.Linear:  # fairseq's own Transformer decoder
         return features, layer.weight, layer.bias
+    from fairseq_outlayers.models.registry import layers_trained_by
+
     args = getattr(model, "outlayers_args", None)
     name = getattr(args, "output_layer", None) or type(layer).__name__
     raise OutlayersConfigError(
-        f"--criterion fused_cross_entropy needs an output layer that is one (V, d) matrix (softmax, tied, tied-all, "
-        f"joint, fixed), but the model's output layer is '{name}'; use --criterion label_smoothed_cross_entropy")
+        f"--criterion fused_cross_entropy needs an output layer that is one (V, d) matrix "
+        f"({', '.join(layers_trained_by(FusedCrossEntropyCriterion))}), but the model's output layer is '{name}'; "
+        "use --criterion label_smoothed_cross_entropy")
 
 
 @register_criterion("fused_cross_entropy", dataclass=FusedCrossEntropyConfig)
 class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     """Label-smoothed cross-entropy from the output layer's matrix, without the logits."""
 
-    #: checked here and, for outlayers_* models, by the model core when the options are parsed
+    #: it trains the softmax-type output layers (``models.registry.criterion_trains``)
+    softmax_type = True
+    #: checked here and, for outlayers_* models, by ``check_options`` when the options are parsed
     option_ranges = {
         "label_smoothing": Range(0, 1, high_open=True),
         "fused_block_elements": Range(1, None, integer=True),
@@ -74,6 +80,11 @@ class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     @classmethod
     def option_defaults(cls):
         return config_defaults(FusedCrossEntropyConfig)
+
+    @classmethod
+    def check_options(cls, read):
+        """The options' ranges when they are parsed, before any data is read (``read(name)``: the value or None)."""
+        check_values(cls.option_ranges, {name: read(name) for name in cls.option_ranges}, cls.option_defaults())
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
                  fused_impl="auto", fused_block_elements=DEFAULT_BLOCK_ELEMENTS):

@@ -18,9 +18,9 @@ softmax the trained model under-predicts the words that are usually in the batch
 targets, r for the rest): the normaliser over V' becomes sum over the batch's targets of exp(s) plus
 sum over the negatives of exp(s) / r, an unbiased estimate of the full softmax's normaliser given the batch.
 
-The criterion works with every output layer written as a factorised softmax
-(``fairseq_outlayers.modules.output_layer.FactorisedSoftmaxOutput``: softmax, tied, tied-all, joint, fixed):
-it asks the layer for ``sampled_logits(features, ids)``.
+The criterion works with every softmax-type output layer, each written as a factorised softmax
+(``fairseq_outlayers.modules.output_layer.FactorisedSoftmaxOutput``): it asks the layer for
+``sampled_logits(features, ids)``.
 
 Randomness: each worker draws its own negatives from a private generator seeded with
 (fairseq's per-update seed ``--seed + num_updates``, the batch's index within the update over all workers). Rank
@@ -42,8 +42,9 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
-from fairseq_outlayers.checks import Range, check_values, config_defaults
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.modules.output_layer import FactorisedSoftmaxOutput
+from fairseq_outlayers.value_checks import Range, check_values, config_defaults
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -151,7 +152,9 @@ class SampledSoftmaxCriterionConfig(FairseqDataclass):
 class SampledSoftmaxCriterion(FairseqCriterion):
     """Negative-sampling cross-entropy for softmax-type output layers (Pappas et al. 2018, section 3.2)."""
 
-    #: checked here and, for outlayers_* models, by the model core when the options are parsed
+    #: it trains the softmax-type output layers (``models.registry.criterion_trains``)
+    softmax_type = True
+    #: checked here and, for outlayers_* models, by ``check_options`` when the options are parsed
     option_ranges = {
         "sample_ratio": Range(0, 1, low_open=True, why="a fraction of the vocabulary, e.g. 0.25 for 25 %"),
         "label_smoothing": Range(0, 1, high_open=True),
@@ -160,6 +163,11 @@ class SampledSoftmaxCriterion(FairseqCriterion):
     @classmethod
     def option_defaults(cls):
         return config_defaults(SampledSoftmaxCriterionConfig)
+
+    @classmethod
+    def check_options(cls, read):
+        """The options' ranges when they are parsed, before any data is read (``read(name)``: the value or None)."""
+        check_values(cls.option_ranges, {name: read(name) for name in cls.option_ranges}, cls.option_defaults())
 
     def __init__(self, task, sentence_avg, sample_ratio=0.25, label_smoothing=0.0, sample_correction="none"):
         super().__init__(task)
@@ -180,13 +188,15 @@ class SampledSoftmaxCriterion(FairseqCriterion):
     def output_layer_of(model):
         decoder = getattr(model, "decoder", None)
         layer = getattr(decoder, "output_projection", None)
-        if not (getattr(layer, "is_softmax", False) and hasattr(layer, "sampled_logits")):
+        if not isinstance(layer, FactorisedSoftmaxOutput):  # it has sampled_logits
+            from fairseq_outlayers.models.registry import layers_trained_by
+
             args = getattr(model, "outlayers_args", None)
             name = getattr(args, "output_layer", None) or type(layer).__name__
             raise OutlayersConfigError(
-                f"--criterion sampled_softmax needs a softmax-type output layer (softmax, tied, tied-all, joint, "
-                f"fixed) of an outlayers_* model, but the model's output layer is '{name}'; use another "
-                "--output-layer or the criterion made for that layer"
+                f"--criterion sampled_softmax needs a softmax-type output layer "
+                f"({', '.join(layers_trained_by(SampledSoftmaxCriterion))}) of an outlayers_* model, but the "
+                f"model's output layer is '{name}'; use another --output-layer or the criterion made for that layer"
             )
         return layer
 

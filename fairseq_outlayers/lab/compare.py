@@ -22,7 +22,7 @@ import platform
 import shlex
 import time
 
-from fairseq_outlayers import checks
+from fairseq_outlayers import value_checks
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab import gpus
 from fairseq_outlayers.lab.fairseq_runs import log
@@ -205,13 +205,13 @@ def main(argv=None):
     parser.add_argument("--tgt", default="en", help="target language: the reference is RAW_DIR/TEST_PREFIX.TGT")
     parser.add_argument("--rows", nargs="+", required=True, help="row files (*.args), one configuration each")
     parser.add_argument("--out", required=True, help="output directory (records, checkpoints, logs, results.md)")
-    parser.add_argument("--max-update", type=checks.POSITIVE_INT, default=1200, help="every row's budget")
-    parser.add_argument("--seeds", type=checks.NON_NEGATIVE_INT, nargs="+", default=[1])
+    parser.add_argument("--max-update", type=value_checks.POSITIVE_INT, default=1200, help="every row's budget")
+    parser.add_argument("--seeds", type=value_checks.NON_NEGATIVE_INT, nargs="+", default=[1])
     parser.add_argument("--base-args", default=None, help="fairseq-train options shared by every row "
                         f"(default: a row's '# base: FILE', else the options in {DEMO_BASE_FILE})")
-    parser.add_argument("--beam", type=checks.BEAM, default=5, help="beam of a row without '# beam: N'")
-    parser.add_argument("--lenpen", type=checks.FINITE, default=1.0)
-    parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
+    parser.add_argument("--beam", type=value_checks.BEAM, default=5, help="beam of a row without '# beam: N'")
+    parser.add_argument("--lenpen", type=value_checks.FINITE, default=1.0)
+    parser.add_argument("--batch-size", type=value_checks.POSITIVE_INT, default=128)
     parser.add_argument("--title", default="Output-layer comparison")
     parser.add_argument("--ledger", default=None, help="results ledger (e.g. docs/results/runs): add a column with "
                         "its converged figure for each row's method (python -m fairseq_outlayers.lab.ledger)")

@@ -2,13 +2,13 @@
 
 A model class (Transformer or LSTM) calls, in its ``build_model``:
 
-* ``start_build(args, task)``: the seams' checks (``models/checks.py``), and a new run's;
+* ``start_build(args, task)``: the seams' checks (``models/seam_checks.py``), and a new run's;
 * ``build_core_embeddings(args, task, encoder_dim, decoder_dim, share_all, make_embedding)``;
 * ``build_core_output_layer(args, task, decoder_embed_tokens, input_dim)``;
 * ``finish_build(model, args)``: a resumed run's fingerprints, and the parameter report;
 
 and mixes in ``OutputLayerModelMixin`` so that ``get_normalized_probs`` (what ``fairseq-generate`` and the
-criterions call) is answered by the output layer. The options are in ``models/options.py``.
+criterions call) is answered by the output layer. The options are in ``models/seam_options.py``.
 """
 import contextlib
 import logging
@@ -16,8 +16,8 @@ import logging
 from fairseq_outlayers import fairseq_compat
 from fairseq_outlayers.errors import OutlayersConfigError
 
-from .checks import check_new_run, check_resume, check_seams
 from .registry import get_embedding_spec, get_output_layer_spec
+from .seam_checks import check_new_run, check_resume, check_seams
 
 logger = logging.getLogger(__name__)
 
@@ -99,14 +99,14 @@ class OutputLayerModelMixin:
         return self.decoder.output_projection.get_normalized_probs(net_output, log_probs)
 
     def log_parameter_report(self):
-        from fairseq_outlayers.params import format_parameter_report, parameter_report
+        from fairseq_outlayers.parameter_counts import format_parameter_report, parameter_report
 
         logger.info("parameters:\n" + format_parameter_report(parameter_report(self)))
 
 
 def register_method_preset(model_name, arch_name, base, doc, defaults=None, **choices):
     """Register ``arch_name``: the architecture ``base`` (a name or function) with seam options fixed to
-    ``choices`` (e.g. ``output_layer="joint"``), so a recipe is one ``--arch`` away. An explicit option that
+    ``choices`` (e.g. ``output_layer=NAME``), so a recipe is one ``--arch`` away. An explicit option that
     contradicts ``choices`` is an error, not silently overridden; ``defaults`` only fill options left unset."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
 

@@ -5,9 +5,9 @@ checks them (one-line errors that name the option and the fix). Its ``--arch`` p
 """
 import logging
 
-from fairseq_outlayers.checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.fixed_random import INITS, FixedRandomOutput, is_power_of_two
+from fairseq_outlayers.value_checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 
 from .registry import Option, register_output_layer
 
@@ -56,7 +56,7 @@ TABLE_OPTIONS = {"fixed_targets_init": None,
 
 
 def _classifier_dim(args) -> int:
-    from .options import decoder_output_dim
+    from .seam_options import decoder_output_dim
 
     return int(args.fixed_targets_dim or decoder_output_dim(args))
 
@@ -68,7 +68,7 @@ def check_fixed_args(args, num_words=None):
     tying flags and --output-bias by the core (``refuses_tying``, ``output_bias``)."""
     if getattr(args, "fixed_targets_dim", None) is None:
         return
-    from .options import decoder_output_dim
+    from .seam_options import decoder_output_dim
 
     per_unit, what = TRAINED_BYTES * decoder_output_dim(args), "the learned projection to it"
     if num_words:

@@ -21,8 +21,8 @@ from .core import (
     shares_all_embeddings,
     start_build,
 )
-from .options import SEAM_DEFAULTS, add_core_args, fill_defaults
 from .registry import get_output_layer_spec
+from .seam_options import SEAM_DEFAULTS, add_core_args, fill_defaults
 
 #: the Luong attention score of ``--attention-type`` when none is given (Luong et al. 2015's "general")
 ATTENTION_DEFAULT = "general"

@@ -16,7 +16,7 @@ _T, _L = "outlayers_transformer", "outlayers_lstm"  # the registered models the 
 #: (model, preset name, base architecture, doc, fixed seam options, defaults for options left unset), by method
 #: file in alphabetical order (the order the methods were registered in before the presets moved here)
 PRESETS = (
-    # --output-layer continuous (continuous_output.py)
+    # --output-layer continuous (continuous.py)
     (_L, "outlayers_lstm_vmf_continuous", outlayers_lstm_vmf,
      "The paper's LSTM (Table 7) with the continuous output layer; add --target-vectors FILE.",
      {"output_layer": "continuous"}, None),
@@ -36,7 +36,7 @@ PRESETS = (
     (_L, "outlayers_lstm_luong_2x2_fixed", outlayers_lstm_luong_2x2,
      "2x2-layer Luong LSTM with 512-d states and the fixed random classifier (paper section 3.3: d = 512).",
      {"output_layer": "fixed"}, None),
-    # --output-layer joint (joint_output.py)
+    # --output-layer joint (joint.py)
     (_T, "outlayers_transformer_joint", outlayers_transformer,
      "Transformer base (fairseq's defaults) with the joint output layer, d_j = 512.",
      {"output_layer": "joint"}, None),
@@ -52,7 +52,7 @@ PRESETS = (
     (_L, "outlayers_lstm_luong_2x2_joint", outlayers_lstm_luong_2x2,
      "The paper's NMT-joint model: 2+2-layer LSTM, 512-d embeddings and states, joint layer with d_j = 512.",
      {"output_layer": "joint"}, None),
-    # --embeddings shared-private (shared_private.py): the output layer defaults to decoder tying (the paper's
+    # --embeddings shared-private (shared_private_embeddings.py): the output layer defaults to decoder tying (the paper's
     # setting) and may be any layer that ties to the decoder embedding (e.g. joint)
     (_T, "outlayers_transformer_shared_private", outlayers_transformer,
      "Transformer base with shared-private embeddings and decoder weight tying (Liu et al. 2019, Sec. 3.1).",

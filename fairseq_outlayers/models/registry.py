@@ -13,9 +13,9 @@ The builders' contract, the same for both architectures (``core.build_core_outpu
   decoder_embed)``, where ``make_embedding(dictionary, dim)`` is the architecture's own learned embedding.
 """
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from fairseq_outlayers.checks import fmt
+from fairseq_outlayers.value_checks import fmt
 
 
 @dataclass(frozen=True)
@@ -23,9 +23,9 @@ class Option:
     """One option of a seam, declared once: its flag, its default, its help and its allowed values.
 
     The option gets no argparse default (a flag is off), so a preset tells it given from left out; ``default`` is
-    what ``options.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written from
+    what ``seam_options.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written from
     ``default``, or from ``default_text`` where the default is a phrase ("the decoder output size"); an option
-    whose default is None and has no ``default_text`` gets no such clause. ``range``: a ``checks.Range``, checked
+    whose default is None and has no ``default_text`` gets no such clause. ``range``: a ``value_checks.Range``, checked
     when the options are parsed. ``store_true``: a flag (argparse's ``store_true``), off unless given."""
     flag: str
     default: Any = None
@@ -59,64 +59,68 @@ class Option:
         parser.add_argument(self.flag, help=self.help_text(), **kwargs)
 
 
-def declared(options: Sequence[Option], add_args=None, defaults=None, ranges=None):
-    """(add_args, defaults, ranges) of a seam: generated from its ``options``, or as given (the older keywords:
-    ``add_args(parser)``, ``defaults={dest: value}``, ``ranges={dest: checks.Range}``), never both."""
-    if not options:
-        return add_args, dict(defaults or {}), dict(ranges or {})
-    if add_args is not None or defaults or ranges:
-        raise ValueError("declare a seam's options with options=(Option(...), ...) or with add_args, defaults and "
-                         "ranges, not both")
+@dataclass
+class SeamSpec:
+    """What both seams' entries have: the builder, the help, the options and their checks."""
+    name: str
+    build: Callable
+    help: str
+    options: Tuple[Option, ...] = ()  # the entry's own options, one ``Option`` each
+    set_defaults: Optional[Callable] = None  # set_defaults(args): options derived from others (after the defaults)
+    # check_args(args, num_words): checks across options (sizes that must fit in memory); num_words is None when
+    # the options are parsed, the target vocabulary size at build time
+    check_args: Optional[Callable] = None
+    # options a resumed checkpoint must share, {dest: effective(args) or None (the value itself)}: those that fix a
+    # parameter's shape (else fairseq cannot load it), and those that build a frozen table (else the checkpoint's
+    # table silently replaces the one they ask for)
+    shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
+    table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
 
-    def add_options(parser):
-        for option in options:
-            option.add_to(parser)
+    @property
+    def add_args(self) -> Optional[Callable]:
+        """``add_args(parser)``: adds ``options`` (None for an entry without options)."""
+        if not self.options:
+            return None
 
-    return (add_options, {o.dest: o.default for o in options},
-            {o.dest: o.range for o in options if o.range is not None})
+        def add_options(parser):
+            for option in self.options:
+                option.add_to(parser)
+
+        return add_options
+
+    @property
+    def defaults(self) -> Dict[str, Any]:
+        """{dest: default} for the options left unset (None)."""
+        return {o.dest: o.default for o in self.options}
+
+    @property
+    def ranges(self) -> Dict[str, Any]:
+        """{dest: value_checks.Range}, checked when the options are parsed."""
+        return {o.dest: o.range for o in self.options if o.range is not None}
 
 
 @dataclass
-class OutputLayerSpec:
-    name: str
-    build: Callable  # build(args, task, *, decoder_embed_tokens, input_dim) -> OutputLayer
-    help: str
-    add_args: Optional[Callable] = None  # add_args(parser): generated from ``options``
-    set_defaults: Optional[Callable] = None  # set_defaults(args): options derived from others (after ``defaults``)
-    defaults: Dict[str, Any] = field(default_factory=dict)  # {dest: value} for the options left unset (None)
+class OutputLayerSpec(SeamSpec):
+    """``--output-layer NAME``; ``build(args, task, *, decoder_embed_tokens, input_dim) -> OutputLayer``. The flags
+    say what the layer needs, so that ``models/seam_checks.py`` can check it."""
     requires_joined_dictionary: bool = False
     shares_all_embeddings: bool = False  # encoder, decoder and output use one matrix
     ties_decoder_embedding: bool = False  # reads the decoder input embedding weight
     embedding_sized_input: bool = False  # multiplies the decoder output with the embedding matrix itself
     output_bias: bool = False  # honours --output-bias (a learned per-word bias)
     refuses_tying: Optional[str] = None  # why fairseq's tying flags contradict the layer (checked by the core)
-    criterion_family: str = "softmax"  # "continuous": trained with the continuous-output criterions only
+    # True: the layer scores a softmax over the target dictionary (logits), the one meaning of "softmax-type".
+    # False: it predicts something else (a word vector) and trains only with criterions that declare
+    # ``softmax_type = False`` (``criterion_trains``)
+    softmax_type: bool = True
     selects: Dict[str, str] = field(default_factory=dict)  # {dest: NAME}: the option, set, selects --embeddings NAME
-    ranges: Dict[str, Any] = field(default_factory=dict)  # {dest: checks.Range}: checked when options are parsed
-    check_args: Optional[Callable] = None  # check_args(args, num_words): checks across options (sizes that must
-    # fit in memory); num_words is None when the options are parsed, the target vocabulary size at build time
-    # options a resumed checkpoint must share, {dest: effective(args) or None (the value itself)}: those that fix a
-    # parameter's shape (else fairseq cannot load it), and those that build a frozen table (else the checkpoint's
-    # table silently replaces the one they ask for)
-    shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
-    table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
-    options: Tuple[Option, ...] = ()  # the declarations ``add_args``, ``defaults`` and ``ranges`` come from
 
 
 @dataclass
-class EmbeddingSpec:
-    name: str
-    build: Callable  # build(args, task, *, encoder_dim, decoder_dim, share_all, make_embedding) -> (enc, dec)
-    help: str
-    add_args: Optional[Callable] = None
-    set_defaults: Optional[Callable] = None
+class EmbeddingSpec(SeamSpec):
+    """``--embeddings NAME``; ``build(args, task, *, encoder_dim, decoder_dim, share_all, make_embedding) -> (enc,
+    dec)``."""
     options_from: Optional[str] = None  # also reads the options of this output layer (e.g. its vector file)
-    defaults: Dict[str, Any] = field(default_factory=dict)
-    ranges: Dict[str, Any] = field(default_factory=dict)
-    check_args: Optional[Callable] = None
-    shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
-    table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
-    options: Tuple[Option, ...] = ()
     #: why the decoder's input embedding has no (V, d) word matrix that an output layer could tie to, or None
     no_word_matrix: Optional[str] = None
 
@@ -125,29 +129,23 @@ OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
 EMBEDDING_REGISTRY: Dict[str, EmbeddingSpec] = {}
 
 
-def register_output_layer(name: str, help: str, add_args=None, set_defaults=None, options=(), defaults=None,
-                          ranges=None, **flags):
+def register_output_layer(name: str, help: str, options=(), **flags):
     """Decorator registering ``build(args, task, *, decoder_embed_tokens, input_dim)`` as ``--output-layer NAME``.
     ``options=(Option(...), ...)`` declares the layer's own options, each with the default that fills it when the
     user leaves it unset; ``set_defaults(args)`` only derives options from others. The options' ranges and
     ``check_args(args, num_words)`` are checked by the core when the options are parsed, before any data is read;
-    the layer's module checks its arguments again when built. ``add_args``, ``defaults`` and ``ranges`` are the
-    older form of ``options``."""
+    the layer's module checks its arguments again when built. ``flags``: the other fields of ``OutputLayerSpec``."""
 
     def wrapper(build):
         if name in OUTPUT_LAYER_REGISTRY:
             raise ValueError(f"output layer '{name}' is registered twice")
-        add, values, allowed = declared(options, add_args, defaults, ranges)
-        OUTPUT_LAYER_REGISTRY[name] = OutputLayerSpec(name, build, help, add, set_defaults, defaults=values,
-                                                      ranges=allowed, options=tuple(options), **flags)
+        OUTPUT_LAYER_REGISTRY[name] = OutputLayerSpec(name, build, help, tuple(options), **flags)
         return build
 
     return wrapper
 
 
-def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, options_from=None, options=(),
-                        defaults=None, ranges=None, check_args=None, shape_options=None, table_options=None,
-                        no_word_matrix=None):
+def register_embeddings(name: str, help: str, options=(), **flags):
     """Decorator registering ``build(args, task, *, encoder_dim, decoder_dim, share_all, make_embedding)`` as
     ``--embeddings NAME``; its options as for ``register_output_layer``. ``no_word_matrix``: why the decoder
     embedding has no (V, d) word matrix, so that a layer that ties to one is refused with it."""
@@ -155,13 +153,45 @@ def register_embeddings(name: str, help: str, add_args=None, set_defaults=None, 
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:
             raise ValueError(f"embeddings '{name}' are registered twice")
-        add, values, allowed = declared(options, add_args, defaults, ranges)
-        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, add, set_defaults, options_from, values, allowed,
-                                                 check_args, dict(shape_options or {}), dict(table_options or {}),
-                                                 tuple(options), no_word_matrix)
+        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, tuple(options), **flags)
         return build
 
     return wrapper
+
+
+def criterion_trains(criterion_class, spec: OutputLayerSpec) -> bool:
+    """Whether ``criterion_class`` (a class of fairseq's ``CRITERION_REGISTRY``) trains the output layer ``spec``.
+    A criterion declares ``softmax_type``: True when it scores a softmax over the vocabulary, False when it trains
+    the layers that are not softmax-type. fairseq's own criterions declare nothing and score a softmax."""
+    return bool(getattr(criterion_class, "softmax_type", True)) == spec.softmax_type
+
+
+def layers_trained_by(criterion_class) -> List[str]:
+    """The registered output layers that ``criterion_class`` trains, by name."""
+    return sorted(name for name, spec in OUTPUT_LAYER_REGISTRY.items() if criterion_trains(criterion_class, spec))
+
+
+def declared_criterions(spec: OutputLayerSpec) -> List[str]:
+    """The criterions that declare ``softmax_type`` (those of this package and of a user dir) and train ``spec``."""
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    return sorted(name for name, cls in CRITERION_REGISTRY.items()
+                  if isinstance(cls, type) and hasattr(cls, "softmax_type") and criterion_trains(cls, spec))
+
+
+def unregister_output_layer(name: str) -> OutputLayerSpec:
+    """Remove ``--output-layer NAME`` and return its spec: a layer registered for one test, or by a user dir that is
+    unloaded. A parser built afterwards no longer offers it (the options are read at parse time)."""
+    if name not in OUTPUT_LAYER_REGISTRY:
+        raise ValueError(f"output layer '{name}' is not registered")
+    return OUTPUT_LAYER_REGISTRY.pop(name)
+
+
+def unregister_embeddings(name: str) -> EmbeddingSpec:
+    """Remove ``--embeddings NAME`` and return its spec (as ``unregister_output_layer``)."""
+    if name not in EMBEDDING_REGISTRY:
+        raise ValueError(f"embeddings '{name}' are not registered")
+    return EMBEDDING_REGISTRY.pop(name)
 
 
 def get_output_layer_spec(name: str) -> OutputLayerSpec:

@@ -25,7 +25,7 @@ from .core import (
     shares_all_embeddings,
     start_build,
 )
-from .options import add_core_args, fill_defaults
+from .seam_options import add_core_args, fill_defaults
 
 
 @register_model("outlayers_transformer")

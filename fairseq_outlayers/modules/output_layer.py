@@ -27,9 +27,6 @@ import torch.nn.functional as F
 class OutputLayer(nn.Module):
     """Base class of every output layer. Subclasses implement ``forward``."""
 
-    #: True when the layer's scores are logits of a softmax over the dictionary (sampled softmax applies).
-    is_softmax = False
-
     def __init__(self, dictionary_size: int, input_dim: int):
         super().__init__()
         self.dictionary_size = dictionary_size
@@ -54,8 +51,6 @@ class OutputLayer(nn.Module):
 
 class FactorisedSoftmaxOutput(OutputLayer):
     """``logits = context(h) @ targets(ids).T + bias(ids)``; subclasses define ``context`` and ``target_weights``."""
-
-    is_softmax = True
 
     def context(self, features: torch.Tensor) -> torch.Tensor:
         """Map decoder features (..., input_dim) to the space of the target vectors (..., target_dim)."""

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from fairseq_outlayers.checks import Range
+from fairseq_outlayers.value_checks import Range
 
 #: Adam moves each bias by about --lr per update, and a fitted bias is a few nats: larger steps only oscillate
 LR = Range(0, 10, low_open=True, why="Adam moves each bias by about --lr per update")
@@ -78,7 +78,7 @@ def main(argv=None):
     if args.device is not None and not (args.device == "cpu" or args.device.split(":")[0] == "cuda"):
         parser.error(f"--device must be cpu, cuda or cuda:N, not '{args.device}'")
 
-    from fairseq_outlayers.tools.bias_fit import default_device, fit_output_bias
+    from fairseq_outlayers.tools.output_bias import default_device, fit_output_bias
 
     try:
         figures = fit_output_bias(args.checkpoint, args.out, data=args.data,

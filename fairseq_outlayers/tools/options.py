@@ -50,13 +50,13 @@ def _parser_options(add_args, defaults: Optional[argparse.Namespace] = None, ski
 
 def seam_options() -> List[Option]:
     """The options of the two seams themselves (``--output-layer``, ``--embeddings``, ...), without the methods'."""
-    from fairseq_outlayers.models.options import SEAM_DEFAULTS, add_core_args
+    from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS, add_core_args
     from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
 
     method_flags = set()
     for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
         method_flags.update(flags.split(" ")[0].rstrip(",") for flags, _, _ in _spec_options(spec))
-    # the seams' own defaults are filled by models.options.fill_defaults (SEAM_DEFAULTS)
+    # the seams' own defaults are filled by models.seam_options.fill_defaults (SEAM_DEFAULTS)
     defaults = argparse.Namespace(**SEAM_DEFAULTS, outlayers_allow_mismatch=False)
     return _parser_options(add_core_args, defaults, skip=method_flags)
 
@@ -65,9 +65,10 @@ def _spec_options(spec) -> List[Option]:
     """A registered output layer's or embedding method's own options, with the defaults it applies."""
     if spec.add_args is None:
         return []
-    from fairseq_outlayers.models.options import apply_defaults
+    from fairseq_outlayers.models.seam_options import apply_defaults
+    from fairseq_outlayers.models.registry import OutputLayerSpec
 
-    is_layer = hasattr(spec, "criterion_family")
+    is_layer = isinstance(spec, OutputLayerSpec)
     defaults = argparse.Namespace(output_layer=spec.name if is_layer else "softmax",
                                   embeddings="standard" if is_layer else spec.name)
     probe = argparse.ArgumentParser(add_help=False)
@@ -105,7 +106,7 @@ def _package_models():
 
 def model_sections() -> List[Tuple[str, str, List[Option]]]:
     """The options a package model adds to the fairseq model it extends, besides the seams' and methods'."""
-    from fairseq_outlayers.models.options import add_core_args
+    from fairseq_outlayers.models.seam_options import add_core_args
 
     core = argparse.ArgumentParser(add_help=False)
     add_core_args(core)

@@ -37,7 +37,7 @@ def main(argv=None):
     logging.getLogger("fairseq_outlayers.models.core").setLevel(logging.WARNING)  # the report is printed below
     from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task, read
     from fairseq_outlayers.errors import OutlayersConfigError
-    from fairseq_outlayers.params import format_parameter_report, parameter_report
+    from fairseq_outlayers.parameter_counts import format_parameter_report, parameter_report
 
     overrides = {"data": args.data} if args.data else {}
     try:

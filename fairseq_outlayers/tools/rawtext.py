@@ -90,7 +90,7 @@ class Preparation:
         return f"sacremoses tokenisation ({self.src}), {'lowercased' if self.lowercase else 'cased'}, {bpe}"
 
     def tokenise(self, lines: List[str], lang: str) -> List[str]:
-        """Moses tokenisation as ``scripts/lib/corpus_tools.py tokenize`` does it (escaped), then the case."""
+        """Moses tokenisation as ``tools/corpus_tools.py tokenize`` does it (escaped), then the case."""
         from sacremoses import MosesTokenizer
 
         tok = MosesTokenizer(lang=lang)

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from fairseq_outlayers import checks
+from fairseq_outlayers import value_checks as checks
 from fairseq_outlayers.errors import OutlayersConfigError
 
 

@@ -10,7 +10,7 @@ import argparse
 import os
 import random
 
-from fairseq_outlayers import checks
+from fairseq_outlayers import value_checks
 
 
 def write_corpus(out_dir, splits, src="de", tgt="en", vocab=40, shared_words=4, seed=0, min_len=3, max_len=9):
@@ -51,8 +51,8 @@ def main(argv=None):
     parser.add_argument("--tgt", default="en")
     parser.add_argument("--splits", nargs="+", default=["train:29000", "val:1014", "test:1000"],
                         help="NAME:SENTENCES pairs")
-    parser.add_argument("--vocab", type=checks.POSITIVE_INT, default=2000)
-    parser.add_argument("--seed", type=checks.NON_NEGATIVE_INT, default=0)
+    parser.add_argument("--vocab", type=value_checks.POSITIVE_INT, default=2000)
+    parser.add_argument("--seed", type=value_checks.NON_NEGATIVE_INT, default=0)
     args = parser.parse_args(argv)
     splits = []
     for item in args.splits:

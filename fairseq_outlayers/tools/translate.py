@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import List
 
-from fairseq_outlayers import checks
+from fairseq_outlayers import value_checks as checks
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.tools.evaluation.scoring import binarised_sizes  # noqa: F401  (also this module's name for it)
 

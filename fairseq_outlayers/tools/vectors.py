@@ -8,12 +8,12 @@
 import argparse
 import sys
 
-from fairseq_outlayers.checks import Range
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.pairing.corpus import load_dictionary
+from fairseq_outlayers.target_vectors import load_target_table
 from fairseq_outlayers.tools.export_vectors import add_export_parser, export_target_vectors
 from fairseq_outlayers.tools.random_vectors import add_random_parser, write_random_vectors
-from fairseq_outlayers.vectors import load_target_table
+from fairseq_outlayers.value_checks import Range
+from fairseq_outlayers.word_pairs.corpus import load_dictionary
 
 
 def main(argv=None):

@@ -5,8 +5,8 @@ with one line (``fairseq_outlayers.errors.one_line_errors``). ``outlayers-genera
 import sys
 
 from fairseq_outlayers import USER_DIR
-from fairseq_outlayers.checks import check_decoding_argv
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors
+from fairseq_outlayers.value_checks import check_decoding_argv
 
 
 def _with_user_dir(argv):
@@ -107,7 +107,7 @@ def _save_error(exc: BaseException):
 
 
 def _train(bf16: bool):
-    """fairseq_cli.train.cli_main, with a new run's option checks (``models.checks.check_new_run``, which
+    """fairseq_cli.train.cli_main, with a new run's option checks (``models.seam_checks.check_new_run``, which
     ``build_model`` runs too, and ``check_training_device``) before fairseq creates the save directory, which is
     then created and probed here; for bf16 the ``--tpu`` that fairseq 0.12 implies taken back before its
     configuration is built (fairseq_outlayers.fairseq_compat), so bf16 trains on one or several GPUs, or the CPU.
@@ -121,7 +121,7 @@ def _train(bf16: bool):
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     from fairseq_outlayers.fairseq_compat import keep_bf16_off_the_tpu
-    from fairseq_outlayers.models.checks import check_new_run
+    from fairseq_outlayers.models.seam_checks import check_new_run
 
     args = options.parse_args_and_arch(options.get_training_parser())
     if bf16:

@@ -18,7 +18,6 @@ pc_setup() {
   PC_NAME=$1
   PC_SCRIPT=$1.sh
   ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-  PC_LIB=$ROOT/scripts/lib
 }
 
 log() { echo "[$PC_NAME $(date +%H:%M:%S)] $*"; }
@@ -161,7 +160,7 @@ pc_binarise() {
 }
 
 # pc_corpus_tool ARGS...: the Python text helpers (tag stripping, SGML/XML extraction, cleaning, splitting).
-pc_corpus_tool() { python "$PC_LIB/corpus_tools.py" --prog "$PC_SCRIPT" "$@"; }
+pc_corpus_tool() { python "$ROOT/fairseq_outlayers/tools/corpus_tools.py" --prog "$PC_SCRIPT" "$@"; }
 
 # pc_fetch_archives ORIG HINT URL...: download each archive and extract it into ORIG, once (a marker file per
 # archive); on failure stop with "downloading URL failed (offline?); HINT"

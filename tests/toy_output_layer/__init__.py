@@ -1,24 +1,23 @@
 """A toy output layer registered from outside the package: the scaled-cosine softmax.
 
 ``logits[v] = s * cos(h, w_v)`` with a learned |V| x d matrix ``W`` and a fixed scale ``s`` (``--toy-cosine-scale``,
-kept as a buffer so the checkpoint carries it). It is the worked example of docs/architecture.md, "Adding an
-output layer": one file for the module and its registration, no file of ``fairseq_outlayers/`` edited.
+kept as a buffer so the checkpoint carries it). It is the example of docs/architecture.md, "A layer registered
+from outside the package": one file for the module and its registration, no file of ``fairseq_outlayers/``
+edited.
 
 Used as fairseq's user directory (fairseq takes one ``--user-dir``): importing this package imports
 ``fairseq_outlayers`` (which registers the models, architectures and criterions) and then registers the toy layer,
 so ``--user-dir tests/toy_output_layer --arch outlayers_transformer --output-layer toy-cosine`` works with
 ``fairseq-train`` and ``fairseq-generate`` alike.
 """
-import math
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import fairseq_outlayers  # noqa: F401  (registers the package's models, before the toy joins their registry)
-from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.models.registry import Option, register_output_layer
 from fairseq_outlayers.modules import FactorisedSoftmaxOutput
+from fairseq_outlayers.value_checks import Range
 
 DEFAULT_SCALE = 10.0
 
@@ -43,9 +42,6 @@ class ScaledCosineOutput(FactorisedSoftmaxOutput):
 @register_output_layer("toy-cosine", help="scaled-cosine softmax s * cos(h, w_v) (a toy, registered from tests/); "
                        "option --toy-cosine-scale",
                        options=[Option("--toy-cosine-scale", DEFAULT_SCALE, type=float, metavar="S",
-                                       help="scale s of the cosine logits, fixed")])
+                                       range=Range(0, low_open=True), help="scale s of the cosine logits, fixed")])
 def build_toy_cosine(args, task, decoder_embed_tokens, input_dim):
-    scale = float(args.toy_cosine_scale)
-    if not (scale > 0 and math.isfinite(scale)):
-        raise OutlayersConfigError(f"--toy-cosine-scale must be a positive number; got {args.toy_cosine_scale}")
-    return ScaledCosineOutput(len(task.target_dictionary), input_dim, scale=scale)
+    return ScaledCosineOutput(len(task.target_dictionary), input_dim, scale=args.toy_cosine_scale)

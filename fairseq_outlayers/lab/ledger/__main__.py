@@ -34,7 +34,7 @@ import os
 import shlex
 import sys
 
-from fairseq_outlayers import checks
+from fairseq_outlayers import value_checks
 from fairseq_outlayers.errors import OutlayersConfigError
 
 LEDGER = "docs/results/runs"
@@ -238,9 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=int, default=5, help="fairseq --patience: validations without improvement "
                    "(a row's '# patience: N' overrides it)")
     p.add_argument("--max-epoch", type=int, default=50, help="the ceiling on training epochs")
-    p.add_argument("--beam", type=checks.BEAM, default=5, help="beam of validation BLEU and of the test translations")
-    p.add_argument("--lenpen", type=checks.LENGTH_PENALTY, default=1.0, help="length penalty, in [-10, 10]")
-    p.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
+    p.add_argument("--beam", type=value_checks.BEAM, default=5, help="beam of validation BLEU and of the test translations")
+    p.add_argument("--lenpen", type=value_checks.LENGTH_PENALTY, default=1.0, help="length penalty, in [-10, 10]")
+    p.add_argument("--batch-size", type=value_checks.POSITIVE_INT, default=128)
     p.add_argument("--ledger", default=LEDGER, help="where records and hypotheses are written (committed)")
     p.add_argument("--work", default="work/ledger", help="checkpoints and logs (not committed)")
     p.add_argument("--jobs", type=int, default=1, help="train N runs at once (one fairseq-train process each; "

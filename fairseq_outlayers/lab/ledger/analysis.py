@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import records as rec
-from fairseq_outlayers.lab.ledger import resume
+from fairseq_outlayers.lab.ledger import patience
 from fairseq_outlayers.lab.ledger.stats import paired_bootstrap_test, sentence_stats, welch_t_test
 
 #: the protocol's seeds: the tables, their plots and ``compare_line`` keep to them
@@ -115,7 +115,7 @@ def longest_wait(curve: List[Dict], metric: str) -> Optional[int]:
         return None
     best, since, longest = scores[0], 0, 0
     for score in scores[1:]:
-        if resume.is_better(score, best, metric):
+        if patience.is_better(score, best, metric):
             best, longest, since = score, max(longest, since), 0
         else:
             since += 1

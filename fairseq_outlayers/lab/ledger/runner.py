@@ -39,7 +39,7 @@ from fairseq_outlayers.lab import fairseq_runs, gpus
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.tools.evaluation.scoring import evaluate
 from fairseq_outlayers.lab.fairseq_runs import log
-from fairseq_outlayers.lab.ledger import records, resume, steps
+from fairseq_outlayers.lab.ledger import records, patience, steps
 from fairseq_outlayers.lab.ledger.rows import LedgerRow, decode_key, row_options
 from fairseq_outlayers.outfiles import write_text
 from fairseq_outlayers.tools.commands import executable, user_dir
@@ -220,10 +220,10 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
     cmd = train_command(options, run_dir)
     last_ckpt = os.path.join(run_dir, "checkpoint_last.pt")
     resumed = os.path.exists(last_ckpt)
-    # fairseq forgets its --patience count on a resume: carry it over from the log (resume.py), and do not train
+    # fairseq forgets its --patience count on a resume: carry it over from the log (patience.py), and do not train
     # at all when the protocol had already stopped the run (killed between fairseq's stop and the record)
     saved = checkpoint_state(last_ckpt) if resumed else None
-    state = (resume.early_stopping_state(log_path, row.validate, saved["epoch"])
+    state = (patience.early_stopping_state(log_path, row.validate, saved["epoch"])
              if resumed and os.path.exists(log_path) and row.budget is None else None)
     if row.budget is not None and saved is not None and saved["updates"] > row.budget:
         raise OutlayersConfigError(f"{last_ckpt} has trained {saved['updates']} updates, more than the row's budget "
@@ -233,7 +233,7 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
             row.budget is not None and saved is not None and saved["updates"] == row.budget):
         seconds = 0.0
     else:
-        seconds = fairseq_runs.run_training(cmd if state is None else resume.command(cmd, state), log_path, run_dir,
+        seconds = fairseq_runs.run_training(cmd if state is None else patience.command(cmd, state), log_path, run_dir,
                                             prog="ledger", append=resumed,
                                             label=f"{row.training_name()} seed {seed}: ", env=s.env)
     return {"seconds": seconds, "data_digest": digest, "file_digests": files, "resumed": resumed, "command": cmd,

@@ -8,7 +8,7 @@ model before and after the step and their paired test is like for like. Steps:
 
 * ``fit-output-bias [--train-sentences N] [--epochs 3] [--lr 0.05] [--max-tokens 4096]``: a per-word bias fitted on
   the frozen model from the first N training sentences (all by default), added to its output layer
-  (``fairseq_outlayers.tools.bias_fit``; docs/joint-output.md). Fitted on training data only (the validation NLL before
+  (``fairseq_outlayers.tools.output_bias``; docs/joint-output.md). Fitted on training data only (the validation NLL before
   and after is reported, not used), on the GPU its run was given (``gpus.torch_device``), else the CPU.
 """
 import argparse
@@ -36,14 +36,14 @@ def _check_fit_output_bias(args: argparse.Namespace):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, not {value}")
-    from fairseq_outlayers.checks import LEARNING_RATE
+    from fairseq_outlayers.value_checks import LEARNING_RATE
 
     LEARNING_RATE.check("--lr", args.lr, "give e.g. the default 0.05")  # inf or nan would fit an all-NaN bias
 
 
 def _fit_output_bias(args: argparse.Namespace, checkpoint: str, out_checkpoint: str, data_bin: str,
                      device: Optional[str] = None) -> Dict:
-    from fairseq_outlayers.tools.bias_fit import default_device, fit_output_bias
+    from fairseq_outlayers.tools.output_bias import default_device, fit_output_bias
 
     return fit_output_bias(checkpoint, out_checkpoint, data=data_bin, train_sentences=args.train_sentences,
                            epochs=args.epochs, lr=args.lr, max_tokens=args.max_tokens,

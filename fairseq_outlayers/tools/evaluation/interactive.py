@@ -127,7 +127,7 @@ def interactive_main(args):
 
     from fairseq_outlayers.tools.evaluation import unknown_words
 
-    settings = (unknown_words._take_over_replacement(args, TOOL) if args.replace_unk is not None else None)
+    settings = (unknown_words.take_over_replacement(args, TOOL) if args.replace_unk is not None else None)
     with contextlib.ExitStack() as stack:
         if args.input == "-":
             source = sys.stdin
@@ -171,4 +171,4 @@ def interactive_main(args):
         if stream is not marks:
             marks.close()
     if settings is not None:
-        unknown_words._report(TOOL, stream)
+        unknown_words.report_replacements(TOOL, stream)

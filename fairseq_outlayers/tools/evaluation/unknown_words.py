@@ -250,7 +250,7 @@ class ReplaceUnkOutput:
                 self.scorer.add(encode(self.targets[sid]), encode(detok))
 
 
-def _take_over_replacement(args, tool: str):
+def take_over_replacement(args, tool: str):
     """Turn fairseq's own replacement off and ask for what the rule needs (hard alignment, BPE kept); returns
     the ``ReplaceUnkOutput`` settings the user's options stand for."""
     if args.print_alignment not in (None, "hard"):
@@ -262,7 +262,8 @@ def _take_over_replacement(args, tool: str):
     return settings
 
 
-def _report(tool: str, stream: ReplaceUnkOutput):
+def report_replacements(tool: str, stream: ReplaceUnkOutput):
+    """One line on stderr: how many <unk> were replaced, and how."""
     c = stream.counts
     print(f"{tool}: --replace-unk: {c['lexicon'] + c['copied']} <unk> replaced ({c['lexicon']} from the lexicon, "
           f"{c['copied']} copied from the aligned source word)", file=sys.stderr)
@@ -281,7 +282,7 @@ def generate_main(args):
         raise OutlayersConfigError(f"{tool} --replace-unk needs the source units in the S- lines, which --bpe/"
                                    "--tokenizer decode: leave them out (use --remove-bpe and detokenise afterwards, "
                                    "as scripts/evaluate.sh does)")
-    settings = _take_over_replacement(args, tool)
+    settings = take_over_replacement(args, tool)
     settings["quiet"], args.quiet = args.quiet, False  # the lines are needed for the score
     results_path, args.results_path = args.results_path, None
     scorer = scoring.build_scorer(convert_namespace_to_omegaconf(args).scoring, Dictionary())
@@ -295,13 +296,5 @@ def generate_main(args):
         with contextlib.redirect_stdout(stream):
             generate.main(args)
         stream.close()
-    _report(tool, stream)
+    report_replacements(tool, stream)
     return scorer
-
-
-def interactive_main(args):
-    """fairseq-interactive with ``--replace-unk [LEXICON]`` done by the rule; ``args`` from fairseq's interactive
-    parser (``evaluation/interactive.py``, which also names over-long input lines)."""
-    from fairseq_outlayers.tools.evaluation.interactive import interactive_main as main
-
-    main(args)

@@ -51,7 +51,7 @@ def _main(argv=None):
 
         return lexicon_main(argv[1:])
     args = build_parser().parse_args(argv)
-    from fairseq_outlayers.pairing import write_pairing
+    from fairseq_outlayers.word_pairs import write_pairing
 
     from . import make_pairing
 
@@ -72,7 +72,7 @@ def _main(argv=None):
 
             check_aligner_available(args.aligner)
         if args.identical:
-            from fairseq_outlayers.pairing import load_dictionary, pair_identical
+            from fairseq_outlayers.word_pairs import load_dictionary, pair_identical
 
             pairing = pair_identical(load_dictionary(args.src_dict), load_dictionary(args.tgt_dict))
         else:

@@ -121,7 +121,7 @@ def make_lexicon(src_text: str, tgt_text: str, aligner: str = "systran", alignme
                  ) -> Tuple[Lexicon, Dict[str, int]]:
     """The whole pipeline on a line-aligned training corpus (the text exactly as the model reads it)."""
     from .alignment import read_pharaoh, systran_links
-    from fairseq_outlayers.pairing.corpus import read_parallel
+    from fairseq_outlayers.word_pairs.corpus import read_parallel
 
     corpus = lambda: read_parallel(src_text, tgt_text)  # noqa: E731
     skipped: List[int] = []
@@ -180,7 +180,7 @@ def build_parser():
 def check_source_units(src_text: str, src_dict_path: str, min_fraction: float = 0.5) -> float:
     """Fraction of --src-text tokens in the source dictionary; an error below ``min_fraction`` (the text is not
     in the units the model reads, e.g. words where the model reads BPE)."""
-    from fairseq_outlayers.pairing.corpus import load_dictionary
+    from fairseq_outlayers.word_pairs.corpus import load_dictionary
 
     if not os.path.isfile(src_text):
         raise OutlayersConfigError(f"source text '{src_text}' does not exist; pass the path of an existing file")

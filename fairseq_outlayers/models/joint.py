@@ -6,8 +6,8 @@ the options are parsed; the layer's constructor checks its arguments again (the 
 one-line error naming ``--output-layer joint``).
 """
 
-from fairseq_outlayers.checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
+from fairseq_outlayers.value_checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 
 from .registry import Option, register_output_layer
 
@@ -39,7 +39,7 @@ def check_joint_args(args, num_words=None):
     once the vocabulary size is known, the |V| x d_j matrix sigma(E U + b_u) of every step (with its gradient)."""
     if getattr(args, "joint_structure", "full") != "full" or getattr(args, "joint_dim", None) is None:
         return
-    from .options import decoder_output_dim
+    from .seam_options import decoder_output_dim
 
     per_unit = TRAINED_BYTES * (int(getattr(args, "decoder_embed_dim", None) or 0) + decoder_output_dim(args) + 2)
     what = "its projections U and V"

@@ -9,11 +9,11 @@ from argparse import Namespace
 
 import torch
 
-import benchlib
-from continuous_layer import random_unit_table
+from . import benchlib
+from .continuous_layer import random_unit_table
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-USER_DIR = os.path.join(REPO, "fairseq_outlayers")
+#: fairseq's --user-dir: this package, wherever it is installed
+USER_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def write_model_data(directory, vocab, dim):

@@ -12,8 +12,8 @@ import logging
 import torch
 
 from fairseq_outlayers import fingerprints, model_args
-from fairseq_outlayers.checks import Range
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.value_checks import Range
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
 
@@ -73,7 +73,7 @@ def target_table(args, task):
     """The aligned unit target table: from ``--target-vectors`` for a new model, or an empty table of the right
     shape for a model rebuilt from a checkpoint (its state dict fills it)."""
     # imported here so that ``python -m fairseq_outlayers.tools.vectors`` does not find it imported by the package
-    from fairseq_outlayers.vectors import TargetTable, load_target_table
+    from fairseq_outlayers.target_vectors import TargetTable, load_target_table
 
     dictionary = task.target_dictionary
     if getattr(args, FROM_CHECKPOINT, False) and getattr(args, "continuous_dim", None):
@@ -110,8 +110,7 @@ def decoding_options(args, task):
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
                        options=OPTIONS, selects={"tie_input_to_target_vectors": "target-vectors"},
-                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
-                       criterion_family="continuous")
+                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS, softmax_type=False)
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
     if args.continuous_score_scale is not None:  # also set when decoding (--model-overrides): checked here too
         SCORE_SCALE.check("--continuous-score-scale", args.continuous_score_scale, "give a value in that range (e.g. "

@@ -1,20 +1,17 @@
-"""Part 1 of scripts/bench_continuous.py across processes: each measurement in a fresh subprocess (the script's
-hidden ``--layer-probe``), the medians over a method's probes, and the loop over (V, H) that alternates the methods."""
+"""Part 1 of scripts/bench_continuous.py across processes: each measurement in a fresh subprocess (``python -m
+fairseq_outlayers.lab.bench.continuous_probes``), the medians over a method's probes, and the loop over (V, H) that
+alternates the methods."""
 import json
 import os
 import statistics
 import subprocess
 import sys
 
-from continuous_layer import GiB, LAYER_METHODS, MiB, choose_chunks
-
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench_continuous.py")
-
+from .continuous_layer import GiB, LAYER_METHODS, MiB, choose_chunks
 
 def probe_in_subprocess(args, method, vocab, dim, chunks, steps):
-    cmd = [sys.executable, SCRIPT, "--layer-probe", method, str(vocab), str(dim), str(chunks),
-           str(steps), "--tokens", str(args.tokens), "--continuous-dim", str(args.continuous_dim),
-           "--threads", str(args.threads), "--device", args.device]
+    cmd = [sys.executable, "-m", __name__, method, str(vocab), str(dim), str(chunks), str(steps), str(args.tokens),
+           str(args.continuous_dim), str(args.threads), args.device]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         return {"method": method, "vocab": vocab, "dim": dim, "chunks": chunks,
@@ -83,3 +80,20 @@ def mem_available():
     except OSError:
         pass
     return None
+
+
+def main(argv=None):
+    """One measurement of ``continuous_layer.layer_probe`` in this process, printed as one JSON line:
+    ``METHOD V H CHUNKS STEPS TOKENS M THREADS DEVICE``."""
+    import torch
+
+    from .continuous_layer import layer_probe
+
+    method, vocab, dim, chunks, steps, tokens, m, threads, device = sys.argv[1:] if argv is None else argv
+    torch.set_num_threads(int(threads))
+    print(json.dumps(layer_probe(method, int(vocab), int(dim), int(tokens), int(m), int(chunks), int(steps), device)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

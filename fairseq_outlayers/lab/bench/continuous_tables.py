@@ -1,6 +1,6 @@
 """The Markdown tables of scripts/bench_continuous.py, one per part, with the verdicts on their targets."""
-import benchlib
-from continuous_layer import LAYER_METHODS, MiB, softmax_peak_model
+from . import benchlib
+from .continuous_layer import LAYER_METHODS, MiB, softmax_peak_model
 
 # the targets the verdicts check
 TARGET_SPEEDUP = {50000: 100.0, 300000: 500.0}  # vmf_nll fwd+bwd, softmax time / continuous time
@@ -19,7 +19,7 @@ def _find(rows, method, vocab, dim):
 
 
 def step_flops(method, tokens, vocab, dim, m=300):
-    """FLOP of one fwd+bwd of part 1 (scripts/lib/benchlib.py): 6 N H V softmax, 6 N H m continuous."""
+    """FLOP of one fwd+bwd of part 1 (fairseq_outlayers/lab/bench/benchlib.py): 6 N H V softmax, 6 N H m continuous."""
     if method == "softmax":
         return benchlib.softmax_step_flops(tokens, dim, vocab)
     return benchlib.continuous_step_flops(tokens, dim, m)

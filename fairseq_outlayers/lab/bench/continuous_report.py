@@ -5,16 +5,17 @@ import os
 
 import torch
 
-import benchlib
-from continuous_layer import default_vmf_variant
-from continuous_tables import layer_tables, loss_tables, model_tables, target_verdicts
+from . import benchlib
+from .continuous_layer import default_vmf_variant
+from .continuous_tables import layer_tables, loss_tables, model_tables, target_verdicts
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: the checkout the package was run from (its git commit is recorded with the results)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def environment():
     """The CPU, the commit (marked when the script or its modules differ from it), torch and the date."""
-    commit = benchlib.git_commit(REPO, "scripts/bench_continuous.py", "scripts/lib/continuous_*.py")
+    commit = benchlib.git_commit(REPO, "scripts/bench_continuous.py", "fairseq_outlayers/lab/bench/continuous_*.py")
     return {"cpu": benchlib.cpu_name(), "cores": os.cpu_count(), "commit": commit, "torch": torch.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 

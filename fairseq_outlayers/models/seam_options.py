@@ -2,7 +2,7 @@
 
 ``add_core_args`` adds ``--output-layer``, ``--embeddings``, ``--output-bias`` and every registered method's own
 options; ``fill_defaults`` is what the architecture functions call: it only fills the options left unset, as
-fairseq's architecture functions do (checks run when the model is built: ``models/checks.py``).
+fairseq's architecture functions do (checks run when the model is built: ``models/seam_checks.py``).
 """
 import argparse
 

@@ -8,12 +8,23 @@ checkpoint a resume will load. Both raise a one-line ``OutlayersConfigError`` th
 import argparse
 
 from fairseq_outlayers import fairseq_compat, fingerprints
-from fairseq_outlayers.checks import check_values
 from fairseq_outlayers.data_checks import check_binarised_data
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.value_checks import check_values
 
-from .options import given_options, resume_options, selected_specs, spec_options
-from .registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, get_embedding_spec, get_output_layer_spec
+from .seam_options import given_options, resume_options, selected_specs, spec_options
+from .registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, criterion_trains, declared_criterions,
+                       get_embedding_spec, get_output_layer_spec, layers_trained_by)
+
+
+def layer_names(test) -> str:
+    """The registered output layers whose spec passes ``test``, for a message: "a / b"."""
+    return " / ".join(sorted(name for name, spec in OUTPUT_LAYER_REGISTRY.items() if test(spec)))
+
+
+def _plain_tying(spec) -> bool:
+    """fairseq's decoder tying as an output layer: the decoder embedding is the output matrix."""
+    return spec.ties_decoder_embedding and spec.embedding_sized_input
 
 
 def check_seams(args, task):
@@ -26,14 +37,16 @@ def check_seams(args, task):
     if out_spec.ties_decoder_embedding and emb_spec.no_word_matrix:
         raise OutlayersConfigError(
             f"--output-layer {out_spec.name} ties its word rows to the decoder input embedding, but --embeddings "
-            f"{emb_spec.name} {emb_spec.no_word_matrix}; use --output-layer continuous with them, or another "
-            "--embeddings")
+            f"{emb_spec.name} {emb_spec.no_word_matrix}; use --output-layer "
+            f"{layer_names(lambda s: emb_spec.name in s.selects.values() or s.name == emb_spec.options_from)} "
+            "with them, or another --embeddings")
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     if out_spec.requires_joined_dictionary and src_dict != tgt_dict:
         raise OutlayersConfigError(
             f"--output-layer {out_spec.name} shares one matrix between source, target and output, which needs a "
             f"joined dictionary, but the source ({len(src_dict)} types) and target ({len(tgt_dict)} types) "
-            "dictionaries differ; re-run fairseq-preprocess with --joined-dictionary, or use --output-layer tied"
+            "dictionaries differ; re-run fairseq-preprocess with --joined-dictionary, or use --output-layer "
+            f"{layer_names(lambda s: _plain_tying(s) and not s.requires_joined_dictionary)}"
         )
     if out_spec.refuses_tying:  # before the model's build turns fairseq's tying flags into the output layer's
         for flag in ("share_decoder_input_output_embed", "share_all_embeddings"):
@@ -41,14 +54,16 @@ def check_seams(args, task):
                 raise OutlayersConfigError(
                     f"--output-layer {out_spec.name} {out_spec.refuses_tying}, which contradicts "
                     f"--{flag.replace('_', '-')} (it ties the output matrix to the learned decoder embedding); drop "
-                    "that option, or use --output-layer tied / tied-all for tying")
+                    f"that option, or use --output-layer {layer_names(_plain_tying)} for tying")
     elif getattr(args, "share_decoder_input_output_embed", False) and not out_spec.ties_decoder_embedding:
         raise OutlayersConfigError(
             f"--share-decoder-input-output-embed asks for tying but --output-layer is '{out_spec.name}' (untied); "
-            "use --output-layer tied instead")
+            f"use --output-layer {layer_names(lambda s: _plain_tying(s) and not s.requires_joined_dictionary)} "
+            "instead")
     if getattr(args, "merge_src_tgt_embed", False):
         raise OutlayersConfigError("--merge-src-tgt-embed is not supported by outlayers_transformer; binarise with "
-                                   "fairseq-preprocess --joined-dictionary and use --output-layer tied-all")
+                                   "fairseq-preprocess --joined-dictionary and use --output-layer "
+                                   f"{layer_names(lambda s: s.shares_all_embeddings)}")
     check_binarised_data(task)
     fingerprints.check_dictionaries(args, task)
     if getattr(args, "adaptive_softmax_cutoff", None):
@@ -114,52 +129,31 @@ def check_option_values(args):
             spec.check_args(args, None)
 
 
-def _continuous_criterions():
-    from fairseq.criterions import CRITERION_REGISTRY
-
-    from fairseq_outlayers.criterions.continuous_losses import ContinuousLossCriterion
-
-    return sorted(n for n, c in CRITERION_REGISTRY.items() if isinstance(c, type) and
-                  issubclass(c, ContinuousLossCriterion))
-
-
 def check_criterion(args, criterion=None):
-    """The criterion must suit the output layer: continuous outputs train only with the continuous losses, every
-    other layer never does. ``criterion``: its registered name (default: the training options')."""
+    """The criterion must train the output layer (``registry.criterion_trains``: softmax-type layers with the
+    criterions that score a softmax, the others with the criterions made for them), and the criterion's own
+    ``check_options`` runs, before any data is read. ``criterion``: its registered name (default: the training
+    options')."""
     if criterion is None:
         criterion = (getattr(args, "criterion", None) if isinstance(args, argparse.Namespace)
                      else fairseq_compat.root_option(args, "criterion", "_name"))
     if not criterion or not isinstance(criterion, str):
         return
-    spec = get_output_layer_spec(args.output_layer)
-    continuous = _continuous_criterions()
-    if spec.criterion_family == "continuous" and criterion not in continuous:
-        raise OutlayersConfigError(
-            f"--criterion {criterion} scores a softmax over the vocabulary, but --output-layer {spec.name} predicts "
-            f"a word vector; use --criterion {', '.join(continuous)}")
-    if spec.criterion_family != "continuous" and criterion in continuous:
-        needing = ", ".join(s.name for s in OUTPUT_LAYER_REGISTRY.values() if s.criterion_family == "continuous")
-        raise OutlayersConfigError(
-            f"--criterion {criterion} needs --output-layer {needing} (a predicted word vector), but --output-layer "
-            f"{spec.name} gives a softmax; use --criterion cross_entropy, label_smoothed_cross_entropy, "
-            f"fused_cross_entropy or sampled_softmax, or --output-layer {needing}")
     from fairseq.criterions import CRITERION_REGISTRY
 
+    spec = get_output_layer_spec(args.output_layer)
     cls = CRITERION_REGISTRY.get(criterion)
-    ranges = getattr(cls, "option_ranges", None)
-    if ranges:  # the package's criterions: their options within range, before any data is read
-        check_values(ranges, {name: fairseq_compat.root_option(args, "criterion", name) for name in ranges},
-                     cls.option_defaults())
-    if criterion == "max_margin":
-        from fairseq_outlayers.criterions.continuous_losses import MaxMarginConfig, check_margin_options
-
-        defaults = MaxMarginConfig()
-        check_margin_options(*(fairseq_compat.root_option(args, "criterion", name, getattr(defaults, name)) for name in
-                               ("margin_negative", "margin")))
-    if criterion == "vmf_nll":  # a loss that cannot train is refused before any data is read
-        from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig, check_vmf_options
-
-        defaults = VMFNLLConfig()
-        check_vmf_options(*(fairseq_compat.root_option(args, "criterion", name, getattr(defaults, name)) for name in
-                            ("vmf_variant", "vmf_lambda1", "vmf_lambda2", "vmf_released_lambda", "vmf_log_cm",
-                             "vmf_compile")))
+    if cls is not None and not criterion_trains(cls, spec):
+        if spec.softmax_type:
+            needing = ", ".join(layers_trained_by(cls))
+            others = ", ".join(declared_criterions(spec))
+            raise OutlayersConfigError(
+                f"--criterion {criterion} needs --output-layer {needing} (a predicted word vector), but "
+                f"--output-layer {spec.name} gives a softmax; use fairseq's cross-entropy criterions"
+                f"{', ' + others if others else ''}, or --output-layer {needing}")
+        raise OutlayersConfigError(
+            f"--criterion {criterion} scores a softmax over the vocabulary, but --output-layer {spec.name} predicts "
+            f"a word vector; use --criterion {', '.join(declared_criterions(spec))}")
+    early = getattr(cls, "check_options", None)
+    if early is not None:  # the criterion's own options (ranges, combinations), before any data is read
+        early(lambda name, default=None: fairseq_compat.root_option(args, "criterion", name, default))

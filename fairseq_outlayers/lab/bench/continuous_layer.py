@@ -9,7 +9,7 @@ from argparse import Namespace
 import torch
 import torch.nn as nn
 
-import benchlib
+from . import benchlib
 
 LAYER_METHODS = ("softmax", "vmf_nll", "cosine")
 MiB = 2.0 ** 20

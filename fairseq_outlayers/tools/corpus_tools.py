@@ -1,11 +1,11 @@
 """Text helpers for the preparation scripts (scripts/prepare-*.sh); plain Python, no Perl.
 
-    python scripts/lib/corpus_tools.py tags IN OUT [--style 2014|2017]
-    python scripts/lib/corpus_tools.py segs IN OUT
-    python scripts/lib/corpus_tools.py clean SRC TGT OUT_SRC OUT_TGT [--also RAW_SRC RAW_TGT OUT_RAW_SRC OUT_RAW_TGT]
+    python fairseq_outlayers/tools/corpus_tools.py tags IN OUT [--style 2014|2017]
+    python fairseq_outlayers/tools/corpus_tools.py segs IN OUT
+    python fairseq_outlayers/tools/corpus_tools.py clean SRC TGT OUT_SRC OUT_TGT [--also RAW_SRC RAW_TGT OUT_RAW_SRC OUT_RAW_TGT]
                                          [--min-len 1] [--max-len 175] [--ratio 1.5]
-    python scripts/lib/corpus_tools.py every N IN OUT_EVERY_NTH OUT_REST
-    python scripts/lib/corpus_tools.py tokenize --lang L [--lower] [--normalize] [--jobs 2] IN OUT
+    python fairseq_outlayers/tools/corpus_tools.py every N IN OUT_EVERY_NTH OUT_REST
+    python fairseq_outlayers/tools/corpus_tools.py tokenize --lang L [--lower] [--normalize] [--jobs 2] IN OUT
 
 ``tags``  the IWSLT ``train.tags.*`` files: drop the talk metadata lines and keep the text of title and
           description lines, as fairseq's prepare-iwslt14.sh (style 2014: <url>, <talkid>, <keywords>) and

@@ -173,8 +173,8 @@ def gflops(flops_per_s: float) -> str:
 
 
 def flops_note(device: str, peak: float) -> str:
-    return (f"Achieved GFLOP/s = the step's FLOP count (formulas in scripts/lib/benchlib.py and the method's "
-            f"doc) / its time; the device's measured float32 matmul: {gflops(peak)} GFLOP/s on `{device}` "
+    return (f"Achieved GFLOP/s = the step's FLOP count (formulas in fairseq_outlayers/lab/bench/benchlib.py and the "
+            f"method's doc) / its time; the device's measured float32 matmul: {gflops(peak)} GFLOP/s on `{device}` "
             "(best of 5 square matmuls, this run, same threads).")
 
 

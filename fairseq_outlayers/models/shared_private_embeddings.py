@@ -11,8 +11,8 @@ import logging
 from fairseq_outlayers import fingerprints, model_args
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
-from fairseq_outlayers.pairing.corpus import special_indices
-from fairseq_outlayers.pairing.pairs import index_maps, lambdas_from_string, read_pairing
+from fairseq_outlayers.word_pairs.corpus import special_indices
+from fairseq_outlayers.word_pairs.pairs import index_maps, lambdas_from_string, read_pairing
 
 from .registry import Option, get_output_layer_spec, register_embeddings
 

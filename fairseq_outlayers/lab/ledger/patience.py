@@ -4,7 +4,7 @@ fairseq keeps its ``--patience`` count in memory only (attributes of ``fairseq_c
 so a run resumed from ``checkpoint_last.pt`` counts again from its first validation after the resume and can
 train longer than the protocol says. The runner resumes through this entry point instead of ``fairseq-train``:
 
-    python -m fairseq_outlayers.lab.ledger.resume BEST RUNS -- FAIRSEQ-TRAIN-ARGS...
+    python -m fairseq_outlayers.lab.ledger.patience BEST RUNS -- FAIRSEQ-TRAIN-ARGS...
 
 which sets that count to what an uninterrupted run would hold (the best validation score so far and the
 validations since it, read from the run's log by ``early_stopping_state``) and hands over to fairseq-train's main.
@@ -43,14 +43,14 @@ def is_better(score: float, best: float, metric: str) -> bool:
 
 def command(fairseq_train_cmd, state: Tuple[float, int]):
     """The resume command for a ``[fairseq-train, args...]`` command list."""
-    return [sys.executable, "-m", "fairseq_outlayers.lab.ledger.resume", repr(float(state[0])), str(int(state[1])),
+    return [sys.executable, "-m", "fairseq_outlayers.lab.ledger.patience", repr(float(state[0])), str(int(state[1])),
             "--", *fairseq_train_cmd[1:]]
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if len(argv) < 3 or argv[2] != "--":
-        raise SystemExit("usage: python -m fairseq_outlayers.lab.ledger.resume BEST RUNS -- FAIRSEQ-TRAIN-ARGS...")
+        raise SystemExit("usage: python -m fairseq_outlayers.lab.ledger.patience BEST RUNS -- FAIRSEQ-TRAIN-ARGS...")
     from fairseq_cli import train
 
     # fairseq-train's log format (the ledger reads its logs): importing this package imported fairseq, whose

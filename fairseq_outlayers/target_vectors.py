@@ -39,8 +39,8 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from fairseq_outlayers.checks import FROZEN_BYTES, check_fits
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.value_checks import FROZEN_BYTES, check_fits
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-import benchlib
+from . import benchlib
 
 
 def loss_variants(compile_log_cm=False, compiled=False):

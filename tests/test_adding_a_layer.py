@@ -1,0 +1,92 @@
+"""docs/architecture.md, "Adding a method", followed to the letter: the files it prints (an output layer, a
+criterion and a set of embeddings, each with its test and doc page) are written into a temporary copy of the
+package, its tests and its docs, and nothing else there changes. In that copy the new methods' own tests pass (the
+maths against float64 references, training runs), and so do the package's tests that read the registries (option
+ranges, the unused-option check, the options listing, the leaves rule) and the sentence check of the docs. The
+copy is removed afterwards; this process never imports it."""
+import glob
+import os
+import re
+import shutil
+import sys
+
+from harness import REPO, run, tool
+
+DOC = os.path.join(REPO, "docs", "architecture.md")
+#: the fenced blocks of the section whose first line names a file: "# PATH" (Python) or "<!-- PATH -->" (Markdown)
+BLOCK = re.compile(r"```(?:python|markdown)\n(?:# |<!-- )([\w./-]+\.(?:py|md))(?: -->)?\n(.*?)```", re.S)
+#: the package's tests that read the registries, by name
+REGISTRY_TESTS = ["declares_its_range", "seam_options_parse", "bad_float", "criterion_options_parse",
+                  "every_seam_and_method", "every_package_criterion", "are_leaves", "declared_once", "names_no_method", "share_a_name"]
+#: the files the section prints
+NEW_FILES = ["docs/factorised-embedding.md", "docs/focal-cross-entropy.md", "docs/scaled-cosine.md",
+             "fairseq_outlayers/criterions/focal_cross_entropy.py", "fairseq_outlayers/models/factorised.py",
+             "fairseq_outlayers/models/scaled_cosine.py", "fairseq_outlayers/modules/cosine_softmax.py",
+             "fairseq_outlayers/modules/factorised_embedding.py", "tests/test_factorised_embedding.py",
+             "tests/test_focal_cross_entropy.py", "tests/test_scaled_cosine.py"]
+
+
+def section_files():
+    """{path: text} of the files the section prints, each with its first line."""
+    with open(DOC, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("\n## Adding a method")
+    section = text[start:text.index("\n## ", start + 1)]
+    files = {}
+    for match in BLOCK.finditer(section):
+        path, body = match.group(1), match.group(2)
+        first = f"<!-- {path} -->" if path.endswith(".md") else f"# {path}"
+        files[path] = first + "\n" + body
+    return files
+
+
+def copy_checkout(root):
+    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
+    for folder in ("fairseq_outlayers", "tests"):
+        shutil.copytree(os.path.join(REPO, folder), os.path.join(root, folder), ignore=ignore)
+    os.makedirs(os.path.join(root, "docs"))
+    os.makedirs(os.path.join(root, "scripts"))
+    for path in glob.glob(os.path.join(REPO, "docs", "*.md")) + [os.path.join(REPO, "README.md")]:
+        shutil.copy(path, os.path.join(root, os.path.relpath(path, REPO)))
+    shutil.copy(os.path.join(REPO, "scripts", "check_sentences.py"), os.path.join(root, "scripts"))
+
+
+def test_the_files_of_the_doc_make_working_methods(tmp_path):
+    files = section_files()
+    assert sorted(files) == NEW_FILES
+    root = str(tmp_path / "checkout")
+    try:
+        copy_checkout(root)
+        for path, text in files.items():
+            target = os.path.join(root, path)
+            assert not os.path.exists(target), path  # new files only
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(text)
+        env = {"PYTHONPATH": root}
+        new_tests = [path for path in NEW_FILES if path.startswith("tests/")]
+        run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + new_tests +
+            ["tests/test_option_checks.py", "tests/test_options_listing.py", "tests/test_core.py", "-k",
+             " or ".join(["scaled_cosine", "focal_cross_entropy", "factorised_embedding"] + REGISTRY_TESTS)],
+            cwd=root, env=env, timeout=1200)
+        run([sys.executable, os.path.join("scripts", "check_sentences.py")], cwd=root, env=env)
+        # the registry-driven lists name the new methods and their options, with their defaults
+        listing = run([sys.executable, "-m", "fairseq_outlayers", "options"], cwd=root, env=env).stdout
+        assert "--output-layer scaled-cosine: " in listing and "--embeddings factorised: " in listing
+        assert "--criterion focal_cross_entropy: " in listing
+        assert re.search(r"--cosine-scale S .*\[default: 10", listing) and "--cosine-dim K" in listing, listing
+        assert re.search(r"--embed-factor-dim K .*\[default: 16\]", listing), listing
+        assert re.search(r"--focal-gamma .*\[default: 2", listing), listing
+        for extra, message in (
+                (["--output-layer", "softmax", "--cosine-scale", "3"], "--cosine-scale needs --output-layer "
+                 "scaled-cosine; --output-layer softmax would ignore it"),
+                (["--output-layer", "scaled-cosine", "--cosine-dim", "0"], "--cosine-dim must be a positive integer"),
+                (["--output-layer", "scaled-cosine", "--cosine-scale", "1000"], "--cosine-scale must be in (0, 100]"),
+                (["--output-layer", "continuous", "--criterion", "focal_cross_entropy"],
+                 "--criterion focal_cross_entropy scores a softmax over the vocabulary, but --output-layer continuous"),
+                (["--embeddings", "factorised", "--embed-factor-dim", "0"], "--embed-factor-dim must be a positive")):
+            proc = run([tool("outlayers-train"), os.path.join(root, "no-data"), "--arch", "outlayers_transformer"]
+                       + extra, cwd=root, env=env, check=False)
+            assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert not os.path.exists(root)
