@@ -117,6 +117,13 @@ def _child(function, cmd, cwd, env, stdin_fd, out_fd, err_fd) -> int:
     for handler in list(root.handlers):
         root.removeHandler(handler)
     root.setLevel(logging.WARNING)
+    # and no level a test process set at run time (``outlayers-params`` quiets the model core's logger when it
+    # runs in-process): every logger as a new process has it, its level unset
+    logging.disable(logging.NOTSET)
+    for logger in list(logging.root.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger):
+            logger.setLevel(logging.NOTSET)
+            logger.disabled = False
     for name in list(sys.modules):
         if name == "fairseq_cli" or name.startswith(FRESH_MODULES):
             del sys.modules[name]
