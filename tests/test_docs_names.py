@@ -164,7 +164,7 @@ WRITTEN = {"--output", "--out", "-o", ">", "--save-dir", "--results-path"}
 #: files of fairseq's own repository that the documents name (its test suite, run with the plugin)
 FAIRSEQ_FILES = {"tests/test_sequence_generator.py"}
 #: options of other tools written inline in the documents
-OTHER_TOOLS = {"--durations": "pytest"}
+OTHER_TOOLS = {"--durations": "pytest", "--randomly-seed": "pytest-randomly"}
 
 
 def _placeholder(path):
