@@ -35,6 +35,10 @@ IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PY
 FRESH_MODULES = ("fairseq_cli.", "fairseq_outlayers.tools", "fairseq_outlayers.lab", "fairseq_outlayers.__main__")
 
 _scripts: Optional[Dict[str, str]] = None
+#: the loggers' levels once the test process has imported torch, fairseq and the plugin (conftest imports this
+#: module after them): what the modules set on import, as a new process would have them
+_IMPORT_LEVELS = {name: logger.level for name, logger in logging.root.manager.loggerDict.items()
+                  if isinstance(logger, logging.Logger)}
 
 
 def _console_scripts() -> Dict[str, str]:
@@ -118,11 +122,11 @@ def _child(function, cmd, cwd, env, stdin_fd, out_fd, err_fd) -> int:
         root.removeHandler(handler)
     root.setLevel(logging.WARNING)
     # and no level a test process set at run time (``outlayers-params`` quiets the model core's logger when it
-    # runs in-process): every logger as a new process has it, its level unset
+    # runs in-process): every logger at the level its modules' import gave it
     logging.disable(logging.NOTSET)
-    for logger in list(logging.root.manager.loggerDict.values()):
+    for name, logger in list(logging.root.manager.loggerDict.items()):
         if isinstance(logger, logging.Logger):
-            logger.setLevel(logging.NOTSET)
+            logger.setLevel(_IMPORT_LEVELS.get(name, logging.NOTSET))
             logger.disabled = False
     for name in list(sys.modules):
         if name == "fairseq_cli" or name.startswith(FRESH_MODULES):
