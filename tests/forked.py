@@ -7,9 +7,11 @@ files the parent reads back; its exit status is the command's (``SystemExit`` as
 and a traceback on stderr for an uncaught exception). The parent waits, with the command's timeout.
 
 What a fork cannot give is a fresh import. So a command runs in a real subprocess when its environment changes
-what Python imports (``PYTHONPATH``, ``PYTHONHOME`` ...), for ``fairseq-hydra-train`` (Hydra keeps global
-state), for anything but a console script of this venv or ``python -m MODULE`` / ``python SCRIPT.py``, and for
-every command when ``OUTLAYERS_TEST_SUBPROCESS=1`` (the coverage run of ``docs/development.md`` uses it).
+what Python imports (``PYTHONHOME``, a ``PYTHONPATH`` entry other than the folder holding the package ...), for
+``fairseq-hydra-train`` and ``python -m pytest`` (they keep global state), for anything but a console script of
+this venv or ``python -m MODULE``, ``python SCRIPT.py`` or ``python -c CODE``, and for every command when
+``OUTLAYERS_TEST_SUBPROCESS=1`` (the coverage run of ``docs/development.md`` uses it). The commands a shell script
+starts are served the same way by ``forkserver.py``.
 """
 import importlib
 import io
@@ -26,13 +28,18 @@ from importlib import metadata
 from typing import Callable, Dict, List, Optional
 
 SUBPROCESS_ENV = "OUTLAYERS_TEST_SUBPROCESS"
-#: console scripts that keep global state a fork would share with the test process
-NOT_FORKED = {"fairseq-hydra-train"}
+#: console scripts (and ``python -m`` modules) that keep global state a fork would share with the test process
+NOT_FORKED = {"fairseq-hydra-train", "pytest", "py.test"}
 #: environment variables that change what a new Python imports: a fork could not honour them
 IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PYTHONNOUSERSITE",
               "PYTHONUSERBASE", "PYTHONEXECUTABLE")
 #: modules a child imports afresh: the programs (what they do on import happens again), not the plugin
 FRESH_MODULES = ("fairseq_cli.", "fairseq_outlayers.tools", "fairseq_outlayers.lab", "fairseq_outlayers.__main__")
+#: the packages whose console scripts a fork runs
+FORKABLE = ("fairseq_cli.", "fairseq_outlayers.")
+#: the folder holding the package: on ``PYTHONPATH`` it changes no import of the package (scripts put it there)
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(
+    importlib.import_module("fairseq_outlayers").__file__)))
 
 _scripts: Optional[Dict[str, str]] = None
 #: the loggers' levels once the test process has imported torch, fairseq and the plugin (conftest imports this
@@ -52,13 +59,18 @@ def target(cmd: List[str], bin_dir: str, env: Dict[str, str]) -> Optional[Callab
     """The function that runs ``cmd`` in this process, or None when ``cmd`` needs a new Python."""
     if env.get(SUBPROCESS_ENV) == "1" or not cmd or not hasattr(os, "fork"):
         return None
-    if any(env.get(k) != os.environ.get(k) for k in IMPORT_ENV):
+    if any(env.get(k) != os.environ.get(k) for k in IMPORT_ENV if k != "PYTHONPATH"):
+        return None
+    if _new_paths(env) is None:
         return None
     program = cmd[0]
     if os.path.abspath(program) in (os.path.abspath(sys.executable), os.path.join(bin_dir, "python")):
-        if len(cmd) >= 3 and cmd[1] == "-m" and not cmd[2].startswith("-"):
+        if len(cmd) >= 3 and cmd[1] == "-m" and not cmd[2].startswith("-") and cmd[2] not in NOT_FORKED:
             module = cmd[2]
             return lambda: _run_module(module)
+        if len(cmd) >= 3 and cmd[1] == "-c":
+            code = cmd[2]
+            return lambda: _run_code(code)
         if len(cmd) >= 2 and cmd[1].endswith(".py") and os.path.isfile(cmd[1]):
             path = cmd[1]
             return lambda: _run_path(path)
@@ -70,7 +82,7 @@ def target(cmd: List[str], bin_dir: str, env: Dict[str, str]) -> Optional[Callab
     if value is None or ":" not in value:
         return None
     module, _, attr = value.partition(":")
-    if not (module.startswith("fairseq_cli.") or module.startswith("fairseq_outlayers.")):
+    if not module.startswith(FORKABLE):
         return None
 
     def call():
@@ -81,21 +93,62 @@ def target(cmd: List[str], bin_dir: str, env: Dict[str, str]) -> Optional[Callab
     return call
 
 
+def _new_paths(env: Dict[str, str]) -> Optional[List[str]]:
+    """The entries ``env``'s ``PYTHONPATH`` adds to this process's: [] when it is the same, None when a fork
+    would import otherwise. An entry already on ``sys.path``, or the folder holding the package, changes nothing
+    this process has imported."""
+    if env.get("PYTHONPATH") == os.environ.get("PYTHONPATH"):
+        return []
+    known = {os.path.realpath(p) for p in sys.path if p} | {os.path.realpath(PACKAGE_ROOT)}
+    entries = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+    if not all(os.path.realpath(p) in known for p in entries):
+        return None
+    return entries
+
+
 def _run_module(module: str):
     import runpy
 
+    sys.path.insert(0, os.getcwd())  # as ``python -m`` puts it first
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _run_code(code: str):
+    import builtins
+
+    sys.path.insert(0, "")  # as ``python -c`` puts it first
+    exec(compile(code, "<string>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
 
 
 def _run_path(path: str):
     import runpy
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as ``python SCRIPT`` puts it first
     runpy.run_path(path, run_name="__main__")
+
+
+def _alias_user_dir(argv: List[str]) -> None:
+    """A ``--user-dir`` that is the imported package by another path (a symbolic link): a new Python would import
+    the package from there, and fairseq refuses a second path for a module it has. The path joins the package's
+    ``__path__``, which finds the same files."""
+    package = sys.modules.get("fairseq_outlayers")
+    if package is None:
+        return
+    for i, arg in enumerate(argv):
+        path = argv[i + 1] if arg == "--user-dir" and i + 1 < len(argv) else (
+            arg.partition("=")[2] if arg.startswith("--user-dir=") else None)
+        if not path:
+            continue
+        path = os.path.abspath(path)
+        if path not in package.__path__ and os.path.realpath(path) == os.path.realpath(package.__path__[0]):
+            package.__path__.append(path)
 
 
 def _argv(cmd: List[str]) -> List[str]:
     if len(cmd) >= 3 and cmd[1] == "-m":
         return [cmd[2]] + cmd[3:]  # runpy sets argv[0] to the module's file
+    if len(cmd) >= 3 and cmd[1] == "-c":
+        return ["-c"] + cmd[3:]
     if len(cmd) >= 2 and cmd[1].endswith(".py"):
         return cmd[1:]
     return list(cmd)
@@ -109,11 +162,14 @@ def _child(function, cmd, cwd, env, stdin_fd, out_fd, err_fd) -> int:
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", line_buffering=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", line_buffering=True)
     sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+    new_paths = _new_paths(env) or []
     os.environ.clear()
     os.environ.update(env)
+    sys.path[:0] = [p for p in new_paths if p not in sys.path]
     if cwd:
         os.chdir(cwd)
     sys.argv = _argv(cmd)
+    _alias_user_dir(sys.argv)
     # a new Python's logging: no handler (pytest's are the parent's) and the root at WARNING. The programs'
     # modules are imported again, so that what they do on import (fairseq_cli's logging.basicConfig on stdout)
     # happens in this child as in a new process; the plugin itself stays (fairseq's registries hold it)

@@ -17,6 +17,7 @@ import sys
 from typing import Dict, List, Optional
 
 import forked
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_outlayers")
@@ -45,7 +46,8 @@ def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]]
         timeout: int = 600, input: Optional[str] = None) -> subprocess.CompletedProcess:
     """``cmd`` in a process of its own. A console script of this venv, or ``python -m MODULE`` / ``python
     SCRIPT.py``, runs in a fork of the test process (``forked.py``): the same function with the same argv,
-    environment and working directory, without a second start of Python, torch and fairseq.
+    environment and working directory, without a second start of Python, torch and fairseq. Any other command (a
+    shell script) runs afresh, and the commands it starts are served by forks (``forkserver.py``).
     ``OUTLAYERS_TEST_SUBPROCESS=1`` starts every command afresh instead."""
     full_env = dict(os.environ)
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints without it
@@ -55,6 +57,11 @@ def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]]
     if target is not None:
         proc = forked.run(target, cmd, cwd=cwd, env=full_env, timeout=timeout, input=input)
     else:
+        # a script's own commands (fairseq-train in scripts/train.sh ...) are served by forks too (forkserver.py),
+        # unless the test chose the programs it finds (VENV_BIN, or a PATH not led by this venv)
+        given = env or {}
+        if "VENV_BIN" not in given and given.get("PATH", BIN).split(os.pathsep)[0] == BIN:
+            full_env.update(forkserver.environment(full_env))
         proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
                               input=input)
     if check and proc.returncode != 0:

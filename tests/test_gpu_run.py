@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tarfile
 
+import forkserver
 import pytest
 from harness import REPO
 
@@ -18,15 +19,18 @@ FILES = ["precision_gpu.md", "vmf_loss_cuda.md", "whole_model_cuda.md", "fused_l
          "cuda-tests-all.txt"]
 
 
-def driver(tmp_path, python=sys.executable, **env):
+def driver(tmp_path, python=None, **env):
     bin_dir = os.path.dirname(sys.executable)
-    full = dict(os.environ, SMOKE="1", DEVICE="cpu", PY=python, OUT=str(tmp_path / "out"),
+    full = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(tmp_path / "out"),
                 STATE=str(tmp_path / "state"), OMP_NUM_THREADS="1", PATH=bin_dir + os.pathsep + os.environ["PATH"],
                 MULTI30K=str(tmp_path / "none"),
                 # the call's budget is for a GPU's nine minutes; a loaded CPU (other tests beside it) may need more
                 BUDGET="3600")
     full.update(env)
     full.pop("PYTHONPATH", None)
+    # the script's Python commands served by forks of this process (tests/forkserver.py), unless one is given
+    full.update(forkserver.environment(full))
+    full["PY"] = python or os.path.join(full.get("VENV_BIN", bin_dir), "python")
     return subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_run.sh")], cwd=REPO, env=full,
                           capture_output=True, text=True, timeout=900)
 
