@@ -22,9 +22,11 @@ def test_checkpoint_needs_only_allow_listed_globals(tiny_bin, tmp_path):
     save = str(tmp_path / "ckpt")
     train(tiny_bin, save, extra=["--output-layer", "tied"], max_update=2)
     path = os.path.join(save, "checkpoint_last.pt")
-    # ask a fresh interpreter that has not imported the plugin (this one has already allow-listed the classes)
+    # ask a fresh interpreter that has not imported the plugin (this one has already allow-listed the classes):
+    # a new Python, not a fork of this one
     probe = run([sys.executable, "-c", "import sys, torch; print('\\n'.join("
-                 "torch.serialization.get_unsafe_globals_in_checkpoint(sys.argv[1])))", path])
+                 "torch.serialization.get_unsafe_globals_in_checkpoint(sys.argv[1])))", path],
+                env={"OUTLAYERS_TEST_SUBPROCESS": "1"})
     needed = set(probe.stdout.split())
     allowed = {f"{c.__module__}.{c.__qualname__}" for c in ALLOWED_GLOBALS}
     assert needed == {"argparse.Namespace"} and needed <= allowed
