@@ -1,10 +1,12 @@
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
 
 import fairseq_outlayers  # noqa: F401  (registers models; allow-lists checkpoint classes)
+import forkserver
 from harness import DEVICE_ENV, make_corpus, preprocess
 
 # One thread a test process: pytest-xdist runs one worker a core (``-n auto``), and the commands the tests start
@@ -84,3 +86,18 @@ def fast_tier(request):
             os.environ.pop("OUTLAYERS_TEST_SUBPROCESS", None)
         else:
             os.environ["OUTLAYERS_TEST_SUBPROCESS"] = previous
+
+
+@pytest.fixture
+def served_commands(monkeypatch):
+    """For a test that runs a program of the package in-process (``ledger_main``) which starts ``fairseq-train``
+    beside ``sys.executable``, or ``sys.executable -m ...``: here those are the stand-ins of forkserver.py, so each
+    such command is a fork of a process that has fairseq imported. ``sys.executable`` names the stand-in of
+    Python, as it would name a symbolic link to Python that started it. A test module asks for it with
+    ``pytestmark = pytest.mark.usefixtures("served_commands")``; ``OUTLAYERS_TEST_SUBPROCESS=1`` turns it off."""
+    env = forkserver.environment(dict(os.environ))
+    if not env.get("VENV_BIN"):
+        return
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(sys, "executable", os.path.join(env["VENV_BIN"], "python"))

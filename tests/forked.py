@@ -190,6 +190,9 @@ def _child(function, cmd, cwd, env, stdin_fd, out_fd, err_fd) -> int:
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and "torch" in sys.modules and threads.isdigit():
         sys.modules["torch"].set_num_threads(int(threads))
+    import faulthandler
+
+    faulthandler.disable()  # pytest's: a new Python has none (os.abort() prints no "Fatal Python error")
     warnings.resetwarnings()
     if env.get("PYTHONWARNINGS") == "ignore":
         warnings.simplefilter("ignore")

@@ -97,6 +97,20 @@ def environment(env: Dict[str, str]) -> Dict[str, str]:
     return added
 
 
+def command(cmd, env: Dict[str, str]):
+    """``cmd`` started through its stand-in when ``env`` (from ``environment``) has one: this venv's Python or
+    one of its programs. For a test that starts processes itself (``subprocess.Popen``), side by side."""
+    folder = env.get("VENV_BIN")
+    if not folder or ADDRESS_ENV not in env:
+        return list(cmd)
+    program = os.path.abspath(cmd[0]) if os.sep in cmd[0] else cmd[0]
+    name = "python" if program == os.path.abspath(sys.executable) else os.path.basename(program)
+    if os.path.dirname(program) not in ("", forked_bin()) and name != "python":
+        return list(cmd)
+    stand_in = os.path.join(folder, name)
+    return [stand_in] + list(cmd[1:]) if os.path.exists(stand_in) else list(cmd)
+
+
 def forked_bin() -> str:
     return os.path.dirname(sys.executable)
 

@@ -191,8 +191,9 @@ def train_distributed(bin_dir: str, save_dir: str, arch_args=None, extra=None, m
     env = dict(os.environ)
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
-    procs = [subprocess.Popen(base + ["--distributed-rank", str(r)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(world_size)]
+    env.update(forkserver.environment(env))  # each rank a fork of a process that has fairseq imported
+    procs = [subprocess.Popen(forkserver.command(base, env) + ["--distributed-rank", str(r)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world_size)]
     outs = []
     for r, p in enumerate(procs):
         out, _ = p.communicate(timeout=timeout)
@@ -202,6 +203,22 @@ def train_distributed(bin_dir: str, save_dir: str, arch_args=None, extra=None, m
                 q.kill()
             raise AssertionError(f"rank {r} failed ({p.returncode}):\n{out[-4000:]}")
     return outs
+
+
+def softmax_layers() -> List[str]:
+    """The package's softmax-type output layers, read from the registry: a new one is tested with the others."""
+    import fairseq_outlayers  # noqa: F401  (registers the layers)
+    from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
+
+    return sorted(name for name, spec in OUTPUT_LAYER_REGISTRY.items()
+                  if spec.softmax_type and spec.build.__module__.startswith("fairseq_outlayers."))
+
+
+def layer_data(layer: str, bin_dir: str, joined_bin_dir: str) -> str:
+    """The tiny corpus a layer trains on: the joined-dictionary one when the layer needs it."""
+    from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
+
+    return joined_bin_dir if OUTPUT_LAYER_REGISTRY[layer].requires_joined_dictionary else bin_dir
 
 
 def build_model(bin_dir: str, arch_args=None, extra=None):

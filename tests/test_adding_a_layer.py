@@ -17,7 +17,8 @@ DOC = os.path.join(REPO, "docs", "architecture.md")
 BLOCK = re.compile(r"```(?:python|markdown)\n(?:# |<!-- )([\w./-]+\.(?:py|md))(?: -->)?\n(.*?)```", re.S)
 #: the package's tests that read the registries, by name
 REGISTRY_TESTS = ["declares_its_range", "seam_options_parse", "bad_float", "criterion_options_parse",
-                  "every_seam_and_method", "every_package_criterion", "are_leaves", "declared_once", "names_no_method", "share_a_name"]
+                  "every_seam_and_method", "every_package_criterion", "are_leaves", "declared_once", "names_no_method",
+                  "share_a_name", "criterion_equals_label_smoothed", "ratio_one_equals_full_softmax"]
 #: the files the section prints
 NEW_FILES = ["docs/factorised-embedding.md", "docs/focal-cross-entropy.md", "docs/scaled-cosine.md",
              "fairseq_outlayers/criterions/focal_cross_entropy.py", "fairseq_outlayers/models/factorised.py",
@@ -65,7 +66,8 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
         env = {"PYTHONPATH": root}
         new_tests = [path for path in NEW_FILES if path.startswith("tests/")]
         run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + new_tests +
-            ["tests/test_option_checks.py", "tests/test_options_listing.py", "tests/test_core.py", "-k",
+            ["tests/test_option_checks.py", "tests/test_options_listing.py", "tests/test_core.py",
+             "tests/test_fused_cross_entropy.py", "tests/test_sampled_softmax.py", "-k",
              " or ".join(["scaled_cosine", "focal_cross_entropy", "factorised_embedding"] + REGISTRY_TESTS)],
             cwd=root, env=env, timeout=1200)
         run([sys.executable, os.path.join("scripts", "check_sentences.py")], cwd=root, env=env)

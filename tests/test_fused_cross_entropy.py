@@ -8,9 +8,9 @@ from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_l
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.linear_cross_entropy import block_sizes, chunked_logsumexp, linear_cross_entropy
-from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, logged_losses, train
+from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, layer_data, logged_losses, softmax_layers, train
 
-SOFTMAX_LAYERS = ["softmax", "tied", "tied-all", "joint", "fixed"]
+SOFTMAX_LAYERS = softmax_layers()
 PAD = 1
 
 
@@ -95,6 +95,7 @@ def _setup(bin_dir, extra, arch=TINY_TRANSFORMER):
     return task, model, next(itr)
 
 
+#: options that exercise more of a layer (a bias, a smaller dimension); a layer not named here runs with its defaults
 LAYER_OPTIONS = {
     "softmax": ["--output-layer", "softmax", "--output-bias"],
     "tied": ["--output-layer", "tied"],
@@ -103,6 +104,10 @@ LAYER_OPTIONS = {
     "fixed": ["--output-layer", "fixed", "--fixed-targets-dim", "16", "--fixed-targets-learned-scale",
               "--fixed-targets-bias", "0.5"],
 }
+
+
+def layer_options(layer):
+    return LAYER_OPTIONS.get(layer, ["--output-layer", layer])
 
 
 def _reference(model, sample, eps, pad):
@@ -124,7 +129,7 @@ def test_criterion_equals_label_smoothed_cross_entropy(tiny_bin, tiny_bin_joined
     parameter's gradient equal fairseq's label-smoothed cross-entropy, in float64, within 1e-5 relative."""
     from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
 
-    task, model, sample = _setup(tiny_bin_joined if layer == "tied-all" else tiny_bin, LAYER_OPTIONS[layer], arch)
+    task, model, sample = _setup(layer_data(layer, tiny_bin, tiny_bin_joined), layer_options(layer), arch)
     model.double().train()
     crit = FusedCrossEntropyCriterion(task, False, 0.1, report_accuracy=True, fused_impl="chunked",
                                       fused_block_elements=97)
@@ -180,9 +185,9 @@ def test_cce_asked_for_but_missing():
 def test_fairseq_train_and_generate(tiny_bin, tiny_bin_joined, tmp_path, layer):
     """fairseq-train --user-dir through the criterion for a few updates, with label smoothing and accuracy, then
     fairseq-generate on the checkpoint."""
-    bin_dir = tiny_bin_joined if layer == "tied-all" else tiny_bin
+    bin_dir = layer_data(layer, tiny_bin, tiny_bin_joined)
     save = str(tmp_path / "ckpt")
-    proc = train(bin_dir, save, extra=LAYER_OPTIONS[layer] + [
+    proc = train(bin_dir, save, extra=layer_options(layer) + [
         "--criterion", "fused_cross_entropy", "--label-smoothing", "0.1", "--report-accuracy"], max_update=3)
     out = proc.stdout + proc.stderr
     losses = logged_losses(out)

@@ -15,6 +15,8 @@ from fairseq_outlayers.lab.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.lab.ledger import records
 from fairseq_outlayers.tools.rawtext import Preparation
 
+pytestmark = pytest.mark.usefixtures("served_commands")  # commands the runners start: forks (conftest.py)
+
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ every set of embeddings and every criterion of the package, on the CPU.
 
 The cases are read from the registries (``registry_cases``), so a new output layer, embedding or criterion is
 covered without editing this file. Each case trains 3 updates straight, then 1 update and a resume to 3, the three
-runs in one interpreter (``RUNS``: fairseq imported once), while the two ranks train; the straight run is the
+runs in one process (``RUNS``), while the two ranks train, each process a fork (``forkserver.py``); the straight run is the
 reference of both checks. ``--update-freq 2`` makes every update two micro-batches, so the draws a criterion makes
 per micro-batch are covered too. The ranks meet on a port chosen free when the test runs, and every run writes
 under the test's own tmp_path, so cases can run side by side (pytest-xdist).
@@ -24,6 +24,7 @@ import subprocess
 import sys
 from typing import List, NamedTuple
 
+import forkserver
 import numpy as np
 import pytest
 import torch
@@ -181,10 +182,13 @@ NOT_EQUAL = {}  # none today: sampled softmax seeds each draw with the batch's i
 
 
 def _start(cmd: List[str]) -> subprocess.Popen:
+    """``cmd`` started beside the others; a fork of a process that has fairseq imported runs it (forkserver.py)."""
     env = dict(os.environ)
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin loads checkpoints without it
     env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env.update(forkserver.environment(env))
+    return subprocess.Popen(forkserver.command(cmd, env), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
 
 
 def _finish(procs, timeout=600):

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from fairseq_outlayers.criterions.sampled_softmax import (SampledSoftmaxCriterion, mix_seed, sample_vocabulary,
                                                           sampled_softmax_loss, sampling_correction)
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
-from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, logged_losses, train, train_distributed
+from harness import (TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, layer_data, logged_losses, softmax_layers, train,
+                     train_distributed)
 
 
 # -- the sampled vocabulary -----------------------------------------------------------------------------------------
@@ -75,7 +75,7 @@ def test_sampled_loss_against_float64_reference():
 
 
 # -- the criterion on real models ------------------------------------------------------------------------------------
-SOFTMAX_LAYERS = ["softmax", "tied", "joint"] + (["fixed"] if "fixed" in OUTPUT_LAYER_REGISTRY else [])
+SOFTMAX_LAYERS = softmax_layers()
 
 
 def _setup(tiny_bin, extra, arch=TINY_TRANSFORMER):
@@ -97,11 +97,11 @@ def _criterion(task, ratio, eps=0.0, correction="none"):
 
 
 @pytest.mark.parametrize("layer", SOFTMAX_LAYERS)
-def test_ratio_one_equals_full_softmax(tiny_bin, layer):
+def test_ratio_one_equals_full_softmax(tiny_bin, tiny_bin_joined, layer):
     """--sample-ratio 1 gives fairseq's label-smoothed cross-entropy and the same gradients, bit for bit."""
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
-    _, task, model, sample = _setup(tiny_bin, ["--output-layer", layer])
+    _, task, model, sample = _setup(layer_data(layer, tiny_bin, tiny_bin_joined), ["--output-layer", layer])
     model.train()
     ref_crit = LabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
     ref_loss, ref_size, ref_log = ref_crit(model, sample)
