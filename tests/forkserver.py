@@ -25,7 +25,6 @@ import stat
 import struct
 import sys
 import tempfile
-import time
 from typing import Dict, Optional
 
 import forked

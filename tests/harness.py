@@ -3,7 +3,8 @@
 ``make_corpus`` writes a small synthetic parallel corpus (a deterministic word-by-word translation with
 reordering, so a model can learn something in a few updates), ``preprocess`` binarises it with
 ``fairseq-preprocess``, ``train`` runs ``fairseq-train --user-dir ...`` for a few updates and ``generate`` runs
-``fairseq-generate`` and parses its hypotheses. Every call is a real subprocess. A user mistake ends fairseq's
+``fairseq-generate`` and parses its hypotheses. Every call runs the real program, in a fork of the test process
+where one can stand in for a new Python (``run``). A user mistake ends fairseq's
 own CLIs with a traceback whose last line is the message, and the package's ``outlayers-train`` /
 ``outlayers-generate`` with that one line: tests of error messages run the latter (``cli=...``).
 

@@ -11,8 +11,7 @@ import torch.nn.functional as F
 from fairseq_outlayers.criterions.sampled_softmax import (SampledSoftmaxCriterion, mix_seed, sample_vocabulary,
                                                           sampled_softmax_loss, sampling_correction)
 from fairseq_outlayers.errors import OutlayersConfigError
-from harness import (TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, layer_data, logged_losses, softmax_layers, train,
-                     train_distributed)
+from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, layer_data, logged_losses, softmax_layers, train
 
 
 # -- the sampled vocabulary -----------------------------------------------------------------------------------------
