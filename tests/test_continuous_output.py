@@ -72,6 +72,26 @@ def test_vectors_aligned_to_dictionary(tmp_path):
     assert any("normalised mean of the 2 file vectors" in line for line in t.report.lines())
 
 
+def test_zero_and_repeated_vectors_are_counted_and_said(tmp_path):
+    """A zero vector is ignored, a repeated word keeps its first vector; the report says both. No file name, or
+    a missing file, is one line naming the option."""
+    from fairseq_outlayers.errors import OutlayersConfigError
+
+    d = small_dictionary(["the", "cat"])
+    first, second = np.array([1.0, 0, 0]), np.array([0, 1.0, 0])
+    path = write_vec(tmp_path / "v.vec", [("the", first), ("cat", np.zeros(3)), ("the", second), ("cat", second)])
+    t = load_target_table(d, str(path))
+    assert t.report.zero_vectors == 1 and t.report.duplicates == 1
+    assert np.allclose(t.table[d.index("the")].numpy(), first) and np.allclose(t.table[d.index("cat")].numpy(), second)
+    lines = t.report.lines()
+    assert "1 zero vectors in the file were ignored" in lines
+    assert "1 repeated words in the file: the first vector of each was kept" in lines
+    with pytest.raises(OutlayersConfigError, match="--output-layer continuous needs --target-vectors FILE"):
+        load_target_table(d, "")
+    with pytest.raises(OutlayersConfigError, match=r"--target-vectors .*none.vec: no such file"):
+        load_target_table(d, str(tmp_path / "none.vec"))
+
+
 def test_centred_vectors_match_a_float64_hand_computation(tmp_path):
     """--target-vectors-center: unit vectors minus the mean of the dictionary words' unit vectors, renormalised;
     <unk> (mean of the outside words) and </s> are shifted by the same mean."""

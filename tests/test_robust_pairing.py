@@ -242,3 +242,36 @@ def test_pairing_cut_at_a_line_end_is_an_error(tmp_path):
     assert read_pairing(_write(tmp_path / "ok.txt", lines)).counts() == {"lm": 2, "wf": 1, "ur": 0}
     with pytest.raises(OutlayersConfigError, match="the header says 'lm=2 wf=1 ur=0' but the file holds lm=2 wf=0"):
         read_pairing(_write(tmp_path / "cut.txt", lines[:-1]))
+
+
+def test_pairing_missing_file_bad_score_and_special_symbols(tmp_path):
+    """The reader's other refusals, each one line naming the file (and line): a missing file, a score that is not
+    a number, a pair naming a special symbol; and the pairs of one category."""
+    from fairseq.data import Dictionary
+
+    from fairseq_outlayers.word_pairs import dictionary_hash, index_maps
+
+    with pytest.raises(OutlayersConfigError, match=r"pairing file '.*none.txt' does not exist; make it with"):
+        read_pairing(str(tmp_path / "none.txt"))
+    path = _write(tmp_path / "p.txt", _header() + ["lm\tHaus\thouse\t0.5", "wf\tBerlin\tBerlin\tabc"])
+    with pytest.raises(OutlayersConfigError, match=r"p.txt:8: score 'abc' is not a number"):
+        read_pairing(path)
+    src, tgt = Dictionary(), Dictionary()
+    for word in ("Haus", "Berlin"):
+        src.add_symbol(word)
+    tgt.add_symbol("house")
+    header = [line.replace("a" * 64, dictionary_hash(src)).replace("b" * 64, dictionary_hash(tgt))
+              for line in _header(n_src=len(src), n_tgt=len(tgt))]
+    path = _write(tmp_path / "s.txt", header + ["lm\tHaus\thouse\t0.5", "wf\t</s>\t</s>\t1"])
+    pairing = read_pairing(path)
+    assert [p.src for p in pairing.by_category("wf")] == ["</s>"] and len(pairing.by_category("lm")) == 1
+    with pytest.raises(OutlayersConfigError, match=r"s.txt': special symbol in pair \(</s>, </s>\)"):
+        index_maps(pairing, src, tgt, path=path)
+
+
+def test_a_missing_parallel_text_is_one_line_naming_it(tmp_path):
+    from fairseq_outlayers.word_pairs.corpus import read_parallel
+
+    real = _write(tmp_path / "train.en", ["a b"])
+    with pytest.raises(OutlayersConfigError, match=r"'.*train.de' does not exist; pass the path of an existing file"):
+        list(read_parallel(str(tmp_path / "train.de"), real))
