@@ -13,6 +13,9 @@ from harness import DEVICE_ENV, make_corpus, preprocess
 # are forks of it (forked.py) that must not inherit a thread pool.
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+# and torch.compile without its pool of compile workers: a fork of a test process that compiled once would wait
+# for ever on the parent's pool (--vmf-compile through a forked fairseq-train hung with a fresh inductor cache)
+os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
 
 def pytest_addoption(parser):
