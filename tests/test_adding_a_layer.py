@@ -67,8 +67,10 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
         new_tests = [path for path in NEW_FILES if path.startswith("tests/")]
         run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + new_tests +
             ["tests/test_option_checks.py", "tests/test_options_listing.py", "tests/test_core.py",
-             "tests/test_fused_cross_entropy.py", "tests/test_sampled_softmax.py", "-k",
-             " or ".join(["scaled_cosine", "focal_cross_entropy", "factorised_embedding"] + REGISTRY_TESTS)],
+             "tests/test_fused_cross_entropy.py", "tests/test_sampled_softmax.py", "tests/test_resume_every_layer.py",
+             "-k",
+             " or ".join(["scaled_cosine", "focal_cross_entropy", "factorised_embedding"] + REGISTRY_TESTS + [
+                 "(resume_and_two_processes and (scaled or focal or factorised))"])],
             cwd=root, env=env, timeout=1200)
         run([sys.executable, os.path.join("scripts", "check_sentences.py")], cwd=root, env=env)
         # the registry-driven lists name the new methods and their options, with their defaults

@@ -386,3 +386,23 @@ def test_no_two_files_share_a_name():
             assert key not in seen, f"{path} and {seen[key]} share a name"
             seen[key] = path
     assert len(seen) > 60
+
+
+def test_embeddings_without_a_word_matrix_name_the_layers_they_work_with():
+    """An output layer that ties to the decoder embedding, with embeddings that have no word matrix, is refused
+    naming the layers that do not tie (read from the registry), never an empty list."""
+    import argparse
+
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.models.seam_checks import check_seams, layer_names
+
+    untied = layer_names(lambda s: not s.ties_decoder_embedding)
+    assert untied
+    tying = sorted(n for n, s in OUTPUT_LAYER_REGISTRY.items() if s.ties_decoder_embedding)
+    for name, spec in EMBEDDING_REGISTRY.items():
+        if not spec.no_word_matrix:
+            continue
+        with pytest.raises(OutlayersConfigError) as e:
+            check_seams(argparse.Namespace(output_layer=tying[0], embeddings=name), None)
+        assert f"{spec.no_word_matrix}; use --output-layer {untied} with them" in str(e.value)

@@ -57,7 +57,8 @@ def _package(obj) -> bool:
 def registry_cases() -> List[Case]:
     """Every output layer with its criterions (the continuous losses for a continuous layer, cross-entropy for the
     others), every softmax-family criterion of the package on the tied layer, and every set of embeddings other
-    than ``standard`` with the output layer whose options it reads (``options_from``), else the tied layer. Entries
+    than ``standard`` with the output layer whose options it reads (``options_from``), else the tied layer (else an
+    untied softmax-type layer, for embeddings with no word matrix). Entries
     registered from outside the package (a ``--user-dir`` of a test) are left out: their subprocesses would need it."""
     import fairseq_outlayers  # noqa: F401  (registers everything)
     from fairseq.criterions import CRITERION_REGISTRY
@@ -78,12 +79,14 @@ def registry_cases() -> List[Case]:
     for name, spec in layers.items():
         for criterion in trained_by(spec):
             cases.append(Case(name, "standard", criterion, spec.requires_joined_dictionary))
+    #: for embeddings with no word matrix: the first softmax-type layer that does not tie to the decoder embedding
+    untied = sorted(n for n, s in layers.items() if s.softmax_type and not s.ties_decoder_embedding)
     softmax_criterions = {n for n, c in ours.items() if getattr(c, "softmax_type", True)}
     for criterion in sorted(softmax_criterions):
         cases.append(Case("tied", "standard", criterion, False))
     for name, spec in EMBEDDING_REGISTRY.items():
         if name != "standard" and _package(spec.build):
-            layer = spec.options_from or "tied"
+            layer = spec.options_from or ("tied" if not spec.no_word_matrix else untied[0])
             cases.append(Case(layer, name, default_criterion(layer), layers[layer].requires_joined_dictionary))
     return cases
 

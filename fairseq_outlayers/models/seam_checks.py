@@ -38,7 +38,7 @@ def check_seams(args, task):
         raise OutlayersConfigError(
             f"--output-layer {out_spec.name} ties its word rows to the decoder input embedding, but --embeddings "
             f"{emb_spec.name} {emb_spec.no_word_matrix}; use --output-layer "
-            f"{layer_names(lambda s: emb_spec.name in s.selects.values() or s.name == emb_spec.options_from)} "
+            f"{layer_names(lambda s: not s.ties_decoder_embedding)} "
             "with them, or another --embeddings")
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     if out_spec.requires_joined_dictionary and src_dict != tgt_dict:
