@@ -212,6 +212,15 @@ def _child(function, cmd, cwd, env, stdin_fd, out_fd, err_fd) -> int:
     return code
 
 
+def leave(code: int) -> None:
+    """The end of a child: its output flushed, then ``os._exit`` (no handler of the test process runs)."""
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    finally:
+        os._exit(code & 0xFF)
+
+
 def run(function, cmd: List[str], cwd: Optional[str], env: Dict[str, str], timeout: float,
         input: Optional[str]) -> subprocess.CompletedProcess:
     """``cmd`` run by ``function`` in a fork; the result as ``subprocess.run(..., capture_output=True,
@@ -228,11 +237,7 @@ def run(function, cmd: List[str], cwd: Optional[str], env: Dict[str, str], timeo
             try:
                 code = _child(function, cmd, cwd, env, stdin.fileno(), out.fileno(), err.fileno())
             finally:
-                try:
-                    for stream in (sys.stdout, sys.stderr):
-                        stream.flush()
-                finally:
-                    os._exit(code & 0xFF)
+                leave(code)
         deadline = time.monotonic() + timeout
         delay = 0.005
         while True:

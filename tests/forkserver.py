@@ -280,11 +280,7 @@ def _answer(conn: socket.socket, listener: socket.socket, children: Dict[int, so
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             code = forked._child(function, cmd, cwd, env, *fds)
         finally:
-            try:
-                for stream in (sys.stdout, sys.stderr):
-                    stream.flush()
-            finally:
-                os._exit(code & 0xFF)
+            forked.leave(code)
     for fd in fds:
         os.close(fd)
     try:
