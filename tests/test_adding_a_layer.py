@@ -2,9 +2,9 @@
 criterion and a set of embeddings, each with its test and doc page) are written into a temporary copy of the
 package, its tests and its docs, and nothing else there changes. In that copy the new methods' own tests pass (the
 maths against float64 references, training runs), and so do the package's tests that read the registries (option
-ranges, the unused-option check, the options listing, the leaves rule) and the sentence check of the docs. The
-copy is removed afterwards; this process never imports it."""
-import glob
+ranges, the unused-option check, the options listing, the leaves rule, the generated blocks of the docs, the
+length of the docs pages) and the sentence check of the docs. The copy is removed afterwards; this process never
+imports it."""
 import os
 import re
 import shutil
@@ -18,7 +18,8 @@ BLOCK = re.compile(r"```(?:python|markdown)\n(?:# |<!-- )([\w./-]+\.(?:py|md))(?
 #: the package's tests that read the registries, by name
 REGISTRY_TESTS = ["declares_its_range", "seam_options_parse", "bad_float", "criterion_options_parse",
                   "every_seam_and_method", "every_package_criterion", "are_leaves", "declared_once", "names_no_method",
-                  "share_a_name", "criterion_equals_label_smoothed", "ratio_one_equals_full_softmax"]
+                  "share_a_name", "criterion_equals_label_smoothed", "ratio_one_equals_full_softmax",
+                  "pages_are_short", "every_generated_block"]
 #: the files the section prints
 NEW_FILES = ["docs/factorised-embedding.md", "docs/focal-cross-entropy.md", "docs/scaled-cosine.md",
              "fairseq_outlayers/criterions/focal_cross_entropy.py", "fairseq_outlayers/models/factorised.py",
@@ -45,10 +46,9 @@ def copy_checkout(root):
     ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
     for folder in ("fairseq_outlayers", "tests"):
         shutil.copytree(os.path.join(REPO, folder), os.path.join(root, folder), ignore=ignore)
-    os.makedirs(os.path.join(root, "docs"))
+    shutil.copytree(os.path.join(REPO, "docs"), os.path.join(root, "docs"), ignore=ignore)  # what the blocks read
     os.makedirs(os.path.join(root, "scripts"))
-    for path in glob.glob(os.path.join(REPO, "docs", "*.md")) + [os.path.join(REPO, "README.md")]:
-        shutil.copy(path, os.path.join(root, os.path.relpath(path, REPO)))
+    shutil.copy(os.path.join(REPO, "README.md"), root)
     shutil.copy(os.path.join(REPO, "scripts", "check_sentences.py"), os.path.join(root, "scripts"))
 
 
@@ -71,7 +71,7 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
         run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + new_tests +
             ["tests/test_option_checks.py", "tests/test_options_listing.py", "tests/test_core.py",
              "tests/test_fused_cross_entropy.py", "tests/test_sampled_softmax.py", "tests/test_resume_every_layer.py",
-             "-k",
+             "tests/test_docs_blocks.py", "-k",
              " or ".join(["scaled_cosine", "focal_cross_entropy", "factorised_embedding"] + REGISTRY_TESTS + [
                  "(resume_and_two_processes and (scaled or focal or factorised))"])],
             cwd=root, env=env, timeout=1200)

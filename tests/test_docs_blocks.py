@@ -13,6 +13,9 @@ from fairseq_outlayers.lab import docs
 from harness import REPO
 
 METHOD_PAGES = ["joint-output.md", "shared-private.md", "fixed-targets.md", "continuous-outputs.md", "fused-loss.md"]
+# the pages every user reads through, whatever methods the package holds
+GUIDES = ["architecture.md", "development.md", "gpu.md", "install.md", "recipes.md", "reproducing.md", "results.md",
+          "troubleshooting.md", "usage.md"]
 
 
 def test_every_generated_block_is_what_its_files_give():
@@ -42,11 +45,13 @@ def test_the_documents_have_the_blocks_the_issue_asks_for():
 
 
 def test_the_pages_are_short():
-    """No method page over 200 lines; the top-level documents (notes and benchmark pages apart) under 2,500."""
+    """The guides together under 1,750 lines; every other top-level page is a method's page, under 200 lines
+    each. A method added as docs/architecture.md says brings its own page, and no budget of the guides stops it."""
     lengths = {os.path.basename(p): len(open(p, encoding="utf-8").read().splitlines())
                for p in glob.glob(os.path.join(REPO, "docs", "*.md"))}
-    assert {n: lengths[n] for n in METHOD_PAGES if lengths[n] > 200} == {}
-    assert sum(lengths.values()) < 2500, lengths
+    assert set(METHOD_PAGES) <= set(lengths) and set(GUIDES) <= set(lengths), sorted(lengths)
+    assert {n: k for n, k in lengths.items() if n not in GUIDES and k > 200} == {}
+    assert sum(lengths[n] for n in GUIDES) < 1750, {n: lengths[n] for n in GUIDES}
 
 
 @pytest.fixture

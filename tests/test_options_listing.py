@@ -6,7 +6,7 @@ import sys
 
 from harness import REPO
 
-from fairseq_outlayers.tools.options import main, render
+from fairseq_outlayers.tools.options import chosen, main, render
 
 
 def _lines_of(text, flag):
@@ -71,6 +71,16 @@ def test_words_select_sections_and_an_unknown_word_is_an_error(capsys):
     assert main(["joint"]) == 0
     out = capsys.readouterr().out
     assert "--output-layer joint: " in out and "--output-layer fixed: " not in out and "--joint-dim" in out
+    # a name picks its own section only: tied is not tied-all, softmax not sampled_softmax; other words are parts
+    assert main(["tied", "softmax"]) == 0
+    out = capsys.readouterr().out
+    assert "--output-layer tied: " in out and "--output-layer softmax: " in out, out
+    assert "--output-layer tied-all: " not in out and "--criterion sampled_softmax: " not in out, out
+    assert main(["vmf"]) == 0 and "--criterion vmf_nll: " in capsys.readouterr().out
+    sections = [("--output-layer scaled-cosine", "", []), ("--criterion cosine", "", []), ("--criterion l2", "", [])]
+    assert chosen(sections, ["cosine"]) == sections[1:2]
+    assert chosen(sections, ["cos", "l2"]) == sections
+    assert chosen(sections, ["criterion"], heading="Criterions") == sections
     assert main(["no-such-thing"]) == 1
     assert "no section matches no-such-thing" in capsys.readouterr().err
 

@@ -14,7 +14,7 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
 - ``rows ROW[:OTHER] ...``: each row's test2016 mean over the protocol's seeds and its difference from its
   baseline (or from OTHER), from the records of ``docs/results/runs``;
 - ``options WORD ...``: the options of the package's output layers, embedding methods and criterions whose
-  section title contains a WORD (``outlayers-options``, read from the registries); the word ``seams`` gives the
+  section a WORD picks (``outlayers-options``, read from the registries); the word ``seams`` gives the
   options of the two seams themselves;
 - ``archs``: every ``--arch`` of the package with its description;
 - ``cli MODULE:FUNCTION``: the options of the argparse parser that FUNCTION builds (a console command's);
@@ -195,13 +195,13 @@ def _seam_row(flags: str, default: str, help_text: str):
 
 def _options_block(ctx: Context, args: List[str]) -> List[str]:
     import fairseq_outlayers  # noqa: F401  (registers the methods and criterions)
-    from fairseq_outlayers.tools.options import criterion_sections, method_sections, seam_options
+    from fairseq_outlayers.tools.options import chosen, criterion_sections, method_sections, seam_options
 
     if not args:
         raise OutlayersConfigError("an options block names at least one word (e.g. joint, vmf_nll, seams)")
     seams = [("--output-layer / --embeddings", "", [_seam_row(*o) for o in seam_options()])] if "seams" in args else []
-    sections = seams + [s for s in method_sections() + criterion_sections()
-                        if any(w.lower() in s[0].lower() for w in args)]
+    words = [w for w in args if w != "seams"]
+    sections = seams + (chosen(method_sections() + criterion_sections(), words) if words else [])
     if not sections:
         raise OutlayersConfigError(f"no section of outlayers-options matches {' '.join(args)}")
     lines = ["| option | default | what it does |", "| --- | --- | --- |"]

@@ -185,8 +185,30 @@ def _format(title: str, text: str, opts: List[Option]) -> List[str]:
     return lines
 
 
+def _name(title: str) -> str:
+    """The name a section is about: ``--criterion cosine`` -> ``cosine``."""
+    parts = title.split()
+    return parts[1].lower() if len(parts) > 1 and title.startswith("--") and parts[1][0].isalnum() else ""
+
+
+def chosen(sections, words: List[str], heading: str = "", names=None):
+    """The sections ``words`` pick. A word that is a section's name (one of ``names``, by default those of
+    ``sections``) picks only the sections of that name: ``cosine`` is the criterion, not ``--output-layer
+    scaled-cosine``. Any other word picks the sections whose title, or whose group ``heading``, contains it
+    (``vmf``, ``criterion``)."""
+    names = {_name(s[0]) for s in sections} - {""} if names is None else names
+
+    def picks(word, title):
+        word = word.lower()
+        if word in names:
+            return _name(title) == word
+        return word in title.lower() or word in heading.lower()
+
+    return [s for s in sections if not words or any(picks(w, s[0]) for w in words)]
+
+
 def render(words: Optional[List[str]] = None) -> str:
-    """The whole listing (or the sections whose title contains one of ``words``)."""
+    """The whole listing, or the sections ``words`` pick (:func:`chosen`)."""
     import fairseq_outlayers  # noqa: F401  (registers the models, methods and criterions)
 
     def wanted(*texts):
@@ -200,12 +222,13 @@ def render(words: Optional[List[str]] = None) -> str:
         ("Architectures", model_sections()),
         ("Criterions", criterion_sections()),
     ]
+    every_name = {_name(s[0]) for _, sections in groups for s in sections} - {""}
     for heading, sections in groups:
-        chosen = [s for s in sections if wanted(heading, s[0])]
-        if not chosen:
+        picked = chosen(sections, words or [], heading, every_name)
+        if not picked:
             continue
         blocks.append(f"== {heading}")
-        for title, text, opts in chosen:
+        for title, text, opts in picked:
             blocks.append("\n".join(_format(title, text, opts)))
     archs = [a for a in arch_sections() if wanted("--arch presets", a[0])]
     if archs:
@@ -219,8 +242,9 @@ def render(words: Optional[List[str]] = None) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="outlayers-options", description=__doc__.strip().splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("words", nargs="*", help="show only the sections whose title contains one of these words "
-                        "(e.g. joint, continuous, criterion, arch)")
+    parser.add_argument("words", nargs="*", help="show only the sections these words pick: a method's or criterion's name "
+                        "picks its section (e.g. joint, cosine); another word, the sections whose title contains it "
+                        "(e.g. vmf, criterion, arch)")
     args = parser.parse_args(argv)
     text = render(args.words)
     if not text.strip():
