@@ -1,12 +1,14 @@
 """Checkpoints written by the released package (0.1.0) still load and translate the same.
 
-``tests/expected/released/`` holds one tiny Transformer checkpoint per output layer and per embeddings method (the
-optimizer state dropped), trained by the release on the tests' synthetic corpus, and ``translations.json`` the
-hypotheses and scores that the release's ``fairseq-generate`` gave with them. Each checkpoint is decoded here with
-this checkout's package and must give the same hypotheses, and scores within 1e-4.
+``tests/expected/released/`` holds one tiny Transformer checkpoint per output layer and per embeddings method, and
+two of the LSTM (the optimizer state dropped), trained by the release on the tests' synthetic corpus, and
+``translations.json`` the hypotheses and scores that the release's ``fairseq-generate`` gave with them. Each
+checkpoint is decoded here with this checkout's package and must give the same hypotheses, and scores within 1e-4.
 
 They were written from the release's source with ``python tests/test_released_checkpoints.py OUT_DIR``, run from
-that source's root (so its harness imports the release's package), and copied here."""
+that source's root (so its harness imports the release's package), and copied here. The LSTM cases were added
+later the same way, from the release (2aaecbc); the Transformer cases it wrote again had the same weights and gave
+the same translations and scores."""
 import json
 import os
 import re
@@ -21,8 +23,15 @@ EXPECTED = os.path.join(HERE, "expected", "released")
 SIZES = ["--arch", "outlayers_transformer", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim",
          "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
          "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--dropout", "0.0"]
+LSTM_SIZES = ["--arch", "outlayers_lstm", "--encoder-embed-dim", "32", "--encoder-hidden-size", "16",
+              "--decoder-embed-dim", "32", "--decoder-hidden-size", "24", "--decoder-out-embed-dim", "32",
+              "--dropout", "0.0"]
+#: the cases trained with the LSTM (SIZES otherwise)
+LSTM_CASES = {"lstm-joint": (False, ["--output-layer", "joint", "--joint-dim", "16"]),
+              "lstm-shared-private": (False, ["--embeddings", "shared-private", "--output-layer", "tied",
+                                              "--pairing", "{pairing}"])}
 #: name: (joined dictionary, options); {vectors} and {pairing} are the files written next to the data
-CASES = {
+CASES = {**LSTM_CASES, 
     "softmax": (False, ["--output-layer", "softmax"]),
     "tied-bias": (False, ["--output-layer", "tied", "--output-bias"]),
     "tied-all": (True, ["--output-layer", "tied-all"]),
@@ -76,7 +85,7 @@ def write(out_dir):
     translations = {}
     for name, (joined, extra) in sorted(CASES.items()):
         save = os.path.join(work, name)
-        train(data[joined], save, SIZES, [a.format(**files) for a in extra])
+        train(data[joined], save, LSTM_SIZES if name in LSTM_CASES else SIZES, [a.format(**files) for a in extra])
         state = torch.load(os.path.join(save, "checkpoint_last.pt"), map_location="cpu", weights_only=False)
         state["last_optimizer_state"] = None
         path = os.path.join(out_dir, name + ".pt")
