@@ -1,13 +1,15 @@
 """Verdicts by code: the rule of ``stats.target_verdict`` on exact cases (and its mirror image), the claims file's
 checks, and the verdict over further seeds, which waits until both rows of a pair have the planned seeds."""
 import json
+import math
 import os
 
 import pytest
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.lab.docs import Context, render_text
 from fairseq_outlayers.lab.ledger.render import claims_section, read_claims, render
-from fairseq_outlayers.lab.ledger.stats import target_verdict, welch_t_test
+from fairseq_outlayers.lab.ledger.stats import seeds_for_power, target_verdict, welch_t_test
 from harness import REPO
 from test_ledger import HYP_A, HYP_B, fake_record
 
@@ -66,10 +68,36 @@ def test_the_further_seeds_verdict_waits_for_both_rows(tmp_path):
     fake_record(ledger, "joint", 4, 37.0, HYP_B, baseline="tied")
     text = "\n".join(claims_section(ledger, claims, [1, 2, 3], "test2016", {}))
     line = text.split("Over every seed both rows have")[1].strip().splitlines()[-1]
-    assert "waiting" not in line and "over seeds 1-4 |" in line and line.endswith("** |")
+    assert "waiting" not in line and "over seeds 1-4 |" in line
+    # every planned seed in and still inconclusive: the page says so, with the seeds the spread would need. Means
+    # 34.75 and 33.00, variances 35/12 and 26/3 (pooled sd 2.41), 1.25 above the target: an effect of 0.52 sd
+    assert line.endswith("| **inconclusive**: 4 seeds a row do not settle it: the means differ by +1.75, 1.25 above "
+                         "the target +0.50, at a seed spread (sd) of 2.41; about 60 seeds a row would find that gap "
+                         "four times in five |")
+    assert seeds_for_power(1.25, math.sqrt((35.0 / 12.0 + 26.0 / 3.0) / 2.0)) == 60
     # the protocol's table keeps to seeds 1-3 and the rendered page opens with the claims
     assert render(ledger, claims=claims).index("## Claims and their verdicts") < render(ledger, claims=claims).index("## t")
     assert "## Claims" not in render(ledger)
+
+
+def test_the_readme_counts_the_further_seeds_once_both_rows_have_them(tmp_path):
+    """The README's evidence table gives a claim's verdict over the protocol's seeds until both rows have every
+    planned seed, then over all of them, and names the seeds it counts in either case."""
+    ledger = tmp_path / "docs" / "results" / "runs"
+    for seed, bleu in ((1, 30.0), (2, 31.0), (3, 35.0), (4, 36.0)):
+        fake_record(str(ledger), "tied", seed, bleu, HYP_A)
+    for seed, bleu in ((1, 33.0), (2, 34.0), (3, 35.0)):
+        fake_record(str(ledger), "joint", seed, bleu, HYP_B, baseline="tied")
+    _claims(tmp_path / "docs" / "results" / "claims.json", further_seeds=[1, 2, 3, 4])
+    readme = "<!-- generated: readme-evidence -->\n<!-- end generated -->"
+
+    def joint_line():
+        text = render_text(readme, Context(str(tmp_path)))
+        return next(line for line in text.splitlines() if line.startswith("| `joint` |"))
+
+    assert joint_line().endswith("| 1-3 (1-4 planned) | [joint-output](docs/joint-output.md) |")
+    fake_record(str(ledger), "joint", 4, 37.0, HYP_B, baseline="tied")
+    assert joint_line().endswith("| 1-4 | [joint-output](docs/joint-output.md) |")
 
 
 def test_a_target_the_row_file_contradicts_is_refused(tmp_path):

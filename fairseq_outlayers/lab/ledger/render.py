@@ -571,10 +571,46 @@ def claims_table(ledger: str, claims: List[Dict], seeds: Sequence[int], test: st
     return lines
 
 
+def further_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], claim: Dict, test: str,
+                   cache: Dict, claims_path: str = "claims") -> Dict:
+    """A claim with ``further_seeds`` planned, over every seed both rows have: ``claim_result``'s dict plus
+    "missing" (the planned seeds each row still lacks, as "ROW 4-9" strings; empty when the verdict may be read),
+    "recorded" (each row's seeds) and, for an inconclusive verdict over every planned seed, "need" (what more
+    seeds would do, ``_unsettled``)."""
+    rows = tables.get(claim["table"], {})
+    want = set(claim["further_seeds"])
+    have = {k: sorted(rows.get(claim[k], {})) for k in ("row", "baseline")}
+    r = dict(claim_result(ledger, tables, claim, None, test, cache, claims_path))
+    r["missing"] = [f"{claim[k]} {_ranges(sorted(want - set(h)))}" for k, h in have.items() if want - set(h)]
+    r["recorded"] = "; ".join(f"{claim[k]}: {_ranges(h) or 'none'}" for k, h in have.items())
+    r["need"] = ""
+    if not r["missing"] and r["verdict"].startswith("inconclusive") and "diff" in r:
+        common = keep_seeds(rows, r["seeds"])
+        r["need"] = _unsettled(seed_scores(common, claim["row"], test), seed_scores(common, claim["baseline"], test),
+                               r["target"])
+    return r
+
+
+def _unsettled(system: Sequence[float], baseline: Sequence[float], target: float) -> str:
+    """Why a verdict over every planned seed is still open, in seeds: how many seeds a row the seed-level test would
+    need to find the measured distance of the two rows' means from the target four times in five, at their pooled
+    seed spread (``seeds_for_power``)."""
+    (m1, s1), (m2, s2) = mean_sd(system), mean_sd(baseline)
+    spread = math.sqrt((s1 * s1 + s2 * s2) / 2.0)
+    gap = (m1 - m2) - target
+    n = seeds_for_power(gap, spread) if spread > 0.0 and gap != 0.0 else None
+    need = "more than 10000" if n is None else f"about {n}"
+    side = "above" if gap > 0 else "below"
+    return (f"{len(system)} seeds a row do not settle it: the means differ by {_sign(m1 - m2)}, {abs(gap):.2f} "
+            f"{side} the target {_sign(target)}, at a seed spread (sd) of {spread:.2f}; {need} seeds a row would find "
+            "that gap four times in five")
+
+
 def further_verdicts(ledger: str, claims: List[Dict], test: str, cache: Dict,
                      claims_path: str = "claims") -> List[str]:
     """The verdicts over every seed both rows have, for the claims with ``further_seeds`` planned: "waiting for
-    seeds" until both rows have every planned seed; [] when no claim plans any."""
+    seeds" until both rows have every planned seed, and, for a verdict those seeds leave inconclusive, the seeds a
+    row it would take; [] when no claim plans any."""
     planned = [c for c in claims if c.get("further_seeds")]
     if not planned:
         return []
@@ -582,16 +618,13 @@ def further_verdicts(ledger: str, claims: List[Dict], test: str, cache: Dict,
     lines = ["| claim | planned seeds | recorded seeds (row; baseline) | Δ BLEU over the seeds both have | "
              "verdict |", "|---|---|---|---|---|"]
     for claim in planned:
-        rows = tables.get(claim["table"], {})
-        want = sorted(claim["further_seeds"])
-        have = [sorted(rows.get(claim[k], {})) for k in ("row", "baseline")]
-        recorded = "; ".join(f"{claim[k]}: {_ranges(h) or 'none'}" for k, h in zip(("row", "baseline"), have))
-        missing = [f"{claim[k]} {_ranges(sorted(set(want) - set(h)))}" for k, h in zip(("row", "baseline"), have)
-                   if set(want) - set(h)]
-        r = claim_result(ledger, tables, claim, None, test, cache, claims_path)
-        verdict = f"waiting for seeds ({'; '.join(missing)})" if missing else f"**{r['verdict']}**"
-        lines.append(f"| {claim['claim']} | {_ranges(want)} | {recorded} | {r['measured']}, over seeds "
-                     f"{_ranges(r['seeds'])} | {verdict} |")
+        r = further_result(ledger, tables, claim, test, cache, claims_path)
+        if r["missing"]:
+            verdict = f"waiting for seeds ({'; '.join(r['missing'])})"
+        else:
+            verdict = f"**{r['verdict']}**" + (f": {r['need']}" if r["need"] else "")
+        lines.append(f"| {claim['claim']} | {_ranges(sorted(claim['further_seeds']))} | {r['recorded']} | "
+                     f"{r['measured']}, over seeds {_ranges(r['seeds'])} | {verdict} |")
     return lines
 
 
