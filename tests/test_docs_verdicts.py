@@ -98,6 +98,12 @@ def test_the_readme_counts_the_further_seeds_once_both_rows_have_them(tmp_path):
     assert joint_line().endswith("| 1-3 (1-4 planned) | [joint-output](docs/joint-output.md) |")
     fake_record(str(ledger), "joint", 4, 37.0, HYP_B, baseline="tied")
     assert joint_line().endswith("| 1-4 | [joint-output](docs/joint-output.md) |")
+    # a method page shows its own claims' further-seeds line; a page with none planned is refused
+    page = render_text("<!-- generated: further-seeds joint-output.md -->\n<!-- end generated -->",
+                       Context(str(tmp_path)))
+    assert page.splitlines()[3].startswith("| joint beats tied | 1-4 | joint: 1-4; tied: 1-4 |")
+    with pytest.raises(OutlayersConfigError, match="no claim of page results.md plans further seeds"):
+        render_text("<!-- generated: further-seeds results.md -->\n<!-- end generated -->", Context(str(tmp_path)))
 
 
 def test_a_target_the_row_file_contradicts_is_refused(tmp_path):

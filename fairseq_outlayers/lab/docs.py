@@ -9,7 +9,8 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
 - ``claims [PAGE]``: the claims of ``docs/results/claims.json`` (those whose page is PAGE) with the verdict the
   ledger's rule gives over the protocol's seeds (``ledger.render.claims_table``);
 - ``rule``: the verdict rule, as ``stats.target_verdict`` applies it;
-- ``further-seeds``: the verdicts over every seed both rows have, or "waiting for seeds";
+- ``further-seeds [PAGE]``: the verdicts over every seed both rows have, or "waiting for seeds" (the claims whose
+  page is PAGE);
 - ``readme-evidence``: the README's evidence table (one line a claim: verdict, difference, parameters, page);
 - ``rows ROW[:OTHER] ...``: each row's test2016 mean over the protocol's seeds and its difference from its
   baseline (or from OTHER), from the records of ``docs/results/runs``;
@@ -99,7 +100,10 @@ def _claims_block(ctx: Context, args: List[str]) -> List[str]:
 def _further_block(ctx: Context, args: List[str]) -> List[str]:
     from fairseq_outlayers.lab.ledger.render import further_verdicts
 
-    lines = further_verdicts(ctx.path(LEDGER), ctx.claims, TEST, ctx.cache, CLAIMS)
+    claims = [c for c in ctx.claims if not args or c["page"] in args]
+    lines = further_verdicts(ctx.path(LEDGER), claims, TEST, ctx.cache, CLAIMS)
+    if not lines and args:
+        raise OutlayersConfigError(f"{CLAIMS}: no claim of page {' '.join(args)} plans further seeds")
     return lines or ["No claim plans further seeds."]
 
 
