@@ -129,7 +129,10 @@ def _readme_block(ctx: Context, args: List[str]) -> List[str]:
             if further["missing"]:
                 seeds += f" ({_ranges(sorted(claim['further_seeds']))} planned)"
             else:
-                r, seeds = further, _ranges(further["seeds"])
+                r, seeds = dict(further), _ranges(further["seeds"])
+                if further["need"]:
+                    n = further["need_seeds"]
+                    r["verdict"] += f" (about {n} seeds a row would settle it)" if n else " (more than 10000 seeds a row would settle it)"
         if "at_least" in claim:
             diff = r["measured"]
         else:

@@ -16,7 +16,7 @@ seed counts, and ``compare_line(..., seeds=None)`` counts them all too.
 import math
 import re
 import shlex
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import plots
@@ -576,25 +576,25 @@ def further_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], c
     """A claim with ``further_seeds`` planned, over every seed both rows have: ``claim_result``'s dict plus
     "missing" (the planned seeds each row still lacks, as "ROW 4-9" strings; empty when the verdict may be read),
     "recorded" (each row's seeds) and, for an inconclusive verdict over every planned seed, "need" (what more
-    seeds would do, ``_unsettled``)."""
+    seeds would do, ``_unsettled``, and "need_seeds", its number of seeds a row)."""
     rows = tables.get(claim["table"], {})
     want = set(claim["further_seeds"])
     have = {k: sorted(rows.get(claim[k], {})) for k in ("row", "baseline")}
     r = dict(claim_result(ledger, tables, claim, None, test, cache, claims_path))
     r["missing"] = [f"{claim[k]} {_ranges(sorted(want - set(h)))}" for k, h in have.items() if want - set(h)]
     r["recorded"] = "; ".join(f"{claim[k]}: {_ranges(h) or 'none'}" for k, h in have.items())
-    r["need"] = ""
+    r["need"], r["need_seeds"] = "", None
     if not r["missing"] and r["verdict"].startswith("inconclusive") and "diff" in r:
         common = keep_seeds(rows, r["seeds"])
-        r["need"] = _unsettled(seed_scores(common, claim["row"], test), seed_scores(common, claim["baseline"], test),
-                               r["target"])
+        r["need"], r["need_seeds"] = _unsettled(seed_scores(common, claim["row"], test),
+                                                seed_scores(common, claim["baseline"], test), r["target"])
     return r
 
 
-def _unsettled(system: Sequence[float], baseline: Sequence[float], target: float) -> str:
+def _unsettled(system: Sequence[float], baseline: Sequence[float], target: float) -> Tuple[str, Optional[int]]:
     """Why a verdict over every planned seed is still open, in seeds: how many seeds a row the seed-level test would
     need to find the measured distance of the two rows' means from the target four times in five, at their pooled
-    seed spread (``seeds_for_power``)."""
+    seed spread (``seeds_for_power``); the sentence and that number (None: more than 10000)."""
     (m1, s1), (m2, s2) = mean_sd(system), mean_sd(baseline)
     spread = math.sqrt((s1 * s1 + s2 * s2) / 2.0)
     gap = (m1 - m2) - target
@@ -603,7 +603,7 @@ def _unsettled(system: Sequence[float], baseline: Sequence[float], target: float
     side = "above" if gap > 0 else "below"
     return (f"{len(system)} seeds a row do not settle it: the means differ by {_sign(m1 - m2)}, {abs(gap):.2f} "
             f"{side} the target {_sign(target)}, at a seed spread (sd) of {spread:.2f}; {need} seeds a row would find "
-            "that gap four times in five")
+            "that gap four times in five"), n
 
 
 def further_verdicts(ledger: str, claims: List[Dict], test: str, cache: Dict,
