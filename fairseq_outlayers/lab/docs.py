@@ -132,7 +132,8 @@ def _readme_block(ctx: Context, args: List[str]) -> List[str]:
                 r, seeds = dict(further), _ranges(further["seeds"])
                 if further["need"]:
                     n = further["need_seeds"]
-                    r["verdict"] += f" (about {n} seeds a row would settle it)" if n else " (more than 10000 seeds a row would settle it)"
+                    count = f"about {n}" if n else "more than 10000"
+                    r["verdict"] += f" ({count} seeds a row would settle it)"
         if "at_least" in claim:
             diff = r["measured"]
         else:
@@ -318,8 +319,9 @@ def _bench_block(ctx: Context, args: List[str]) -> List[str]:
     return lines[:-1]
 
 
-KINDS = {"claims": _claims_block, "rule": _rule_block, "further-seeds": _further_block, "readme-evidence": _readme_block,
-         "rows": _rows_block, "options": _options_block, "cli": _cli_block, "archs": _archs_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
+KINDS = {"claims": _claims_block, "rule": _rule_block, "further-seeds": _further_block,
+         "readme-evidence": _readme_block, "rows": _rows_block, "options": _options_block, "cli": _cli_block,
+         "archs": _archs_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
 
 
 def render_text(text: str, ctx: Context, where: str = "text") -> str:
