@@ -133,7 +133,7 @@ def _readme_block(ctx: Context, args: List[str]) -> List[str]:
                 if further["need"]:
                     n = further["need_seeds"]
                     count = f"about {n}" if n else "more than 10000"
-                    r["verdict"] += f" ({count} seeds a row would settle it)"
+                    r["verdict"] += f"; {count} seeds a row would settle it"
         if "at_least" in claim:
             diff = r["measured"]
         else:
