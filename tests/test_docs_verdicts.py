@@ -72,9 +72,10 @@ def test_the_further_seeds_verdict_waits_for_both_rows(tmp_path):
     # every planned seed in and still inconclusive: the page says so, with the seeds the spread would need. Means
     # 34.75 and 33.00, variances 35/12 and 26/3 (pooled sd 2.41), 1.25 above the target: an effect of 0.52 sd
     assert line.endswith("| **inconclusive**: 4 seeds a row do not settle it: the means differ by +1.75, 1.25 above "
-                         "the target +0.50, at a seed spread (sd) of 2.41; about 60 seeds a row would find that gap "
+                         "the target +0.50 (seed sd 2.41, Welch's p = 0.497); about 60 seeds a row would find that gap "
                          "four times in five |")
     assert seeds_for_power(1.25, math.sqrt((35.0 / 12.0 + 26.0 / 3.0) / 2.0)) == 60
+    assert round(welch_t_test([32.5, 33.5, 34.5, 36.5], [30.0, 31.0, 35.0, 36.0])["p"], 3) == 0.497
     # the protocol's table keeps to seeds 1-3 and the rendered page opens with the claims
     assert render(ledger, claims=claims).index("## Claims and their verdicts") < render(ledger, claims=claims).index("## t")
     assert "## Claims" not in render(ledger)

@@ -24,7 +24,8 @@ from fairseq_outlayers.lab.ledger import records as rec
 from fairseq_outlayers.lab.ledger.analysis import (DEFAULT_SEEDS, capped_runs, compare, group, keep_seeds,
                                                    patience_waits, retrained_seeds, seed_scores, step_effect,
                                                    stop_losses)
-from fairseq_outlayers.lab.ledger.stats import N_SAMPLES, SEED, mean_sd, seeds_for_power, target_verdict
+from fairseq_outlayers.lab.ledger.stats import (N_SAMPLES, SEED, mean_sd, seeds_for_power, target_verdict,
+                                                welch_t_test)
 
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:
@@ -601,8 +602,10 @@ def _unsettled(system: Sequence[float], baseline: Sequence[float], target: float
     n = seeds_for_power(gap, spread) if spread > 0.0 and gap != 0.0 else None
     need = "more than 10000" if n is None else f"about {n}"
     side = "above" if gap > 0 else "below"
+    welch = welch_t_test([v - target for v in system], baseline)
+    p = "" if welch is None else f", Welch's p = {welch['p']:.3f}"
     return (f"{len(system)} seeds a row do not settle it: the means differ by {_sign(m1 - m2)}, {abs(gap):.2f} "
-            f"{side} the target {_sign(target)}, at a seed spread (sd) of {spread:.2f}; {need} seeds a row would find "
+            f"{side} the target {_sign(target)} (seed sd {spread:.2f}{p}); {need} seeds a row would find "
             "that gap four times in five"), n
 
 
