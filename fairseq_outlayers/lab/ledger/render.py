@@ -558,8 +558,8 @@ def claims_table(ledger: str, claims: List[Dict], seeds: Sequence[int], test: st
     """The claims table: each claim's rows, target, measured difference over ``seeds`` and the verdict the rule
     gives (``stats.target_verdict``)."""
     tables = group(rec.read_records(ledger))
-    lines = ["| claim (source) | row vs baseline | target | Δ BLEU [95 % interval], p; seeds p (Welch) | parameters | "
-             "verdict |", "|---|---|---|---|---|---|"]
+    lines = ["| claim (source) | row vs baseline | target | Δ BLEU [95 % interval], p; seeds p (Welch, against 0) | "
+             "parameters | verdict |", "|---|---|---|---|---|---|"]
     for claim in claims:
         r = claim_result(ledger, tables, claim, seeds, test, cache, claims_path)
         if "at_least" in claim:
