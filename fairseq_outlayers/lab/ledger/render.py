@@ -656,9 +656,9 @@ def claims_section(ledger: str, claims_path: str, seeds: Sequence[int], test: st
     return md
 
 
-VERDICT_RULE = ("The rule (`stats.target_verdict`): a claim \"row − baseline ≥ target\" is reproduced when the "
-                "95 % paired-bootstrap interval of the difference lies at or above the target and the seeds back it "
-                "(every seed of the row beyond every seed of the baseline by more than the target, or Welch's test "
-                "of the seeds against the target below 0.05). It is not reproduced in the mirror case: the interval "
+VERDICT_RULE = ("The rule (`stats.target_verdict`): a claim \"row − baseline ≥ target\" is reproduced when two things "
+                "hold. The 95 % paired-bootstrap interval of the difference lies at or above the target. The seeds back "
+                "it: every seed of the row beats every seed of the baseline by more than the target, or Welch's test of "
+                "the seeds against the target gives p < 0.05. It is not reproduced in the mirror case: the interval "
                 "below the target and the seeds backing that. Anything else is inconclusive. A parameter saving is "
                 "read off the records' counts.")
