@@ -14,7 +14,7 @@ from fairseq_outlayers.lab.ledger import records
 from fairseq_outlayers.lab.ledger.__main__ import build_parser, claims_file, main as ledger_main
 from fairseq_outlayers.lab.ledger.analysis import compare, group, longest_wait, step_effect
 from fairseq_outlayers.lab.ledger.render import (compare_line, converged_figures, epoch_ceiling, loss_at_stop,
-                                                 patience_margin, render)
+                                                 patience_margin, render, shared_options)
 from fairseq_outlayers.lab.ledger.rows import protocol_options, read_ledger_row, row_options
 from fairseq_outlayers.lab.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
                                             sentence_stats, welch_t_test)
@@ -232,12 +232,12 @@ def test_a_step_row_shows_its_scores_before_the_step_and_which_seeds_were_retrai
         records.write_record(ledger, rec, {"test2016": HYP_B}, {"test2016": REFS})
     text = render(ledger)
     assert "(seed 2: retrained, not tied's recorded model) |" in _row_line(text, "tied-fitbias")
-    assert ("then `fit-output-bias` on each seed's best checkpoint of `tied`; test2016 of that checkpoint before the "
-            "step: 31.00 / 29.50 / missing (seed 2: trained again, not the model of `tied`'s record") in text
+    assert ("\nThen `fit-output-bias` on each seed's best checkpoint of `tied`.\ntest2016 of that checkpoint before "
+            "the step: 31.00 / 29.50 / missing (seed 2: trained again, not the model of `tied`'s record;") in text
     assert "retrained" not in _row_line(text, "tied")
     # the step's own effect: seed 1 against its parent's record (the same model), seed 2 has no translations
     # before the step; with them kept beside its record (as the runner now writes them) it counts too
-    assert "; the step's own effect on those checkpoints (seed 1): " in text
+    assert "\nThe step's own effect on those checkpoints (seed 1): " in text
     effect = step_effect(ledger, group(records.read_records(ledger))["t"]["tied-fitbias"],
                          group(records.read_records(ledger))["t"]["tied"], "test2016")
     assert effect["seeds"] == [1] and effect["diff"] == pytest.approx(
@@ -251,8 +251,30 @@ def test_a_step_row_shows_its_scores_before_the_step_and_which_seeds_were_retrai
                                  {1: sentence_stats(HYP_A, REFS, False), 2: sentence_stats(HYP_B, REFS, False)})
     assert effect["seeds"] == [1, 2] and effect["diff"] == pytest.approx(both["diff"]) and effect["p"] == both["p"]
     low, high = both["interval"]
-    assert (f"; the step's own effect on those checkpoints (seeds 1, 2): {both['diff']:+.2f} [{low:+.2f}, "
-            f"{high:+.2f}], p = {both['p']:.3f} (paired bootstrap)") in render(ledger)
+    assert (f"\nThe step's own effect on those checkpoints (seeds 1, 2): {both['diff']:+.2f} [{low:+.2f}, "
+            f"{high:+.2f}], p = {both['p']:.3f} (paired bootstrap).\n") in render(ledger)
+
+
+def test_the_rows_show_the_tables_shared_options_once_and_each_rows_own(tmp_path):
+    """A flag and its values count as one option: `--lr 0.002` is shared only where every row has that value; a
+    positional (the data) stands alone; a negative number is a value, not a flag."""
+    a = ["data", "--arch", "tiny", "--lr", "0.002", "--adam-betas", "(0.9,0.98)", "--eval-bleu", "--clip", "-1",
+         "--output-layer", "tied"]
+    b = ["data", "--arch", "tiny", "--lr", "0.003", "--adam-betas", "(0.9,0.98)", "--eval-bleu", "--clip", "-1",
+         "--output-layer", "joint", "--joint-dim", "512"]
+    assert shared_options([a, b]) == ["data", "--arch", "tiny", "--adam-betas", "(0.9,0.98)", "--eval-bleu",
+                                      "--clip", "-1"]
+    assert shared_options([a]) == a
+    ledger = str(tmp_path)
+    for row, options in (("tied", a), ("joint", b)):
+        rec = fake_record(ledger, row, 1, 30.0, HYP_A)
+        rec["options"] = options + ["--seed", "1"]
+        records.write_record(ledger, rec, {"test2016": HYP_A}, {"test2016": REFS})
+    text = render(ledger, seeds=[1])
+    assert "```text\ndata --arch tiny --adam-betas '(0.9,0.98)' --eval-bleu --clip -1\n```" in text
+    assert ("**joint**: joint.\nOwn options: `--lr 0.003 --output-layer joint --joint-dim 512`.\n"
+            "Early stopping on validation bleu.\n") in text
+    assert "**tied**: tied.\nOwn options: `--lr 0.002 --output-layer tied`.\n" in text
 
 
 def test_the_validation_loss_at_the_stop_is_summarised_per_table(tmp_path):

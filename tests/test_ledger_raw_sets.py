@@ -220,8 +220,9 @@ def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, 
     assert detokenise(open(tmp_path / "s" / "test.hyp").read().splitlines(), "en") == hyps_test2016(step, ledger)
     from fairseq_outlayers.lab.ledger.render import render
 
-    assert ("- **tied-fitbias** (tied + a fitted bias): `" in render(ledger) and "; then `fit-output-bias --epochs 4 "
-            "--lr 0.1` on each seed's best checkpoint of `tied`" in render(ledger))
+    assert ("**tied-fitbias**: tied + a fitted bias.\nNo options beyond the shared ones.\n" in render(ledger)
+            and "\nThen `fit-output-bias --epochs 4 --lr 0.1` on each seed's best checkpoint of `tied`.\n"
+            in render(ledger))
     # rerun: both recorded, nothing trained or fitted
     assert ledger_main(argv) == 0
     out = capsys.readouterr().out

@@ -228,25 +228,26 @@ def figure_lines(name: str, rows: Dict[str, Dict[int, Dict]], test: str, figures
 
 
 def _before_step(ledger: str, runs: Dict[int, Dict], parent: Dict[int, Dict], seeds: Sequence[int], test: str,
-                 trained: str, cache: Dict) -> str:
-    """'; test2016 of that checkpoint before the step: 39.07 / missing / ... (seed 1 retrained: ...); the step's
-    own effect on those checkpoints (seeds ...): Δ [interval], p'."""
+                 trained: str, cache: Dict) -> List[str]:
+    """['test2016 of that checkpoint before the step: 39.07 / missing / ... (seed 1 trained again: ...).', 'The
+    step's own effect on those checkpoints (seeds ...): Δ [interval], p = ... (paired bootstrap).']"""
     def before(s):
         if s not in runs:
             return "missing"
         return _fmt(((runs[s]["after"].get("as_trained") or {}).get(test) or {}).get("sacrebleu"))
-    text = f"; {test} of that checkpoint before the step: {' / '.join(before(s) for s in seeds)}"
+    text = f"{test} of that checkpoint before the step: {' / '.join(before(s) for s in seeds)}"
     retrained = retrained_seeds(runs)
     if retrained:
-        text += (f" ({_seed_list(retrained)}: trained again, not the model of `{trained}`'s record: the difference "
-                 f"from `{trained}` mixes a retraining with the step; the step's own effect is the difference from "
-                 "this score)")
+        text += (f" ({_seed_list(retrained)}: trained again, not the model of `{trained}`'s record; its difference "
+                 f"from `{trained}` mixes a retraining with the step, so the step's own effect is the difference "
+                 "from this score)")
+    lines = [text + "."]
     effect = step_effect(ledger, runs, parent, test, cache)
     if effect is not None:
         low, high = effect["interval"]
-        text += (f"; the step's own effect on those checkpoints ({_seed_list(effect['seeds'])}): "
-                 f"{effect['diff']:+.2f} [{low:+.2f}, {high:+.2f}], p = {effect['p']:.3f} (paired bootstrap)")
-    return text
+        lines.append(f"The step's own effect on those checkpoints ({_seed_list(effect['seeds'])}): "
+                     f"{effect['diff']:+.2f} [{low:+.2f}, {high:+.2f}], p = {effect['p']:.3f} (paired bootstrap).")
+    return lines
 
 
 def _named_files(rows: Dict[str, Dict[int, Dict]]) -> str:
@@ -312,25 +313,66 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
         data = f"; data digests: {', '.join(f'`{d}`' for d in data)}" if data else ""
         md += [f"sacreBLEU signature: {', '.join(f'`{s}`' for s in signatures)}; commits: {', '.join(commits)}"
                f"{data}{_named_files(rows)}.",
-               "", "Rows (fairseq-train options; validation metric):", ""]
-        for row, runs in rows.items():
-            r = runs[min(runs)]
-            v = r["validation"]
-            why = f" — {v['reason']}" if v.get("reason") else ""
-            options = " ".join(shlex.quote(o) for o in r["options"][:-2])  # without --seed N
-            beam = (r.get("decoding") or {}).get("beam")
-            after = r.get("after")
-            trained = re.sub(r"\.seed\d+$", "", after.get("trained_in") or row) if after else ""
-            step = (f"; then `{shlex.join(after['step'])}` on each seed's best checkpoint of `{trained}`"
-                    + _before_step(ledger, protocol.get(row, {}), protocol.get(trained, {}), table_seeds, test,
-                                   trained, cache)
-                    if after else "")
-            stop = (f"{v.get('budget')} updates, last checkpoint" if v["metric"] == "budget"
-                    else f"early stopping on validation {v['metric']}{why}")
-            md.append(f"- **{row}** ({r.get('description', '')}): `{options}`; {stop}"
-                      + (f"; beam {beam}" if beam else "") + step)
-        md.append("")
+               "", f"### Rows of {name}", ""]
+        first = {row: runs[min(runs)] for row, runs in rows.items()}
+        shared = shared_options([r["options"][:-2] for r in first.values()])  # without --seed N
+        md += ["fairseq-train options every row of this table has (the runner adds `--user-dir`, `--save-dir` "
+               "and `--seed`):", "", "```text", _quote(shared), "```", "",
+               "Each row: what it is, how it stops, and its own options.", ""]
+        for row, r in first.items():
+            md += row_entry(ledger, row, r, shared, protocol, table_seeds, test, cache)
     return "\n".join(md)
+
+
+def _option_groups(options: Sequence[str]) -> List[Tuple[str, ...]]:
+    """fairseq-train options as groups: a positional argument alone, or a flag with the values after it."""
+    def flag(o):
+        return o.startswith("-") and not o[1:2].isdigit() and o[1:2] != "."
+
+    groups: List[List[str]] = []
+    for o in options:
+        if flag(o) or not groups or not flag(groups[-1][0]):
+            groups.append([o])
+        else:
+            groups[-1].append(o)
+    return [tuple(g) for g in groups]
+
+
+def shared_options(options: Sequence[Sequence[str]]) -> List[str]:
+    """The option groups (a flag with its values) every list in ``options`` has, in the first list's order."""
+    common = set(_option_groups(options[0]))
+    for other in options[1:]:
+        common &= set(_option_groups(other))
+    return [o for g in _option_groups(options[0]) if g in common for o in g]
+
+
+def _quote(options: Sequence[str]) -> str:
+    return " ".join(shlex.quote(o) for o in options)
+
+
+def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: Dict[str, Dict[int, Dict]],
+              seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
+    """A row of the ledger page: its name and description, how it stopped (and the step after training, with the
+    checkpoint's score before it), then the options it has beyond the table's ``shared`` ones."""
+    v = r["validation"]
+    why = f" ({v['reason']})" if v.get("reason") else ""
+    stop = (f"{v.get('budget')} updates, last checkpoint" if v["metric"] == "budget"
+            else f"Early stopping on validation {v['metric']}{why}")
+    beam = (r.get("decoding") or {}).get("beam")
+    description = r.get("description", "").strip()
+    if description and description[-1] not in ".!?":
+        description += "."
+    common = set(_option_groups(shared))
+    own = [o for g in _option_groups(r["options"][:-2]) if g not in common for o in g]
+    lines = [f"**{row}**: {description}".rstrip(),
+             f"Own options: `{_quote(own)}`." if own else "No options beyond the shared ones.",
+             stop + (f"; beam {beam}." if beam else ".")]
+    after = r.get("after")
+    if after:
+        trained = re.sub(r"\.seed\d+$", "", after.get("trained_in") or row)
+        lines.append(f"Then `{shlex.join(after['step'])}` on each seed's best checkpoint of `{trained}`.")
+        lines += _before_step(ledger, protocol.get(row, {}), protocol.get(trained, {}), seeds, test, trained, cache)
+    return lines + [""]
 
 
 def compare_line(ledger: str, name: str, other: str, test: str = "test2016",
