@@ -317,7 +317,7 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
         first = {row: runs[min(runs)] for row, runs in rows.items()}
         shared = shared_options([r["options"][:-2] for r in first.values()])  # without --seed N
         md += ["fairseq-train options every row of this table has (the runner adds `--user-dir`, `--save-dir` "
-               "and `--seed`):", "", "```text", _quote(shared), "```", "",
+               "and `--seed`):", "", "```text", shlex.join(shared), "```", "",
                "Each row: what it is, how it stops, and its own options.", ""]
         for row, r in first.items():
             md += row_entry(ledger, row, r, shared, protocol, table_seeds, test, cache)
@@ -346,14 +346,10 @@ def shared_options(options: Sequence[Sequence[str]]) -> List[str]:
     return [o for g in _option_groups(options[0]) if g in common for o in g]
 
 
-def _quote(options: Sequence[str]) -> str:
-    return " ".join(shlex.quote(o) for o in options)
-
-
 def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: Dict[str, Dict[int, Dict]],
               seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
-    """A row of the ledger page: its name and description, how it stopped (and the step after training, with the
-    checkpoint's score before it), then the options it has beyond the table's ``shared`` ones."""
+    """A row of the ledger page: its name and description, the options it has beyond the table's ``shared`` ones,
+    how it stopped, and the step after training with the checkpoint's score before it."""
     v = r["validation"]
     why = f" ({v['reason']})" if v.get("reason") else ""
     stop = (f"{v.get('budget')} updates, last checkpoint" if v["metric"] == "budget"
@@ -365,7 +361,7 @@ def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: D
     common = set(_option_groups(shared))
     own = [o for g in _option_groups(r["options"][:-2]) if g not in common for o in g]
     lines = [f"**{row}**: {description}".rstrip(),
-             f"Own options: `{_quote(own)}`." if own else "No options beyond the shared ones.",
+             f"Own options: `{shlex.join(own)}`." if own else "No options beyond the shared ones.",
              stop + (f"; beam {beam}." if beam else ".")]
     after = r.get("after")
     if after:
