@@ -3,6 +3,7 @@ checks, and the verdict over further seeds, which waits until both rows of a pai
 import json
 import math
 import os
+import re
 
 import pytest
 
@@ -164,3 +165,44 @@ def test_the_committed_claims_follow_the_rule():
         page = f.read()
     line = next(x for x in page.splitlines() if x.startswith("| the joint layer keeps its gain with 25 %"))
     assert line.endswith("| **inconclusive** |")
+
+
+def test_the_seed_scores_block_sets_two_rows_side_by_side_seed_by_seed(tmp_path):
+    """``seed-scores ROW BASELINE``: each seed's score of both rows and their difference, a dash where one row lacks
+    the seed, the means and sample deviations, and the claim's verdict once both rows have every planned seed."""
+    ledger = tmp_path / "docs" / "results" / "runs"
+    for seed, bleu in ((1, 30.0), (2, 31.0), (3, 35.0), (4, 36.0)):
+        fake_record(str(ledger), "tied", seed, bleu, HYP_A)
+    for seed, bleu in ((1, 33.0), (2, 34.0), (3, 35.0)):
+        fake_record(str(ledger), "joint", seed, bleu, HYP_B, baseline="tied")
+    _claims(tmp_path / "docs" / "results" / "claims.json", further_seeds=[1, 2, 3, 4])
+    block = "<!-- generated: seed-scores joint tied -->\n<!-- end generated -->"
+
+    def lines():
+        return render_text(block, Context(str(tmp_path))).splitlines()[1:-1]
+
+    out = lines()
+    assert out[0] == ("test2016 sacreBLEU of every recorded seed (`python -m fairseq_outlayers.lab.ledger compare "
+                      "joint tied --all-seeds`).")
+    # tied: mean 33, sample variance (9 + 4 + 4 + 9) / 3 = 26/3, sd 2.944
+    assert out[2:10] == ["| seed | `joint` | `tied` | Δ |", "|---|---|---|---|", "| 1 | 33.00 | 30.00 | +3.00 |",
+                         "| 2 | 34.00 | 31.00 | +3.00 |", "| 3 | 35.00 | 35.00 | +0.00 |", "| 4 | — | 36.00 | — |",
+                         "| mean ± sd | 34.00 ± 1.00 | 33.00 ± 2.94 | |", ""]
+    # the paired bootstrap works on the test sentences (here the fake records' few hypotheses, not their scores)
+    assert re.fullmatch(r"- Δ [+−][0-9.]+ over seeds 1-3: 95 % paired-bootstrap interval \[[+−][0-9.]+, [+−][0-9.]+\], "
+                        r"p = [01]\.[0-9]{3}\.", out[10])
+    assert out[-1] == "- The claim's verdict waits for seeds 1-4 of both rows (joint 4)."
+    fake_record(str(ledger), "joint", 4, 37.0, HYP_B, baseline="tied")
+    out = lines()
+    assert out[7] == "| 4 | 37.00 | 36.00 | +1.00 |" and out[11] == (
+        "- Welch's t-test over the seeds, against no difference: p = "
+        f"{welch_t_test([33.0, 34.0, 35.0, 37.0], [30.0, 31.0, 35.0, 36.0])['p']:.3f}.")
+    assert out[-2:] == ["- The claim's verdict over seeds 1-4, by the rule: **inconclusive**.",
+                        "- 4 seeds a row do not settle it: the means differ by +1.75, 1.25 above the target +0.50 "
+                        "(seed sd 2.41, Welch's p = 0.497); about 60 seeds a row would find that gap four times in "
+                        "five."]
+    # rows of two tables, or one block naming a single row, are refused
+    with pytest.raises(OutlayersConfigError, match="seed-scores block names two rows"):
+        render_text("<!-- generated: seed-scores joint -->\n<!-- end generated -->", Context(str(tmp_path)))
+    with pytest.raises(OutlayersConfigError, match="no record of row 'fixed'"):
+        render_text("<!-- generated: seed-scores fixed tied -->\n<!-- end generated -->", Context(str(tmp_path)))

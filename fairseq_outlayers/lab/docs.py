@@ -14,6 +14,8 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
 - ``readme-evidence``: the README's evidence table (one line a claim: verdict, difference, parameters, page);
 - ``rows ROW[:OTHER] ...``: each row's test2016 mean over the protocol's seeds and its difference from its
   baseline (or from OTHER), from the records of ``docs/results/runs``;
+- ``seed-scores ROW BASELINE``: every recorded seed of the two rows side by side, the difference over the seeds
+  both have and, where a claim sets the two against each other, its verdict over every seed both have;
 - ``options WORD ...``: the options of the package's output layers, embedding methods and criterions whose
   section a WORD picks (``outlayers-options``, read from the registries); the word ``seams`` gives the
   options of the two seams themselves;
@@ -193,6 +195,56 @@ def _rows_block(ctx: Context, args: List[str]) -> List[str]:
     return lines
 
 
+def _seed_scores_block(ctx: Context, args: List[str]) -> List[str]:
+    """``seed-scores ROW BASELINE``: every recorded seed of two rows side by side, their difference over the seeds
+    both have (paired bootstrap and Welch), and, where a claim sets ROW against BASELINE, its verdict over every
+    seed both rows have."""
+    from fairseq_outlayers.lab.ledger.analysis import compare, seed_scores
+    from fairseq_outlayers.lab.ledger.render import _ranges, further_result, mean_pm_sd
+
+    if len(args) != 2:
+        raise OutlayersConfigError("a seed-scores block names two rows: ROW BASELINE")
+    row, other = args
+    table, rows = _row_table(ctx, row)
+    if other not in rows:
+        raise OutlayersConfigError(f"seed-scores block: '{other}' is not a row of table '{table}'")
+
+    def score(name, seed):
+        r = rows[name].get(seed)
+        return r["test"][TEST]["sacrebleu"] if r and TEST in r["test"] else None
+
+    lines = [f"{TEST} sacreBLEU of every recorded seed (`python -m fairseq_outlayers.lab.ledger compare {row} "
+             f"{other} --all-seeds`).", "", f"| seed | `{row}` | `{other}` | Δ |", "|---|---|---|---|"]
+    for seed in sorted(set(rows[row]) | set(rows[other])):
+        a, b = score(row, seed), score(other, seed)
+        cells = ["—" if v is None else f"{v:.2f}" for v in (a, b)]
+        lines.append(f"| {seed} | {cells[0]} | {cells[1]} | {'—' if None in (a, b) else _sign(a - b)} |")
+    lines.append(f"| mean ± sd | {mean_pm_sd(seed_scores(rows, row, TEST))} | "
+                 f"{mean_pm_sd(seed_scores(rows, other, TEST))} | |")
+    c = compare(ctx.path(LEDGER), rows, row, other, TEST, ctx.cache)
+    lines.append("")
+    if "why" in c:
+        return lines + [f"Not compared: {c['why']}."]
+    low, high = c["interval"]
+    lines.append(f"- Δ {_sign(c['diff'])} over seeds {_ranges(c['seeds'])}: 95 % paired-bootstrap interval "
+                 f"[{_sign(low)}, {_sign(high)}], p = {c['p']:.3f}.")
+    if c["welch"] is not None:
+        lines.append(f"- Welch's t-test over the seeds, against no difference: p = {c['welch']['p']:.3f}.")
+    for claim in ctx.claims:
+        if (claim.get("row"), claim.get("baseline")) != (row, other) or not claim.get("further_seeds"):
+            continue
+        r = further_result(ctx.path(LEDGER), ctx.tables, claim, TEST, ctx.cache, CLAIMS)
+        planned = _ranges(sorted(claim["further_seeds"]))
+        if r["missing"]:
+            lines.append(f"- The claim's verdict waits for seeds {planned} of both rows ({'; '.join(r['missing'])}).")
+        else:
+            lines.append(f"- The claim's verdict over seeds {planned}, by the rule: "
+                         f"**{r['verdict']}**.")
+            if r["need"]:
+                lines.append(f"- {r['need'][0].upper()}{r['need'][1:]}.")
+    return lines
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -320,7 +372,8 @@ def _bench_block(ctx: Context, args: List[str]) -> List[str]:
 
 
 KINDS = {"claims": _claims_block, "rule": _rule_block, "further-seeds": _further_block,
-         "readme-evidence": _readme_block, "rows": _rows_block, "options": _options_block, "cli": _cli_block,
+         "readme-evidence": _readme_block, "rows": _rows_block, "seed-scores": _seed_scores_block,
+         "options": _options_block, "cli": _cli_block,
          "archs": _archs_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
 
 
