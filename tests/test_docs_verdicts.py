@@ -82,15 +82,22 @@ def test_the_further_seeds_verdict_waits_for_both_rows(tmp_path):
     assert "## Claims" not in render(ledger)
 
 
-def test_the_readme_counts_the_further_seeds_once_both_rows_have_them(tmp_path):
-    """The README's evidence table gives a claim's verdict over the protocol's seeds until both rows have every
-    planned seed, then over all of them, and names the seeds it counts in either case."""
+def _project_waiting_for_joint_seed_4(tmp_path):
+    """A project under ``tmp_path`` whose one claim (joint against tied) plans seeds 1-4: tied has them all, joint
+    seeds 1-3 (33, 34, 35 against 30, 31, 35, 36). Returns the ledger folder."""
     ledger = tmp_path / "docs" / "results" / "runs"
     for seed, bleu in ((1, 30.0), (2, 31.0), (3, 35.0), (4, 36.0)):
         fake_record(str(ledger), "tied", seed, bleu, HYP_A)
     for seed, bleu in ((1, 33.0), (2, 34.0), (3, 35.0)):
         fake_record(str(ledger), "joint", seed, bleu, HYP_B, baseline="tied")
     _claims(tmp_path / "docs" / "results" / "claims.json", further_seeds=[1, 2, 3, 4])
+    return ledger
+
+
+def test_the_readme_counts_the_further_seeds_once_both_rows_have_them(tmp_path):
+    """The README's evidence table gives a claim's verdict over the protocol's seeds until both rows have every
+    planned seed, then over all of them, and names the seeds it counts in either case."""
+    ledger = _project_waiting_for_joint_seed_4(tmp_path)
     readme = "<!-- generated: readme-evidence -->\n<!-- end generated -->"
 
     def joint_line():
@@ -170,12 +177,7 @@ def test_the_committed_claims_follow_the_rule():
 def test_the_seed_scores_block_sets_two_rows_side_by_side_seed_by_seed(tmp_path):
     """``seed-scores ROW BASELINE``: each seed's score of both rows and their difference, a dash where one row lacks
     the seed, the means and sample deviations, and the claim's verdict once both rows have every planned seed."""
-    ledger = tmp_path / "docs" / "results" / "runs"
-    for seed, bleu in ((1, 30.0), (2, 31.0), (3, 35.0), (4, 36.0)):
-        fake_record(str(ledger), "tied", seed, bleu, HYP_A)
-    for seed, bleu in ((1, 33.0), (2, 34.0), (3, 35.0)):
-        fake_record(str(ledger), "joint", seed, bleu, HYP_B, baseline="tied")
-    _claims(tmp_path / "docs" / "results" / "claims.json", further_seeds=[1, 2, 3, 4])
+    ledger = _project_waiting_for_joint_seed_4(tmp_path)
     block = "<!-- generated: seed-scores joint tied -->\n<!-- end generated -->"
 
     def lines():
