@@ -238,8 +238,7 @@ def _seed_scores_block(ctx: Context, args: List[str]) -> List[str]:
         if r["missing"]:
             lines.append(f"- The claim's verdict waits for seeds {planned} of both rows ({'; '.join(r['missing'])}).")
         else:
-            lines.append(f"- The claim's verdict over seeds {planned}, by the rule: "
-                         f"**{r['verdict']}**.")
+            lines.append(f"- The claim's verdict over seeds {planned}, by the rule: **{r['verdict']}**.")
             if r["need"]:
                 lines.append(f"- {r['need'][0].upper()}{r['need'][1:]}.")
     return lines
