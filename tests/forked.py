@@ -12,6 +12,10 @@ what Python imports (``PYTHONHOME``, a ``PYTHONPATH`` entry other than the folde
 this venv or ``python -m MODULE``, ``python SCRIPT.py`` or ``python -c CODE``, and for every command when
 ``OUTLAYERS_TEST_SUBPROCESS=1`` (the coverage run of ``docs/development.md`` uses it). The commands a shell script
 starts are served the same way by ``forkserver.py``.
+
+Nothing forks a process that has initialised CUDA: torch refuses CUDA in such a fork. Once the test process has
+(``cuda_initialised``), or when the tests run on CUDA (``OUTLAYERS_TEST_DEVICE=cuda``, as ``scripts/gpu_run.sh``
+sets it), every command is a new process, and ``run`` refuses to fork.
 """
 import importlib
 import io
@@ -37,6 +41,10 @@ IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PY
 FRESH_MODULES = ("fairseq_cli.", "fairseq_outlayers.tools", "fairseq_outlayers.lab", "fairseq_outlayers.__main__")
 #: the packages whose console scripts a fork runs
 FORKABLE = ("fairseq_cli.", "fairseq_outlayers.")
+#: the environment variables that put the tests' commands on a device: on CUDA, every command is a new process
+DEVICE_ENV = ("OUTLAYERS_TEST_DEVICE", "OUTLAYERS_CUDA_TEST_DEVICE")
+#: where Linux lists the libraries a process has loaded: ``torch.cuda.is_available()`` loads the CUDA driver
+MAPS = "/proc/self/maps"
 #: the folder holding the package: on ``PYTHONPATH`` it changes no import of the package (scripts put it there)
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(
     importlib.import_module("fairseq_outlayers").__file__)))
@@ -55,9 +63,29 @@ def _console_scripts() -> Dict[str, str]:
     return _scripts
 
 
+def cuda_initialised() -> bool:
+    """Whether this process has initialised CUDA, so that a fork of it cannot use CUDA: torch's lazy
+    initialisation (``torch.cuda.is_initialized()``), or the CUDA driver loaded by ``torch.cuda.is_available()``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return True
+    try:
+        with open(MAPS, encoding="utf-8", errors="replace") as f:
+            return any("libcuda.so" in line for line in f)
+    except OSError:
+        return False
+
+
+def fork_allowed(env: Dict[str, str]) -> bool:
+    """Whether a command with environment ``env`` may run in a fork of this process: not on CUDA, not after CUDA
+    was initialised here, not with ``OUTLAYERS_TEST_SUBPROCESS=1``."""
+    return (env.get(SUBPROCESS_ENV) != "1" and hasattr(os, "fork") and "cuda" not in {env.get(k) for k in DEVICE_ENV}
+            and not cuda_initialised())
+
+
 def target(cmd: List[str], bin_dir: str, env: Dict[str, str]) -> Optional[Callable[[], object]]:
     """The function that runs ``cmd`` in this process, or None when ``cmd`` needs a new Python."""
-    if env.get(SUBPROCESS_ENV) == "1" or not cmd or not hasattr(os, "fork"):
+    if not cmd or not fork_allowed(env):
         return None
     if any(env.get(k) != os.environ.get(k) for k in IMPORT_ENV if k != "PYTHONPATH"):
         return None
@@ -224,7 +252,10 @@ def leave(code: int) -> None:
 def run(function, cmd: List[str], cwd: Optional[str], env: Dict[str, str], timeout: float,
         input: Optional[str]) -> subprocess.CompletedProcess:
     """``cmd`` run by ``function`` in a fork; the result as ``subprocess.run(..., capture_output=True,
-    text=True)`` gives it."""
+    text=True)`` gives it. Refused in a process that has initialised CUDA."""
+    if cuda_initialised():
+        raise RuntimeError(f"not forking {cmd[0]}: this process has initialised CUDA, which a fork cannot use; "
+                           "run the command as a new process")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as stdin:
         stdin.write((input or "").encode("utf-8"))
         stdin.flush()

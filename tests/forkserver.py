@@ -13,7 +13,8 @@ runs itself with ``execv``, so a script sees the real program either way. Every 
 symbolic link in that folder.
 
 The server is a fork of the test process made at the first script a test starts. It leaves when that process is
-gone. ``OUTLAYERS_TEST_SUBPROCESS=1`` (every command afresh) turns it off.
+gone. ``OUTLAYERS_TEST_SUBPROCESS=1`` (every command afresh) turns it off, and so do CUDA as the tests' device and a
+test process that has initialised CUDA (``forked.fork_allowed``).
 """
 import atexit
 import json
@@ -86,7 +87,7 @@ def environment(env: Dict[str, str]) -> Dict[str, str]:
     """What ``env`` (a script's environment) gains so that its commands are served by forks: the address, the
     stand-ins first on ``PATH`` and as ``VENV_BIN`` (unless the test set one). Nothing when commands must start
     afresh or no fork is possible."""
-    if env.get(forked.SUBPROCESS_ENV) == "1" or not hasattr(socket, "send_fds") or not hasattr(os, "fork"):
+    if not hasattr(socket, "send_fds") or not forked.fork_allowed(env):
         return {}
     server = _start()
     added = {ADDRESS_ENV: server["address"],
