@@ -16,6 +16,9 @@
 #   PY      the Python (default python3); .whl/*.whl, when present, are installed into $SITE (default /tmp/site; see
 #           docs/benchmarks/README.md for the wheels and the command that sends them)
 #
+# The test steps set OUTLAYERS_TEST_DEVICE=cuda, so each command of their tests is a new process: torch refuses
+# CUDA in a fork of a process that has initialised it (tests/forked.py, tests/test_commands_on_cuda.py).
+#
 # Steps (name: what -> file in gpu-results.tar):
 #   correctness (two at once: they time nothing)
 #     cuda-tests  bf16 runs of every method (tests/test_cuda.py), log C_m and the fused loss against float64
