@@ -16,6 +16,14 @@ Trainer does for --bf16 / --fp16). Each configuration: ``--warmup`` untimed step
 ``--repeats`` timed steps; peak memory = the CUDA allocator's peak above the level before the step (CPU: the
 resident-set high-water mark). An out-of-memory step is reported as ``OOM``.
 
+With ``--peers``, one table per size (``--sizes NxDxV``) and label smoothing (``--smoothing``) instead: the loss
+alone (x, W and b leaves) through fairseq's plain loss, torch's ``F.linear_cross_entropy`` (reference path and
+chunked path), every ``--fused-impl`` of this package at several block sizes, and on CUDA Cut Cross-Entropy and
+Liger's fused linear cross-entropy where they import; time in rounds, memory, error against float64
+(``fairseq_outlayers/lab/bench/fused_peers.py``). The CPU page:
+    OMP_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=65536 python scripts/bench_fused_loss.py --peers --device cpu \
+        --sizes 2048x256x32000 2048x256x50000 --output docs/benchmarks/fused_loss_peers_cpu.md
+
 GPU run (H100, the issue's table):
     python scripts/bench_fused_loss.py --device cuda --output docs/benchmarks/fused_loss_gpu.md
 CPU run (docs/benchmarks/fused_loss_cpu.md; a fixed malloc mmap threshold returns freed blocks to the system, so
@@ -218,8 +226,23 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    peers = parser.add_argument_group("--peers: the loss alone against torch's, Liger's and Cut Cross-Entropy")
+    peers.add_argument("--peers", action="store_true", help="write the peer table instead of the layer/model one")
+    peers.add_argument("--sizes", nargs="+", default=None, metavar="NxDxV",
+                       help="tokens x width x vocabulary (default: the 16 sizes of N 2,048 and 8,192, d 256 and "
+                            "512, V 32k, 50k, 128k, 256k)")
+    peers.add_argument("--smoothing", nargs="+", type=float, default=[0.0, 0.1], help="label smoothing values")
+    peers.add_argument("--rounds", type=int, default=3, help="timed rounds (after one untimed)")
+    peers.add_argument("--blocks", nargs="+", type=int, default=[1 << 22, 1 << 24, 1 << 26],
+                       help="--fused-block-elements values of the package's torch path (the chunked path: 16M)")
+    peers.add_argument("--not-run", nargs="*", default=[], metavar="NxDxV",
+                       help="sizes named on the page as too large for this device in the time, with the estimate")
+    peers.add_argument("--time-limit", type=float, default=None, metavar="S",
+                       help="start no size after S seconds; the sizes left are named on the page as not run")
     benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks", "fused_loss.md"))
     args = parser.parse_args(argv)
+    if args.peers:
+        return peers_main(parser, args, argv)
     import torch
 
     from fairseq_outlayers.modules.linear_cross_entropy import cce_available
@@ -258,6 +281,98 @@ def main(argv=None):
         f"{args.repeats} steps after {args.warmup} warm-up; peak memory above the level before the step.", "",
     ] + sections)
     benchlib.finish(args.output, text)
+
+
+def parse_size(parser, text: str):
+    try:
+        n, d, v = (int(p) for p in text.lower().split("x"))
+    except ValueError:
+        parser.error(f"a size is NxDxV (e.g. 2048x256x50000), got {text!r}")
+    return n, d, v
+
+
+def peers_main(parser, args, argv):
+    import torch
+
+    from fairseq_outlayers.lab.bench import fused_peers
+
+    benchlib.check_device(parser, args.device)
+    benchlib.check_output(args.output, args.force)
+    torch.set_num_threads(args.threads or 1)
+    device = torch.device(args.device)
+    sizes = [parse_size(parser, s) for s in args.sizes] if args.sizes else [
+        (n, d, v) for n in (2048, 8192) for d in (256, 512) for v in (32000, 50000, 128000, 256000)]
+    not_run = [parse_size(parser, s) for s in args.not_run]
+    cuda = args.device == "cuda"
+    name = (torch.cuda.get_device_name(device) if cuda
+            else f"{benchlib.cpu_name()}, {os.cpu_count()} cores, 1 thread")
+    start, load0 = time.time(), os.getloadavg()
+    head = [
+        "# The fused loss against its peers: time, memory and error", "",
+        f"Command: `{ENV}{benchlib.command_line('bench_fused_loss.py', argv)}`.", "",
+        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(start))}; commit "
+        f"{benchlib.git_commit(REPO, 'fairseq_outlayers/modules/linear_cross_entropy.py')}; device {name}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s).", "",
+        "One step: forward and backward of the summed, label-smoothed loss, padding (5 % of the targets) ignored, "
+        "float32. x (N × d), W (V × d) and b all need gradients. Each round runs every row once, in a rotated order; "
+        f"{args.rounds} timed rounds after one untimed. Time: the median. Time × plain: the median of the per-round "
+        "ratios. Memory: the largest peak above the level before the step ("
+        + ("the CUDA allocator's peak" if cuda else "resident set; freed blocks go back to the system") + "). "
+        "Errors: against the same loss in float64, the loss relative, the gradients relative to their largest "
+        f"entry (worst of x, W, b). Exact: loss error at most {fused_peers.LOSS_RTOL:g} and gradient error at most "
+        f"{fused_peers.GRAD_RTOL:g}.", "",
+        "Peers: `torch reference` is `F.linear_cross_entropy(..., options=None)`; `torch chunked` passes "
+        "`options=LinearCrossEntropyOptions()` (auto) or `chunking_method=\"aspect_ratio\"`. torch's chunked path "
+        "takes no label smoothing: with eps > 0 it falls back to the reference path, so it has rows at eps 0 only. "
+        "`--fused-impl torch` feeds torch's chunked path without smoothing and adds the smoothing term itself; B "
+        "logits = chunks of B / V token rows (`--fused-block-elements`). `--fused-impl chunked` is this package's own "
+        "blocked log-sum-exp.", ""]
+    sections, notes = [], []
+    for n, d, v in sizes:
+        if args.time_limit is not None and time.time() - start > args.time_limit:
+            not_run.append((n, d, v))
+            continue
+        for eps in args.smoothing:
+            rows = fused_peers.measure(n, d, v, eps, device, args.rounds, args.blocks,
+                                       impl_blocks={"chunked": [DEFAULT_BLOCK]},
+                                       log=lambda m: print(m, flush=True))
+            best = fused_peers.fastest_exact(rows)
+            sections.append(f"{fused_peers.heading(n, d, v, eps)}\n\n{fused_peers.table(rows, n)}\n\n"
+                            f"Fastest exact `--fused-impl`: {best['name'] if best else 'none'}.\n")
+            per_unit = rows[0]["seconds"] / (n * d * v) if rows[0]["seconds"] else None
+            notes.append(per_unit)
+            write_peers(args.output, head, sections, not_run, notes, start, load0)
+    return write_peers(args.output, head, sections, not_run, notes, start, load0, final=True)
+
+
+DEFAULT_BLOCK = 1 << 24
+
+
+def write_peers(path, head, sections, not_run, notes, start, load0, final=False):
+    """The page so far (rewritten after every table, so that a run cut short keeps its tables)."""
+    units = [u for u in notes if u]
+    tail = []
+    if not_run:
+        tail += ["## Not run here", "",
+                 "These sizes are too large for this device in the time this run had. The estimate scales the plain "
+                 "loss's measured time per N·d·V (median over the tables above); plain needs about three N × V "
+                 "float32 buffers.", "",
+                 "| N | d | V | plain step, estimated | plain memory, estimated |", "|---:|---:|---:|---:|---:|"]
+        unit = sorted(units)[len(units) // 2] if units else None
+        for n, d, v in not_run:
+            est = f"{unit * n * d * v:,.0f} s" if unit else "?"
+            tail.append(f"| {n:,} | {d} | {v:,} | {est} | {3 * n * v * 4 / 2 ** 30:,.1f} GiB |")
+        tail.append("")
+    load = os.getloadavg()
+    status = (f"Wall time {time.time() - start:,.0f} s. Load average (1, 5, 15 min) {load0[0]:.1f} {load0[1]:.1f} "
+              f"{load0[2]:.1f} at the start, {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
+              + ("at the end" if final else "when this was written (the run goes on)")
+              + f", on {os.cpu_count()} cores: other processes make the times noisy, not the memory or the errors.")
+    text = "\n".join(head + [status, ""] + sections + tail)
+    benchlib.write_output(path, text)
+    if final:
+        print(text)
+        print(f"written to {path}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from typing import Optional, Tuple
 
 import torch
 
-IMPLS = ("auto", "cce", "chunked")
+IMPLS = ("auto", "cce", "chunked", "torch")
 DEFAULT_BLOCK_ELEMENTS = 1 << 24  # 16M logits: 64 MiB per block in float32
 MIN_VOCAB_BLOCK = 256
 
@@ -122,6 +122,33 @@ def chunked_logsumexp(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
     """(log-sum-exp, argmax) of the rows of ``x W^T + b`` (x: N x d, W: V x d, b: V or None), never holding more
     than about ``block_elements`` logits; the argmax is empty unless ``want_argmax``."""
     return ChunkedLogSumExp.apply(x, weight, bias, int(block_elements), bool(want_argmax))
+
+
+# -- torch's own linear_cross_entropy ---------------------------------------------------------------------------
+def torch_rows(num_tokens: int, vocab_size: int, block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> int:
+    """Token rows per chunk of torch's chunked path: about ``block_elements`` logits a chunk, at least one row."""
+    return max(1, min(num_tokens, block_elements // max(vocab_size, 1)))
+
+
+def torch_nll(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor,
+              block_elements: int = DEFAULT_BLOCK_ELEMENTS, reduce: bool = True) -> torch.Tensor:
+    """``lse - z_t`` from torch's chunked ``F.linear_cross_entropy`` (summed, or one value per position), computed
+    in float32 at least; chunks of ``torch_rows`` token rows."""
+    dtype = _compute_dtype(x.dtype)
+    options = torch.nn.LinearCrossEntropyOptions(
+        chunking_method=None, batch_chunk_size=torch_rows(x.size(0), weight.size(0), block_elements))
+    return torch.nn.functional.linear_cross_entropy(
+        x.to(dtype), weight.to(dtype), target, linear_bias=None if bias is None else bias.to(dtype),
+        reduction="sum" if reduce else "none", options=options)
+
+
+def chunked_argmax(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                   block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> torch.Tensor:
+    """Each row's best-scoring word of ``x W^T + b``, in chunks of ``torch_rows`` rows (no gradient)."""
+    with torch.no_grad():
+        rows = torch_rows(x.size(0), weight.size(0), block_elements)
+        return torch.cat([_block_logits(x[i:i + rows], weight, bias, x.dtype).argmax(dim=1)
+                          for i in range(0, x.size(0), rows)]) if x.size(0) else x.new_zeros(0, dtype=torch.long)
 
 
 # -- Cut Cross-Entropy ---------------------------------------------------------------------------------------------
@@ -241,22 +268,25 @@ def _linear_cross_entropy(features, weight, bias, target, epsilon, ignore_index,
         z_t = (x.to(dtype) * weight.index_select(0, t).to(dtype)).sum(dim=1)
         if bias is not None:
             z_t = z_t + bias.index_select(0, t).to(dtype)
-    if impl == "cce":
-        nll = cce_nll(x, weight, bias, t).to(dtype)
-        if return_argmax:
-            with torch.no_grad():
-                argmax = chunked_logsumexp(x.detach(), weight.detach(), None if bias is None else bias.detach(),
-                                           block_elements)[1]
-    else:
+    if impl == "chunked":
         lse, argmax = chunked_logsumexp(x, weight, bias, block_elements, want_argmax=return_argmax)
         nll = lse - z_t
+    else:
+        if impl == "cce":
+            nll = cce_nll(x, weight, bias, t).to(dtype)
+        else:  # torch's chunked op; summed inside when the sum is all that is asked for
+            nll = torch_nll(x, weight, bias, t, block_elements, reduce=reduce).to(dtype)
+        if return_argmax:
+            argmax = chunked_argmax(x.detach(), weight.detach(), None if bias is None else bias.detach(),
+                                    block_elements)
     loss = nll
     if epsilon != 0.0:
         eps_i = epsilon / (v - 1)
         total = x.to(dtype) @ weight.to(dtype).sum(dim=0)
         if bias is not None:
             total = total + bias.to(dtype).sum()
-        loss = nll + eps_i * (v * z_t - total)
+        smooth = eps_i * (v * z_t - total)
+        loss = nll + (smooth.sum() if nll.dim() == 0 else smooth)
     if reduce:
         loss, nll = loss.sum(), nll.sum()
     elif keep is not None:
