@@ -42,10 +42,12 @@ setup(
         # Cut Cross-Entropy's CUDA kernel for --criterion fused_cross_entropy (Triton: Linux only; not a default
         # dependency because it pulls Triton onto CPU machines, where the criterion's chunked path serves)
         "cce": ['cut-cross-entropy>=25.1.1; platform_system == "Linux"'],
+        # CTranslate2 for `outlayers-export --to ctranslate2` and serving the export (its converter and runtime)
+        "serve": ["ctranslate2>=4.5,<5"],
         # pytest-xdist: the suite on every core (pytest.ini); pytest-randomly: the order-independence check
         # (`-p randomly`); coverage >= 7.10 follows the commands the tests start (docs/development.md)
         "test": ["pytest>=7", "pytest-xdist>=3.5", "pytest-randomly>=3.15", "coverage>=7.10", "hypothesis>=6",
-                 "mpmath", SYSTRAN_ALIGN, "gensim>=4.3", "matplotlib", "faiss-cpu"],
+                 "mpmath", SYSTRAN_ALIGN, "gensim>=4.3", "matplotlib", "faiss-cpu", "ctranslate2>=4.5,<5"],
     },
     entry_points={
         "console_scripts": [
@@ -58,6 +60,7 @@ setup(
             "outlayers-pairing = fairseq_outlayers.tools.pairing.__main__:main",
             "outlayers-vectors = fairseq_outlayers.tools.vectors:main",
             "outlayers-options = fairseq_outlayers.tools.options:main",
+            "outlayers-export = fairseq_outlayers.tools.export:main",
         ],
     },
     license="MIT",

@@ -37,6 +37,11 @@ class OutlayersConfigError(ValueError):
     """A user-facing configuration or data error; the message names the file/option and the fix."""
 
 
+class ExportRefused(OutlayersConfigError):
+    """A trained model, or one of its seams, that ``outlayers-export`` cannot write in a stock form exactly; the
+    message says which part and why."""
+
+
 _TASK_SETUP_FRAMES = {"setup_task", "load_dictionary", "infer_language_pair", "load_dataset", "load_langpair_dataset"}
 
 

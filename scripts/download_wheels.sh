@@ -37,7 +37,7 @@ align=()
 case "$PYVER" in 3.10|3.11) align=(systran-align);; esac
 "$PYTHON" -m pip download "${target[@]}" "${index[@]}" "${pins[@]}" "$TORCH" fairseq-fixed==0.12.3.1 \
   "cython>=3" wheel "setuptools<81" numpy "sacrebleu>=2.0" sacremoses scipy \
-  "pytest>=7" "hypothesis>=6" mpmath "${align[@]}" "gensim>=4.3" matplotlib faiss-cpu
+  "pytest>=7" "hypothesis>=6" mpmath "${align[@]}" "gensim>=4.3" matplotlib faiss-cpu "ctranslate2>=4.5,<5"
 echo "==> fastBPE source (built on the target)"
 "$PYTHON" -m pip download --no-deps --no-binary :all: -d "$DIR" fastBPE==0.1.0
 echo "==> done: copy $DIR to the target and run  WHEELS=$DIR make install  (in $ROOT there)"

@@ -123,13 +123,13 @@ fi
 if ! "$PY" -c "import fairseq_outlayers" 2>/dev/null || [ "$ROOT/setup.py" -nt "$VENV/.outlayers-installed" ] \
     || { [ -n "$CONSTRAINTS" ] && [ "$CONSTRAINTS" -nt "$VENV/.outlayers-installed" ]; }; then
   step "installing fairseq_outlayers (editable) with test extras"
-  "${PIP[@]}" -e "$ROOT[test,align,vectors,plot,faiss]" "$TORCH_SPEC"
+  "${PIP[@]}" -e "$ROOT[test,align,vectors,plot,faiss,serve]" "$TORCH_SPEC"
   touch "$VENV/.outlayers-installed"
 fi
 
 "$PY" - <<'PY'
 import sys
-import torch, fairseq, fastBPE, sacrebleu, scipy, sacremoses, gensim, faiss  # noqa: F401
+import torch, fairseq, fastBPE, sacrebleu, scipy, sacremoses, gensim, faiss, ctranslate2  # noqa: F401
 import fairseq_outlayers
 if sys.version_info < (3, 12):
     import systran_align  # noqa: F401

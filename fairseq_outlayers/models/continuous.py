@@ -11,11 +11,12 @@ import logging
 
 import torch
 
-from fairseq_outlayers import fingerprints, model_args
+from fairseq_outlayers import model_args
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.value_checks import Range
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
+from fairseq_outlayers.modules.output_layer import lookup_table
 
 from .registry import Option, register_embeddings, register_output_layer
 
@@ -36,7 +37,7 @@ OPTIONS = (
     Option("--target-vectors", None, metavar="FILE",
            help="continuous output layer: word vectors of the target language (word2vec/fastText .vec text, or a "
            ".bin model read with gensim); unit-normalised, aligned to the target dictionary, frozen and saved in the "
-           "checkpoint"),
+           "checkpoint", file="its target-vector table"),
     Option("--continuous-dim", None, type=int, metavar="M", range=Range(1, integer=True),
            help="continuous output layer: dimension m of the target vectors; when given it must match the file",
            default_text="read from --target-vectors"),
@@ -86,7 +87,6 @@ def target_table(args, task):
                               args.continuous_dim, center=args.target_vectors_center)
     for line in table.report.lines():
         logger.info(line)
-    fingerprints.note_file(args, "target_vectors", args.target_vectors)  # checked when training resumes
     model_args.record(args, **{"continuous_dim": table.report.dim, FROM_CHECKPOINT: True})
     return table
 
@@ -110,7 +110,9 @@ def decoding_options(args, task):
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
                        options=OPTIONS, selects={"tie_input_to_target_vectors": "target-vectors"},
-                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS, softmax_type=False)
+                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS, softmax_type=False,
+                       export="it scores words by the vMF density or cosine of a predicted vector, which a stock "
+                       "decoder's softmax over one linear map cannot compute")
 def build_continuous(args, task, decoder_embed_tokens, input_dim):
     if args.continuous_score_scale is not None:  # also set when decoding (--model-overrides): checked here too
         SCORE_SCALE.check("--continuous-score-scale", args.continuous_score_scale, "give a value in that range (e.g. "
@@ -128,7 +130,7 @@ def build_continuous(args, task, decoder_embed_tokens, input_dim):
 @register_embeddings("target-vectors", help="decoder input embeddings = the frozen --target-vectors table + a "
                      "learned linear map to the model size (Kumar & Tsvetkov 2019, section 4.4)",
                      options_from="continuous", no_word_matrix="are a frozen vector table and a learned m x d map, "
-                     "with no word matrix to tie to")
+                     "with no word matrix to tie to", export=lookup_table)
 def build_target_vector_embeddings(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
     if share_all:
         raise OutlayersConfigError("--embeddings target-vectors ties the decoder input to the target vectors; it "

@@ -7,6 +7,7 @@ import logging
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.fixed_random import INITS, FixedRandomOutput, is_power_of_two
+from fairseq_outlayers.modules.output_layer import folded_linear
 from fairseq_outlayers.value_checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 
 from .registry import Option, register_output_layer
@@ -78,11 +79,20 @@ def check_fixed_args(args, num_words=None):
                "or leave it out for the decoder output size")
 
 
+def export_fixed(layer):
+    """One matrix s W P (the frozen classifier, its projection and its scale folded); the fixed bias is the same
+    for every word, so it changes no probability and is left out (a checkpoint whose bias differs keeps it)."""
+    weight, bias = folded_linear(layer)
+    if bias is not None and bool((bias == bias[0]).all()):
+        bias = None
+    return weight, bias
+
+
 @register_output_layer("fixed", help="frozen random classifier, uniform [-10, 10] rows normalised to unit length, "
                        "fixed bias (Shalev et al. 2021); options --fixed-targets-*",
                        options=OPTIONS, check_args=check_fixed_args,
                        shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS,
-                       refuses_tying="keeps a frozen random classifier")
+                       refuses_tying="keeps a frozen random classifier", export=export_fixed)
 def build_fixed(args, task, decoder_embed_tokens, input_dim):
     num_words = len(task.target_dictionary)
     dim = input_dim if args.fixed_targets_dim is None else int(args.fixed_targets_dim)

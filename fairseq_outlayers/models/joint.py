@@ -6,7 +6,9 @@ the options are parsed; the layer's constructor checks its arguments again (the 
 one-line error naming ``--output-layer joint``).
 """
 
+from fairseq_outlayers.errors import ExportRefused
 from fairseq_outlayers.modules.joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
+from fairseq_outlayers.modules.output_layer import folded_linear
 from fairseq_outlayers.value_checks import FROZEN_BYTES, TRAINED_BYTES, Range, check_fits
 
 from .registry import Option, register_output_layer
@@ -50,11 +52,20 @@ def check_joint_args(args, num_words=None):
                "4096)")
 
 
+def export_joint(layer):
+    """The output matrix sigma(E U + b_u) is fixed once trained; the context is affine only without its
+    non-linearity (--joint-structure output or bilinear, or --joint-activation identity)."""
+    if layer.ctx_proj is not None and layer.structure != "bilinear" and layer.activation != "identity":
+        raise ExportRefused(f"its context sigma(V h + b_v) (--joint-structure {layer.structure}, --joint-activation "
+                            f"{layer.activation}) is a non-linear layer that a stock decoder does not have")
+    return folded_linear(layer)
+
+
 @register_output_layer("joint", help="joint input-output embedding, sigma(E U + b_u) sigma(V h + b_v) + b "
                        "(Pappas et al. 2018; --joint-dim, --joint-activation, --joint-structure, --joint-dropout, "
                        "--joint-no-word-bias)",
                        options=OPTIONS, check_args=check_joint_args,
-                       shape_options=SHAPE_OPTIONS, ties_decoder_embedding=True)
+                       shape_options=SHAPE_OPTIONS, ties_decoder_embedding=True, export=export_joint)
 def build_joint(args, task, decoder_embed_tokens, input_dim):
     return JointOutputLayer(decoder_embed_tokens, input_dim, joint_dim=args.joint_dim,
                             activation=args.joint_activation, structure=args.joint_structure,

@@ -13,7 +13,7 @@ The builders' contract, the same for both architectures (``core.build_core_outpu
   decoder_embed)``, where ``make_embedding(dictionary, dim)`` is the architecture's own learned embedding.
 """
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_outlayers.value_checks import fmt
 
@@ -26,7 +26,10 @@ class Option:
     what ``seam_options.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written from
     ``default``, or from ``default_text`` where the default is a phrase ("the decoder output size"); an option
     whose default is None and has no ``default_text`` gets no such clause. ``range``: a ``value_checks.Range``, checked
-    when the options are parsed. ``store_true``: a flag (argparse's ``store_true``), off unless given."""
+    when the options are parsed. ``store_true``: a flag (argparse's ``store_true``), off unless given. ``file``: the
+    option names a file read when training starts, and says what the checkpoint keeps of it ("its target-vector
+    table"); the core records the file's fingerprint, and a resume with another file is refused
+    (``fingerprints.check_resume``)."""
     flag: str
     default: Any = None
     help: str = ""
@@ -36,6 +39,7 @@ class Option:
     store_true: bool = False
     range: Any = None
     default_text: Optional[str] = None
+    file: Optional[str] = None
 
     @property
     def dest(self) -> str:
@@ -75,6 +79,13 @@ class SeamSpec:
     # table silently replaces the one they ask for)
     shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
     table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
+    # how a trained entry leaves the package (``outlayers-export``): a function of the built module that returns
+    # the plain tensors a stock fairseq model holds, or one sentence saying why it cannot; None: not declared.
+    # Output layer: ``export(layer) -> (weight, bias or None)`` with the same log-probabilities as
+    # ``log_softmax(F.linear(features, weight, bias))``; embeddings: ``export(embedding) -> (V, d) table`` with
+    # ``embedding(tokens) == table[tokens]``. Either may raise ``errors.ExportRefused`` for one trained instance
+    # (a setting of its options that has no stock form)
+    export: Union[Callable, str, None] = None
 
     @property
     def add_args(self) -> Optional[Callable]:

@@ -8,8 +8,9 @@ the decoder input embedding works); an untied softmax or three-way tying is refu
 """
 import logging
 
-from fairseq_outlayers import fingerprints, model_args
+from fairseq_outlayers import model_args
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.modules.output_layer import lookup_table
 from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
 from fairseq_outlayers.word_pairs.corpus import special_indices
 from fairseq_outlayers.word_pairs.pairs import index_maps, lambdas_from_string, read_pairing
@@ -23,7 +24,7 @@ DEFAULT_LAMBDAS = "0.9,0.7,0.5"
 OPTIONS = (
     Option("--pairing", None, metavar="PATH",
            help="shared-private: pairing file from python -m fairseq_outlayers.tools.pairing (read at training; "
-           "stored in the checkpoint)"),
+           "stored in the checkpoint)", file="its pairing (index maps)"),
     Option("--shared-private-lambdas", DEFAULT_LAMBDAS, metavar="LM,WF,UR",
            help="shared-private: share of the d features shared by a pair of each category (lexical meaning, same "
            "word form, unrelated), each in [0, 1]"),
@@ -51,7 +52,8 @@ def check_shared_private_args(args, num_words=None):
 @register_embeddings("shared-private", help="shared-private bilingual embeddings (Liu et al. 2019): paired source "
                      "and target words share their first lambda*d features (needs --pairing)",
                      options=OPTIONS, check_args=check_shared_private_args,
-                     shape_options={"shared_private_lambdas": lambda a: lambdas_from_string(a.shared_private_lambdas)})
+                     shape_options={"shared_private_lambdas": lambda a: lambdas_from_string(a.shared_private_lambdas)},
+                     export=lookup_table)  # the assembled tables, one plain matrix a language
 def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     out_spec = get_output_layer_spec(args.output_layer)
@@ -89,7 +91,6 @@ def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_e
             raise OutlayersConfigError("--embeddings shared-private needs --pairing PATH (make the file with "
                                        "python -m fairseq_outlayers.tools.pairing; see docs/shared-private.md)")
         pairing = read_pairing(args.pairing)
-        fingerprints.note_file(args, "pairing", args.pairing)
         pairs = index_maps(pairing, src_dict, tgt_dict, path=args.pairing)
         counts = ",".join(str(len(pairs[c][0])) for c in CATEGORIES)
         model_args.record(args, shared_private_counts=counts, shared_private_src_sha256=pairing.src_hash,

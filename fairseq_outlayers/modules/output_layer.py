@@ -96,3 +96,35 @@ class TiedReference:
     def _tied_rows(self, ids: Optional[torch.Tensor]) -> torch.Tensor:
         weight = self._tied_embedding.weight
         return weight if ids is None else weight.index_select(0, ids)
+
+
+def folded_linear(layer: FactorisedSoftmaxOutput):
+    """``(weight, bias)`` with ``F.linear(h, weight, bias) == layer(h)`` for a factorised layer whose ``context`` is
+    affine, ``context(h) = J h + c`` (the identity for softmax and tying; a bias-free projection or a scale for the
+    fixed classifier): ``weight = W J`` and ``bias = W c + b``, folded in float64 and returned in the layer's
+    dtype. The layer must be in evaluation mode (no dropout). ``bias`` is None when the layer has none and c = 0.
+    With the identity as context the result is the layer's own matrix, bit for bit."""
+    if layer.training:
+        raise ValueError("folded_linear needs the layer in evaluation mode (model.eval())")
+    with torch.no_grad():
+        weight, bias = layer.target_weights(None)
+        basis = torch.cat([weight.new_zeros(1, layer.input_dim), torch.eye(layer.input_dim).to(weight)])
+        mapped = layer.context(basis).double()
+        offset, columns = mapped[0], mapped[1:] - mapped[0]  # columns: J^T, one row per input feature
+        wide = weight.double()
+        folded = (columns @ wide.t()).t()
+        shift = wide @ offset if bool(offset.any()) else None
+        if bias is not None:
+            shift = bias.double() if shift is None else shift + bias.double()
+        return folded.to(weight.dtype).contiguous(), None if shift is None else shift.to(weight.dtype)
+
+
+def lookup_table(embedding: nn.Module) -> torch.Tensor:
+    """The (V, d) table of an embedding module whose output for a token depends on that token only, so that
+    ``embedding(tokens) == table[tokens]``: a learned matrix, one assembled from blocks, a frozen table through a
+    map. ``V`` is the module's ``num_embeddings``; the module must be in evaluation mode."""
+    if embedding.training:
+        raise ValueError("lookup_table needs the module in evaluation mode (model.eval())")
+    with torch.no_grad():
+        ids = torch.arange(embedding.num_embeddings).unsqueeze(0)
+        return embedding(ids).squeeze(0).contiguous()
