@@ -20,7 +20,8 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
   section a WORD picks (``outlayers-options``, read from the registries); the word ``seams`` gives the
   options of the two seams themselves;
 - ``archs``: every ``--arch`` of the package with its description;
-- ``cli MODULE:FUNCTION``: the options of the argparse parser that FUNCTION builds (a console command's);
+- ``cli COMMAND``: the options of a console command's argparse parser (the commands of ``CLI_PARSERS``, a fixed
+  table: a document names what is rendered, it runs nothing it names);
 - ``bench FILE [N ...]``: the tables of a benchmark page (the N-th ones), verbatim, with its date and commit;
 - ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit and device. A page without
   one of the four is refused.
@@ -282,18 +283,28 @@ def _options_block(ctx: Context, args: List[str]) -> List[str]:
             , ""] + lines
 
 
+def _pairing_parser():
+    from fairseq_outlayers.tools.pairing.__main__ import build_parser
+
+    return build_parser()
+
+
+#: the console commands a ``cli`` block can show, each with the function that builds its parser: a fixed table, so
+#: a document names a command and runs nothing else
+CLI_PARSERS = {"outlayers-pairing": _pairing_parser}
+
+
 def _cli_block(ctx: Context, args: List[str]) -> List[str]:
-    """The options of a command's argparse parser: ``cli MODULE:FUNCTION`` names the function that builds it."""
+    """The options of a console command's argparse parser: ``cli COMMAND``, a command of ``CLI_PARSERS``."""
     import argparse as _argparse
-    import importlib
 
     from fairseq_outlayers.tools.options import _default_text, _flags
 
-    if len(args) != 1 or ":" not in args[0]:
-        raise OutlayersConfigError("a cli block names MODULE:FUNCTION, the function that builds the parser")
-    module, func = args[0].split(":")
-    parser = getattr(importlib.import_module(module), func)()
-    lines = [f"Generated from `{module}.{func}` (the command's `--help` prints the same).", "",
+    if len(args) != 1 or args[0] not in CLI_PARSERS:
+        raise OutlayersConfigError(f"a cli block names one command, one of {', '.join(CLI_PARSERS)}; not "
+                                   f"'{' '.join(args)}'")
+    parser = CLI_PARSERS[args[0]]()
+    lines = [f"Generated from the parser of `{args[0]}` (its `--help` prints the same).", "",
              "| option | default | what it does |", "| --- | --- | --- |"]
     for action in parser._actions:
         if not action.option_strings or action.help == _argparse.SUPPRESS or "-h" in action.option_strings:
@@ -353,16 +364,17 @@ def _bench_block(ctx: Context, args: List[str]) -> List[str]:
     if not args:
         raise OutlayersConfigError("a bench block names a page of docs/benchmarks/ (e.g. fused_loss_cpu.md)")
     path = ctx.path(os.path.join(BENCHMARKS, args[0]))
-    if not os.path.isfile(path):
+    if os.path.basename(args[0]) != args[0] or not args[0].endswith(".md") or not os.path.isfile(path):
         raise OutlayersConfigError(f"bench block: {BENCHMARKS}/{args[0]} does not exist")
     facts = benchmark_facts(path)
     with open(path, encoding="utf-8") as f:
         text = f.read()
     tables = [m.group(0).rstrip("\n").split("\n") for m in re.finditer(r"(?:^\|.*\n?)+", text, re.M)]
-    try:
-        chosen = [tables[int(n) - 1] for n in args[1:]] if args[1:] else tables
-    except (ValueError, IndexError):
-        raise OutlayersConfigError(f"bench block: {args[0]} has {len(tables)} tables; give their numbers from 1")
+    numbers = args[1:] or [str(n) for n in range(1, len(tables) + 1)]
+    if not tables or not all(n.isdigit() and n.isascii() and 1 <= int(n) <= len(tables) for n in numbers):
+        raise OutlayersConfigError(f"bench block: {args[0]} has {len(tables)} tables; give their numbers from 1 to "
+                                   f"{len(tables)}, not {' '.join(args[1:])}")
+    chosen = [tables[int(n) - 1] for n in numbers]
     lines = [f"From [{args[0]}](benchmarks/{args[0]}) ({facts['date']}, commit {facts['commit']}, device "
              f"{facts['device']}).", ""]
     for table in chosen:
@@ -387,10 +399,33 @@ def render_text(text: str, ctx: Context, where: str = "text") -> str:
         if not spec or spec[0] not in KINDS:
             raise OutlayersConfigError(f"{where}: unknown generated block '{m.group('spec')}'; kinds: "
                                        f"{', '.join(KINDS)}")
-        body = KINDS[spec[0]](ctx, spec[1:])
+        try:
+            body = KINDS[spec[0]](ctx, spec[1:])
+        except OutlayersConfigError as e:
+            raise OutlayersConfigError(f"{where}: block '{m.group('spec')}': {e}") from None
+        except (Exception, SystemExit) as e:  # a block that cannot be rendered fails the check, in one line
+            text = " ".join(str(e).split()) or "no message"
+            raise OutlayersConfigError(f"{where}: block '{m.group('spec')}' cannot be rendered "
+                                       f"({type(e).__name__}: {text})") from None
         return f"<!-- generated: {m.group('spec')} -->\n" + "\n".join(body) + "\n<!-- end generated -->"
 
     return BLOCK.sub(one, text)
+
+
+def read_document(path: str) -> str:
+    """The text of a Markdown file; a missing or unreadable file, a directory or a file that is not UTF-8 is one
+    line naming it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise OutlayersConfigError(f"{path}: cannot be read ({e.strerror}); give a Markdown file") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {data[e.start:e.start + 1]!r}); the "
+                                   "documents are UTF-8: convert it (iconv -f latin1 -t utf-8)") from None
 
 
 def stale(paths: List[str], ctx: Optional[Context] = None, write: bool = False) -> List[Tuple[str, str]]:
@@ -399,8 +434,7 @@ def stale(paths: List[str], ctx: Optional[Context] = None, write: bool = False) 
     ctx = ctx or Context()
     out = []
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_document(path)
         if "<!-- generated: " not in text:
             continue
         new = render_text(text, ctx, os.path.relpath(path, ctx.root))

@@ -217,8 +217,18 @@ def _name(v) -> bool:
             and ".." not in v.replace("\\", "/").split("/"))
 
 
-_NUMBER = (_finite, "a finite number")
 _NUMBER_OR_NONE = (lambda v: v is None or _finite(v), "a finite number or null")
+_SECONDS = (lambda v: _finite(v) and v >= 0, "a finite number >= 0")
+_RATE_OR_NONE = (lambda v: v is None or (_finite(v) and v >= 0), "a finite number >= 0 or null")
+
+
+def _bleu(v) -> bool:
+    """A BLEU score: a finite number from 0 to 100."""
+    return _finite(v) and 0.0 <= v <= 100.0
+
+
+_BLEU = (_bleu, "a finite number from 0 to 100 (a BLEU score)")
+_BLEU_OR_NONE = (lambda v: v is None or _bleu(v), "a finite number from 0 to 100 (a BLEU score) or null")
 _INT = (_integer, "an integer")
 _COUNT = (lambda v: _integer(v) and v >= 0, "an integer >= 0")
 _TEXT = (lambda v: isinstance(v, str), "a string")
@@ -242,38 +252,39 @@ SCHEMA = {
     "epochs": (*_COUNT, True),
     "updates": (*_COUNT, True),
     "best_epoch": (*_COUNT, True),
-    "training_seconds": (*_NUMBER, True),
+    "training_seconds": (*_SECONDS, True),
     "method": (*_TEXT, False), "baseline": (*_TEXT_OR_NONE, False), "row_file": (*_TEXT, False),
     "description": (*_TEXT, False), "command": (*_TEXT, False), "machine": (*_TEXT, False),
     "preparation": (*_TEXT, False), "finished": (*_TEXT, False),
     "data_digest": (*_TEXT_OR_NONE, False),
     "file_digests": ((lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
                      "an object of file digests (strings)", False),
-    "best_updates": (*_COUNT, False), "wall_seconds": (*_NUMBER, False),
-    "tokens_per_second": (*_NUMBER_OR_NONE, False), "resumed": (*_BOOL, False), "lowercase": (*_BOOL, False),
+    "best_updates": (*_COUNT, False), "wall_seconds": (*_SECONDS, False),
+    "tokens_per_second": (*_RATE_OR_NONE, False), "resumed": (*_BOOL, False), "lowercase": (*_BOOL, False),
     "curve": ((lambda v: isinstance(v, list) and all(
         isinstance(c, dict) and _integer(c.get("epoch"))
-        and all(c.get(k) is None or _finite(c[k]) for k in ("num_updates", "loss", "nll_loss", "bleu")) for c in v)),
-              "a list of objects with an integer 'epoch' and numbers", False),
+        and all(c.get(k) is None or _finite(c[k]) for k in ("num_updates", "loss", "nll_loss"))
+        and (c.get("bleu") is None or _bleu(c["bleu"])) for c in v)),
+              "a list of objects with an integer 'epoch' and numbers (BLEU from 0 to 100)", False),
     "decoding": (*_OBJECT, False),
     "after": (*_OBJECT, False),
     "decodes": ((lambda v: isinstance(v, dict) and all(
-        isinstance(d, dict) and all(_finite(x) for x in d.values()) for d in v.values())),
-                "an object of test sets, each {decode: sacreBLEU}", False),
+        isinstance(d, dict) and all(_bleu(x) for x in d.values()) for d in v.values())),
+                "an object of test sets, each {decode: sacreBLEU from 0 to 100}", False),
 }
 PARAMS = {"total": (*_COUNT, True), "trained": (*_COUNT, True), "embedding": (*_COUNT, True),
           "output": (*_COUNT, False), "frozen": (*_COUNT, False), "output_trained": (*_COUNT, False)}
 VALIDATION = {"metric": ((lambda v: v in ("bleu", "loss", "budget")),
                          "'bleu' or 'loss' (early stopping) or 'budget' (a quick row)", True),
               "best": (*_NUMBER_OR_NONE, False), "patience": (*_COUNT, False), "max_epoch": (*_COUNT, False),
-              "reason": (*_TEXT, False), "budget": (*_COUNT, False), "bleu": (*_NUMBER_OR_NONE, False)}
-TEST_SET = {"sacrebleu": (*_NUMBER, True), "tokenized_bleu": (*_NUMBER, True), "sacrebleu_signature": (*_TEXT, True),
+              "reason": (*_TEXT, False), "budget": (*_COUNT, False), "bleu": (*_BLEU_OR_NONE, False)}
+TEST_SET = {"sacrebleu": (*_BLEU, True), "tokenized_bleu": (*_BLEU, True), "sacrebleu_signature": (*_TEXT, True),
             "hypotheses": (*_FILE, True), "reference": (*_FILE, True), "sentences": (*_COUNT, False),
             "tokenized_bleu_signature": (*_TEXT, False)}
 AFTER = {"step": ((lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v)),
                   "a non-empty list of strings (the step and its options)", True),
          "trained_in": (*_TEXT, False), "as_trained": (*_OBJECT, False), "parent_record_matches": (*_BOOL, False)}
-AS_TRAINED = {"sacrebleu": (*_NUMBER_OR_NONE, False), "hypotheses": (*_FILE, False), "reference": (*_FILE, False)}
+AS_TRAINED = {"sacrebleu": (*_BLEU_OR_NONE, False), "hypotheses": (*_FILE, False), "reference": (*_FILE, False)}
 
 
 def _shown(value) -> str:
@@ -371,12 +382,43 @@ def load_record(path: str) -> Dict:
     return check_record(path, record)
 
 
+def is_record_name(name: str) -> bool:
+    """``name`` is a record's file name: ``ROW.seedN.json``, N an integer without leading zeros."""
+    m = RECORD_NAME.match(name)
+    return m is not None and m.group("seed") == str(int(m.group("seed")))
+
+
+def record_files(ledger: str) -> List[str]:
+    """The record files of the ledger, in name order: every ``*.json`` directly in it must be named
+    ``ROW.seedN.json`` (N without leading zeros). Any other JSON file there -- an edited copy beside a record
+    (``ROW.seed1.old.json``), a ``ROW.seed01.json`` -- is refused in one line naming it, never read as a record
+    and never skipped silently: the tables a ledger renders are those of its records, or an error."""
+    paths = sorted(glob.glob(os.path.join(glob.escape(ledger), "*.json")))
+    for path in paths:
+        if not is_record_name(os.path.basename(path)):
+            raise OutlayersConfigError(
+                f"{path}: not a record name (ROW.seedN.json), but it is a JSON file in the ledger directory "
+                f"{ledger}, which holds records only; move it out of the ledger directory (a copy of a record kept "
+                "there would be read as that run)")
+    return paths
+
+
 def read_records(ledger: str) -> List[Dict]:
-    """Every record of the ledger, in file-name order."""
+    """Every record of the ledger, in file-name order (``record_files``); two records of one row and seed are an
+    error naming both files."""
     if not os.path.isdir(ledger):
         raise OutlayersConfigError(f"ledger directory '{ledger}' does not exist; run 'python -m "
                                    "fairseq_outlayers.lab.ledger run' first or give --ledger DIR")
-    return [load_record(p) for p in sorted(glob.glob(os.path.join(ledger, "*.seed*.json")))]
+    out, seen = [], {}
+    for path in record_files(ledger):
+        record = load_record(path)
+        key = (record["row"], record["seed"])
+        if key in seen:
+            raise OutlayersConfigError(f"{path}: a second record of row '{key[0]}' seed {key[1]} (the first is "
+                                       f"{seen[key]}); a ledger holds one record per row and seed: move one out")
+        seen[key] = path
+        out.append(record)
+    return out
 
 
 def recorded(ledger: str, row: str, seed: int, options: List[str], row_file: str,

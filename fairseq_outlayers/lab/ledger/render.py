@@ -440,7 +440,13 @@ SAVINGS = {"trained": "trained parameters", "word": "word parameters", "output_t
 #: the words of a verdict, by the kind of claim: a paper's claim is reproduced or not; the package's own holds or not
 VERDICT_WORDS = {"paper": {"above": "reproduced", "below": "not reproduced"},
                  "package": {"above": "holds", "below": "does not hold"}}
-_TARGET_IN_DESCRIPTION = re.compile(r"target: [\w-]+ ([+\-−]) ?([0-9.]+) BLEU")
+_TARGET_IN_DESCRIPTION = re.compile(r"target: [\w-]+ ([+\-−]) ?([0-9]+(?:\.[0-9]+)?) BLEU")
+
+
+def _in_range(value, low: float, high: float) -> bool:
+    """A finite number (not a bool) from ``low`` to ``high``: what a claim's target, saving or least BLEU is."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and low <= value <= high)
 
 
 def _claims_error(path: str, where: str, what: str):
@@ -477,24 +483,26 @@ def read_claims(path: str) -> List[Dict]:
         if c.get("kind", "paper") not in VERDICT_WORDS:
             _claims_error(path, where, f"\"kind\" must be one of {', '.join(VERDICT_WORDS)}")
         if "at_least" in c:
-            if not isinstance(c["at_least"], (int, float)):
-                _claims_error(path, where, "\"at_least\" must be a number (mean BLEU)")
+            if not _in_range(c["at_least"], 0.0, 100.0):
+                _claims_error(path, where, "\"at_least\" must be a mean BLEU, a finite number from 0 to 100, "
+                              f"not {c['at_least']!r}")
             continue
         for key in ("row", "baseline"):
             if not isinstance(c.get(key), str) or not c[key]:
                 _claims_error(path, where, f"\"{key}\" (a row name) is missing")
-        if "target" in c and (not isinstance(c["target"], (int, float)) or isinstance(c["target"], bool)):
-            _claims_error(path, where, "\"target\" must be the least BLEU difference claimed, a number (e.g. 0.5 "
-                          "or -0.3)")
+        if "target" in c and not _in_range(c["target"], -100.0, 100.0):
+            _claims_error(path, where, "\"target\" must be the least BLEU difference claimed, a finite number "
+                          f"from -100 to 100 (e.g. 0.5 or -0.3), not {c['target']!r}")
         saving = c.get("saving")
         if saving is not None and (not isinstance(saving, dict) or saving.get("parameters") not in SAVINGS
-                                   or not isinstance(saving.get("at_least"), (int, float))):
+                                   or not _in_range(saving.get("at_least"), 0.0, 100.0)):
             _claims_error(path, where, "\"saving\" needs \"parameters\" (one of "
-                          f"{', '.join(SAVINGS)}) and \"at_least\" (percent)")
+                          f"{', '.join(SAVINGS)}) and \"at_least\" (a percent, a finite number from 0 to 100)")
         further = c.get("further_seeds")
         if further is not None and (not isinstance(further, list) or not further
-                                    or not all(isinstance(s, int) and s > 0 for s in further)):
-            _claims_error(path, where, "\"further_seeds\" must be a list of seed numbers")
+                                    or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in further)
+                                    or len(set(further)) != len(further)):
+            _claims_error(path, where, "\"further_seeds\" must be a list of distinct seed numbers (>= 1)")
     return claims
 
 

@@ -104,6 +104,8 @@ def _recorded_cost(row: LedgerRow, ledger: str, name: Optional[str] = None) -> s
         return ""
     done = []
     for path in sorted(glob.glob(os.path.join(ledger, f"{glob.escape(name or row.name)}.seed*.json"))):
+        if not records.is_record_name(os.path.basename(path)):
+            continue  # a stray copy beside the records: render and run refuse it, a guide leaves it out
         try:
             done.append(records.load_record(path))
         except OutlayersConfigError:
