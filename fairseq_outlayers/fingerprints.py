@@ -1,20 +1,20 @@
 """Fingerprints (sha256 and path) of what a model is built from: the source and target dictionaries, and the files
-read when training starts (``--target-vectors``, ``--pairing``).
+read when training starts (the options declared with ``Option(..., file=...)``, which the core passes in).
 
 They are recorded in the model's arguments, so every checkpoint carries them, and compared
 
 * when a checkpoint is rebuilt (``fairseq-generate``, ``-interactive``, ``-validate``): its dictionaries against
-  those of the data directory given now (the vector and pairing files are not read then: their tables are in the
-  checkpoint, so those files may be gone);
+  those of the data directory given now (the files are not read then: their tables are in the checkpoint, so
+  those files may be gone);
 * when training resumes (``checkpoint_last.pt``, ``--restore-file``, ``--finetune-from-model``): every fingerprint
   of the checkpoint against the files and dictionaries given now, since the checkpoint's tables would silently
-  replace the new ones; likewise the options that transform a frozen table (``--target-vectors-center``, the
-  ``--fixed-targets-*`` draw) and, always an error, those that fix a parameter's shape (``--output-layer``,
-  ``--joint-dim``, ``--shared-private-lambdas``, ...: ``check_resume_options``).
+  replace the new ones; likewise the options that transform a frozen table (a spec's ``table_options``) and, always
+  an error, those that fix a parameter's shape (``--output-layer``, a spec's ``shape_options``:
+  ``check_resume_options``).
 
 A difference is an error naming both sides; ``--outlayers-allow-mismatch`` (training) or
 ``--model-overrides "{'outlayers_allow_mismatch': True}"`` (decoding) turns it into a warning. Checkpoints written
-before fingerprints existed are not checked (shared-private ones still are, by the dictionary hashes they record).
+before fingerprints existed are not checked, except by the dictionary hashes that a pairing recorded in them.
 """
 import hashlib
 import logging
@@ -29,13 +29,9 @@ ARG = "outlayers_fingerprints"
 ALLOW = "outlayers_allow_mismatch"
 ALLOW_TRAIN = "--outlayers-allow-mismatch"
 ALLOW_DECODE = "--model-overrides \"{'outlayers_allow_mismatch': True}\""
-WHAT = {"src_dict": "source dictionary", "tgt_dict": "target dictionary", "target_vectors": "--target-vectors",
-        "pairing": "--pairing"}
-KEPT_FILES = ("target_vectors", "pairing")
-#: what the checkpoint would keep, whatever file is given now
-KEPT = {"target_vectors": "its target-vector table", "pairing": "its pairing (index maps)",
-        "src_dict": "embeddings indexed by its source dictionary", "tgt_dict": "embeddings and outputs indexed by "
-        "its target dictionary"}
+#: {key: (what, what the checkpoint would keep whatever is given now)} of the dictionaries
+DICTIONARIES = {"src_dict": ("the source dictionary", "embeddings indexed by its source dictionary"),
+                "tgt_dict": ("the target dictionary", "embeddings and outputs indexed by its target dictionary")}
 
 
 def file_sha256(path: str) -> str:
@@ -47,7 +43,7 @@ def file_sha256(path: str) -> str:
 
 
 def dictionary_fingerprint(dictionary, path=None) -> dict:
-    from fairseq_outlayers.word_pairs.corpus import dictionary_hash  # the hash shared-private pairings record
+    from fairseq_outlayers.word_pairs.corpus import dictionary_hash  # the hash a pairing file records
 
     return {"sha256": dictionary_hash(dictionary), "path": path, "size": len(dictionary)}
 
@@ -64,7 +60,7 @@ def recorded(args) -> dict:
 
     value = getattr(args, ARG, None) or {}
     out = {k: dict(v) for k, v in (OmegaConf.to_container(value) if OmegaConf.is_config(value) else value).items()}
-    # shared-private checkpoints older than fingerprints record the hashes of their dictionaries
+    # checkpoints older than fingerprints that were built from a pairing record the hashes of their dictionaries
     for key, old in (("src_dict", "shared_private_src_sha256"), ("tgt_dict", "shared_private_tgt_sha256")):
         if key not in out and getattr(args, old, None) and getattr(args, "shared_private_counts", None):
             out[key] = {"sha256": getattr(args, old), "path": None}
@@ -78,7 +74,7 @@ def record(args, key: str, fp: dict):
 
 
 def note_file(args, key: str, path: str):
-    """Record the fingerprint of a file read while building the model (``key``: target_vectors, pairing)."""
+    """Record the fingerprint of a file read while building the model (``key``: the option's dest)."""
     record(args, key, {"sha256": file_sha256(path), "path": os.path.abspath(path)})
 
 
@@ -155,17 +151,16 @@ def check_resume_options(args, checkpoint_path: str, checkpoint_args, shape, tab
             model_args.record(args, **{dest: getattr(checkpoint_args, dest)})
 
 
-def check_resume(args, checkpoint_path: str, checkpoint_args):
-    """Training: the fingerprints of this build (``args``) against those of the checkpoint fairseq will load."""
+def check_resume(args, checkpoint_path: str, checkpoint_args, files):
+    """Training: the fingerprints of this build (``args``) against those of the checkpoint fairseq will load.
+    ``files``: {dest: (flag, what the checkpoint keeps)} of the options that name a file."""
     theirs, ours = recorded(checkpoint_args), recorded(args)
-    for key in ("target_vectors", "pairing", "src_dict", "tgt_dict"):
+    for key, (what, kept) in {**files, **DICTIONARIES}.items():
         if key not in theirs or key not in ours:
             continue
-        what = WHAT[key]
-        given = f"{what} {describe(ours[key])}" if what.startswith("--") else f"the {what} {describe(ours[key])}"
         mismatch(args, key, theirs[key], ours[key],
-                 f"{given} differs from the one {checkpoint_path} was trained with, {describe(theirs[key])}, and "
-                 f"the checkpoint would keep {KEPT[key]}; give the training run's file, use a new --save-dir, or "
-                 f"add {ALLOW_TRAIN} to resume with the checkpoint's")
-        if key in KEPT_FILES:  # allowed: the checkpoint's table is what the model holds from now on
+                 f"{what} {describe(ours[key])} differs from the one {checkpoint_path} was trained with, "
+                 f"{describe(theirs[key])}, and the checkpoint would keep {kept}; give the training run's file, use "
+                 f"a new --save-dir, or add {ALLOW_TRAIN} to resume with the checkpoint's")
+        if key in files:  # allowed: the checkpoint's table is what the model holds from now on
             record(args, key, theirs[key])

@@ -1,5 +1,5 @@
 """Values the package writes into a model's arguments, which fairseq saves with every checkpoint (fingerprints,
-the continuous table's size, the shared-private category sizes, the build state)."""
+the sizes of the tables read from files, the build state)."""
 import contextlib
 
 

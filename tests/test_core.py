@@ -345,26 +345,39 @@ def test_every_preset_is_registered_from_presets_py():
         assert vars(args) == vars(base_args), name  # a preset only fixes seam options on its base architecture
 
 
+#: the core's files, which read the registries and name no method
+CORE_FILES = ("models/core.py", "models/seam_checks.py", "models/seam_options.py", "models/registry.py",
+              "fingerprints.py", "model_args.py")
+
+
 def test_the_core_names_no_method_or_criterion():
-    """Only the registries know a method: models/core.py, checks.py and registry.py read them and never name a
-    registered output layer, embeddings or criterion of the package. Checked on the text: no such name as a string
-    of its own or after --output-layer / --embeddings / --criterion, and no compound name (tied-all, vmf_nll)
-    anywhere. The plain words (softmax, fixed) may still appear in prose ("scores a softmax")."""
+    """Only the registries know a method: the core's files (``CORE_FILES``) read them and never name a
+    registered output layer, embeddings or criterion of the package, nor a method's own option. Checked on the
+    text: no such name as a string of its own or after --output-layer / --embeddings / --criterion, no compound
+    name (tied-all, vmf_nll) and no method's option flag anywhere. The plain words (softmax, fixed) may still
+    appear in prose ("scores a softmax"), and ``seam_options.SEAM_DEFAULTS`` names the seams' defaults."""
     import re
 
     from fairseq.criterions import CRITERION_REGISTRY
 
     from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS
 
     criterions = [n for n, c in CRITERION_REGISTRY.items() if c.__module__.startswith("fairseq_outlayers.")]
     names = sorted(set(OUTPUT_LAYER_REGISTRY) | set(EMBEDDING_REGISTRY) | set(criterions))
     assert len(names) >= 15, names
-    for file in ("core", "seam_checks", "registry"):
-        with open(os.path.join(MODELS_DIR, file + ".py"), encoding="utf-8") as f:
+    defaults = {v for v in SEAM_DEFAULTS.values() if isinstance(v, str)}
+    flags = {o.flag for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values())
+             for o in spec.options}
+    assert {"--joint-dim", "--pairing"} <= flags
+    for file in CORE_FILES:
+        with open(os.path.join(os.path.dirname(MODELS_DIR), file), encoding="utf-8") as f:
             text = f.read()
         strings = {node.value for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Constant)}
+        for flag in flags:
+            assert not re.search(rf"{re.escape(flag)}(?![\w-])", text), (file, flag)
         for name in names:
-            assert name not in strings, (file, name)
+            assert name not in strings or (file.endswith("seam_options.py") and name in defaults), (file, name)
             assert not re.search(rf"--(output-layer|embeddings|criterion)[ =]{re.escape(name)}(?![\w-])", text), \
                 (file, name)
             if re.search(r"[-_]", name):

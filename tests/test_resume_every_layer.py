@@ -31,8 +31,6 @@ import torch
 
 from harness import TINY_TRANSFORMER, train_args
 
-#: the files an option of a layer or of embeddings names, written by fixtures of this module
-FILE_OPTIONS = ("--target-vectors", "--pairing")
 #: criterion options set so that the criterion draws at random on the tiny corpus: at the default ratio (25 % of
 #: a 48-word vocabulary) the batch's own targets already fill the sampled vocabulary and nothing is drawn
 DRAWING = {"sample_ratio": ["--sample-ratio", "0.9"]}
@@ -91,18 +89,22 @@ def registry_cases() -> List[Case]:
     return cases
 
 
-def declared_flags(case: Case) -> set:
+def file_flags(case: Case) -> List[str]:
+    """The options of the case's specs that name a file (``Option.file``, read from the registries)."""
     from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.models.seam_options import file_options
 
     specs = [OUTPUT_LAYER_REGISTRY[case.layer], EMBEDDING_REGISTRY[case.embeddings]]
-    return {o.flag for spec in specs for o in spec.options}
+    return sorted(o.flag for o in file_options(specs).values())
 
 
 def case_args(case: Case, files: dict) -> List[str]:
     """The training options of a case: layer, embeddings, criterion, and the files its options need."""
     args = ["--output-layer", case.layer, "--embeddings", case.embeddings, "--criterion", case.criterion,
             "--required-batch-size-multiple", "1", "--disable-validation"]  # no validation: faster, same weights
-    for flag in sorted(declared_flags(case) & set(FILE_OPTIONS)):
+    for flag in file_flags(case):
+        if flag not in files:
+            pytest.fail(f"{flag} names a file (Option.file) that case_files does not write: add a sample one")
         args += [flag, files[flag]]
     from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
 

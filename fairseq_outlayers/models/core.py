@@ -34,8 +34,9 @@ def start_build(args, task):
 
 
 def finish_build(model, args, new_run):
-    """The end of every model's ``build_model``: a new training run that resumes (or fine-tunes) from a
-    checkpoint is checked against the fingerprints that checkpoint recorded, before any data is read."""
+    """The end of every model's ``build_model``: a new training run records the fingerprints of the files its
+    options name and, when it resumes (or fine-tunes) from a checkpoint, is checked against the fingerprints that
+    checkpoint recorded, before any data is read."""
     model.outlayers_args = args
     if new_run:
         check_resume(args)

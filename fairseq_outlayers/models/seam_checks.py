@@ -12,7 +12,7 @@ from fairseq_outlayers.data_checks import check_binarised_data
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.value_checks import check_values
 
-from .seam_options import given_options, resume_options, selected_specs, spec_options
+from .seam_options import file_options, given_options, resume_options, selected_specs, spec_options
 from .registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, criterion_trains, declared_criterions,
                        get_embedding_spec, get_output_layer_spec, layers_trained_by)
 
@@ -82,13 +82,19 @@ def check_new_run(args):
 
 
 def check_resume(args):
-    """A new run that resumes (or fine-tunes) from a checkpoint: against the fingerprints it recorded."""
+    """A new run: the fingerprints of the files its options name (``Option.file``); then, when it resumes (or
+    fine-tunes) from a checkpoint, its options and fingerprints against those the checkpoint recorded."""
+    files = file_options(selected_specs(args))
+    for dest in files:
+        if getattr(args, dest, None):
+            fingerprints.note_file(args, dest, getattr(args, dest))
     path = fairseq_compat.restore_path(args)
     checkpoint_args = fairseq_compat.checkpoint_model_args(path) if path else None
     if checkpoint_args is not None:
         shape, table = resume_options(args)
         fingerprints.check_resume_options(args, path, checkpoint_args, shape, table)
-        fingerprints.check_resume(args, path, checkpoint_args)
+        fingerprints.check_resume(args, path, checkpoint_args,
+                                  {dest: (o.flag, o.file) for dest, o in files.items()})
 
 
 def check_unused_options(args):

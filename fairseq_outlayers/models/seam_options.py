@@ -40,9 +40,10 @@ def add_core_args(parser):
     )
     parser.add_argument("--output-bias", action="store_true",
                         help="learn a per-word bias in softmax/tied output layers (fairseq's default has none)")
+    files = "".join(f", {o.flag}" for o in file_options(all_specs()).values())
     parser.add_argument("--outlayers-allow-mismatch", action="store_true",
-                        help="resume or decode although a dictionary, --target-vectors or --pairing file differs "
-                        "from the checkpoint's (a warning instead of an error; the checkpoint's tables are kept)")
+                        help=f"resume or decode although a dictionary{files} file differs from the checkpoint's (a "
+                        "warning instead of an error; the checkpoint's tables are kept)")
     for spec in all_specs():
         if spec.add_args is not None:
             spec.add_args(parser)
@@ -99,6 +100,11 @@ def given_options(args):
     if getattr(args, "output_bias", False):
         out.append(("output_bias", True))
     return out
+
+
+def file_options(specs):
+    """{dest: Option} of the options of ``specs`` that name a file (``Option.file``)."""
+    return {o.dest: o for spec in specs for o in spec.options if o.file}
 
 
 def selected_specs(args):
