@@ -17,6 +17,7 @@ e.g. ``os.system`` in a crafted pickle -- is still refused.
 """
 import argparse
 import os
+import sys
 
 import numpy
 import torch
@@ -78,7 +79,26 @@ def non_finite(weights: dict):
 def check_finite(path: str, state: dict):
     """Refuse, in one line naming the tensor, a checkpoint whose weights hold NaN or infinite values (a run that
     diverged before the save): decoding it would fail deep in the beam search or give garbage."""
-    bad = non_finite(state.get("model") or {})
+    check_finite_weights(path, state.get("model") or {})
+
+
+def loading_path() -> str:
+    """The checkpoint fairseq is loading (the ``filename`` of ``checkpoint_utils`` or the trainer on the call
+    stack), for a model's ``load_state_dict`` to name it; "the checkpoint being loaded" when none is found."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(("checkpoint_utils.py", "trainer.py")):
+            value = frame.f_locals.get("filename")
+            if isinstance(value, str):
+                return value
+        frame = frame.f_back
+    return "the checkpoint being loaded"
+
+
+def check_finite_weights(path: str, weights: dict):
+    """``check_finite`` on a state dict: what the package's models run when fairseq loads weights into them, so
+    ``fairseq-generate --user-dir`` and a resumed ``fairseq-train`` refuse NaN weights in the same line."""
+    bad = non_finite(weights)
     if bad:
         name, count, total = bad[0]
         more = f"; {len(bad) - 1} more tensor(s) too" if len(bad) > 1 else ""

@@ -139,6 +139,9 @@ def explain(exc: BaseException):
     """The one-line message for a user mistake, or None for any other exception."""
     if isinstance(exc, OutlayersConfigError):
         return str(exc)
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, OutlayersConfigError) and str(exc).startswith("Cannot load model parameters"):
+        return str(cause)  # fairseq's trainer re-raises what the model's load_state_dict refused (NaN weights)
     message = load_error_message(exc)  # a missing, damaged or unsafe checkpoint that fairseq was loading
     if message is not None:
         return message

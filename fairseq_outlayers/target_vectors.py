@@ -142,7 +142,7 @@ def _read_text(path: str, collector: _Collector):
             if not line.strip():
                 continue
             parts = line.split(" ")
-            if n == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+            if n == 1 and len(parts) == 2 and all(p.isascii() and p.isdigit() for p in parts):
                 header_count, header_dim = int(parts[0]), int(parts[1])
                 if header_dim < 1:
                     raise OutlayersConfigError(f"{path} line 1: the header 'COUNT DIM' gives DIM = {header_dim}; "

@@ -99,6 +99,15 @@ class OutputLayerModelMixin:
     def get_normalized_probs(self, net_output, log_probs, sample=None):
         return self.decoder.output_projection.get_normalized_probs(net_output, log_probs)
 
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        """fairseq's, after refusing NaN or infinite weights in one line naming the checkpoint and the tensor
+        (``checkpoint_safety.check_finite_weights``): every entry point that loads the model through
+        ``--user-dir``, stock ``fairseq-generate`` included, stops there rather than deep in the beam search."""
+        from fairseq_outlayers.checkpoint_safety import check_finite_weights, loading_path
+
+        check_finite_weights(loading_path(), state_dict)
+        return super().load_state_dict(state_dict, *args, **kwargs)
+
     def log_parameter_report(self):
         from fairseq_outlayers.parameter_counts import format_parameter_report, parameter_report
 

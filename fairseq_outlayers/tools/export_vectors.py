@@ -9,6 +9,7 @@ The model is rebuilt by fairseq from the checkpoint (``--user-dir`` is this pack
 its dictionaries must exist (``--data`` when it moved since training).
 """
 import logging
+import os
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
@@ -37,9 +38,21 @@ def exportable(dictionary, index: int) -> bool:
     return index != dictionary.pad() and not word.startswith("madeupword")
 
 
+def model_inputs(cfg) -> list:
+    """The paths a loaded model's configuration names as its inputs: the data directories (``task.data``, one or
+    several joined by ``os.pathsep``), the pairing file and the target vectors."""
+    def get(section, key):
+        value = getattr(getattr(cfg, section, None), key, None) if cfg is not None else None
+        return value if isinstance(value, str) and value else None
+
+    data = get("task", "data")
+    return (data.split(os.pathsep) if data else []) + [p for p in (get("model", "pairing"),
+                                                                    get("model", "target_vectors")) if p]
+
+
 def export_target_vectors(checkpoint: str, output: str, matrix: str = "output", data=None, force=False) -> int:
     """Write the vectors; returns the number of rows written."""
-    check_output_path(output, force, inputs=[checkpoint], option="OUTPUT")
+    check_output_path(output, force, inputs=[checkpoint, data], option="OUTPUT")
     import fairseq_outlayers  # noqa: F401  (registers the models and allow-lists checkpoint classes)
     from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task
 
@@ -49,6 +62,9 @@ def export_target_vectors(checkpoint: str, output: str, matrix: str = "output", 
     except FileNotFoundError as e:
         raise OutlayersConfigError(f"'{checkpoint}': {e}; give the data directory with its dictionaries as "
                                    "--data DIR") from None
+    # the files the model was built from (its data directory with the dictionaries, a pairing file, target
+    # vectors) are inputs too, named by the checkpoint rather than on the command line: never written over
+    check_output_path(output, force, inputs=[checkpoint, data, *model_inputs(_cfg)], option="OUTPUT")
     weight = model_matrix(models[0], matrix)
     dictionary = task.target_dictionary
     if weight.size(0) != len(dictionary):

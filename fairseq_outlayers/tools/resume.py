@@ -98,6 +98,120 @@ def restore_args(argv: List[str]) -> List[str]:
     return ["--restore-file", best]
 
 
+# --- a resume whose optimizer, precision or criterion is not the checkpoint's --------------------------------------
+
+#: the precision options, most specific first, as fairseq reads them (``--memory-efficient-*`` sets ``fp16``/``bf16``)
+PRECISIONS = (("amp", "--amp"), ("memory_efficient_bf16", "--memory-efficient-bf16"), ("bf16", "--bf16"),
+              ("memory_efficient_fp16", "--memory-efficient-fp16"), ("fp16", "--fp16"))
+FLOAT32 = "float32"
+
+
+def precision(get) -> str:
+    """The precision option a run was given (``get(name)``: its value of a fairseq option), or "float32"."""
+    return next((flag for name, flag in PRECISIONS if get(name)), FLOAT32)
+
+
+def optimizer_class(optimizer: str, given_precision: str) -> Optional[str]:
+    """The class name fairseq's trainer gives the optimizer of a run (what a checkpoint's ``optimizer_name``
+    holds): a precision wrapper, or the optimizer's own class; None for an optimizer not registered."""
+    if given_precision == "--amp":
+        return "AMPOptimizer"
+    if given_precision.startswith("--memory-efficient"):
+        return "MemoryEfficientFP16Optimizer"
+    if given_precision != FLOAT32:
+        return "FP16Optimizer"
+    from fairseq.optim import OPTIMIZER_REGISTRY
+
+    cls = OPTIMIZER_REGISTRY.get(optimizer)
+    return None if cls is None else cls.__name__
+
+
+def resumed_checkpoint(args) -> Optional[str]:
+    """The checkpoint whose optimizer state fairseq-train will load (as ``checkpoint_utils.load_checkpoint``
+    chooses it), or None: a new run, ``--reset-optimizer``, or a fine-tuning start (which resets the optimizer)."""
+    if getattr(args, "reset_optimizer", False):
+        return None
+    suffix = getattr(args, "checkpoint_suffix", "") or ""
+    restore = getattr(args, "restore_file", "checkpoint_last.pt")
+    if restore == "checkpoint_last.pt":
+        path = os.path.join(getattr(args, "save_dir", "checkpoints"), f"checkpoint_last{suffix}.pt")
+    else:
+        path = restore.replace(".pt", suffix + ".pt")
+    return path if os.path.isfile(path) else None
+
+
+def _saved(state) -> Optional[dict]:
+    """{"optimizer", "criterion", "precision", "optimizer_class", "criterion_class"} of a checkpoint's training
+    run, or None when it holds no optimizer history or configuration (then fairseq's own check stands)."""
+    history = state.get("optimizer_history") if isinstance(state, dict) else None
+    cfg = state.get("cfg") if isinstance(state, dict) else None
+    if not history or not isinstance(history[-1], dict):
+        return None
+    if isinstance(cfg, dict):
+        common = cfg.get("common") or {}
+
+        def section(name):
+            value = cfg.get(name) or {}
+            return value.get("_name") if isinstance(value, dict) else None
+
+        get, optimizer, criterion = common.get, section("optimizer"), section("criterion")
+    elif state.get("args") is not None:
+        args = state["args"]
+
+        def get(name):
+            return getattr(args, name, False)
+
+        optimizer, criterion = getattr(args, "optimizer", None), getattr(args, "criterion", None)
+    else:
+        return None
+    return {"optimizer": optimizer, "criterion": criterion, "precision": precision(get),
+            "optimizer_class": history[-1].get("optimizer_name"), "criterion_class": history[-1].get("criterion_name")}
+
+
+def _way(option: str, value: str) -> str:
+    if option == "precision":
+        return "train in float32 (no precision option)" if value == FLOAT32 else f"give {value}"
+    return f"give {option} {value}"
+
+
+def check_resume(args):
+    """Before fairseq-train builds anything: a resume whose optimizer, precision or criterion differs from the
+    checkpoint it resumes (fairseq's ``AssertionError: Optimizer/Criterion does not match`` after building the
+    model) is one line naming the option, the saved and the given value, and the two ways out. Raises
+    ``OutlayersConfigError``; a checkpoint that cannot be read is left to the checks that read it."""
+    path = resumed_checkpoint(args)
+    if path is None:
+        return
+    state, _ = _load(path)
+    saved = _saved(state)
+    if saved is None:
+        return
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    from fairseq_outlayers.errors import OutlayersConfigError
+
+    given = {"optimizer": getattr(args, "optimizer", None), "criterion": getattr(args, "criterion", None),
+             "precision": precision(lambda name: getattr(args, name, False))}
+    criterion_cls = CRITERION_REGISTRY.get(given["criterion"])
+    optimizer_cls = optimizer_class(given["optimizer"], given["precision"])
+    changed = []
+    if criterion_cls is not None and saved["criterion_class"] not in (None, criterion_cls.__name__):
+        changed.append(("--criterion", saved["criterion"] or saved["criterion_class"], given["criterion"]))
+    if optimizer_cls is not None and saved["optimizer_class"] not in (None, optimizer_cls):
+        optimizer = [(option, old, new) for option, old, new in (
+            ("precision", saved["precision"], given["precision"]),
+            ("--optimizer", saved["optimizer"], given["optimizer"])) if old and old != new]
+        changed += optimizer or [("--optimizer", saved["optimizer_class"], given["optimizer"])]
+    if not changed:
+        return
+    what = "; ".join(f"{option} was {old}, this run gives {new}" for option, old, new in changed)
+    ways = " and ".join(_way(option, old) for option, old, _ in changed)
+    raise OutlayersConfigError(
+        f"'{path}' cannot be resumed with these options: {what}. To resume that run, {ways}; to keep the new "
+        "options, pass --reset-optimizer (the weights are kept; the optimizer state and learning-rate schedule "
+        "start afresh) or give a new --save-dir")
+
+
 def main(argv=None):
     for a in restore_args(sys.argv[1:] if argv is None else argv):
         print(a)

@@ -15,6 +15,21 @@ from fairseq_outlayers import value_checks as checks
 from fairseq_outlayers.errors import OutlayersConfigError
 
 
+def _check_outputs(out: str, sets, inputs):
+    """Each set's folder OUT/NAME, written into, holds none of the command's inputs and lies inside none: one
+    line naming both before any work (nothing a command reads is written over)."""
+    from fairseq_outlayers.outfiles import _inside
+
+    inputs = list(inputs) + [p for pair in sets.values() for p in pair]
+    for name in sorted(sets):
+        work = os.path.join(out, name)
+        for given in inputs:
+            if given and os.path.exists(given) and (_inside(given, work) or _inside(work, given)):
+                raise OutlayersConfigError(f"--out '{out}': the folder of set '{name}' ('{work}') would write "
+                                           f"among an input of this command ('{given}'); give another --out "
+                                           "(nothing a command reads is written over)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fairseq_outlayers.tools.score_raw",
                                      description=__doc__.strip().splitlines()[0])
@@ -37,6 +52,7 @@ def main(argv=None) -> int:
 
         check_decodable(args.checkpoint)  # refused, damaged or NaN weights: before any set is prepared
         sets = parse_raw_sets(args.test_set)
+        _check_outputs(args.out, sets, [args.checkpoint, args.data])
         prep = Preparation.from_data(args.data)
         for name, (src, ref) in sorted(sets.items()):
             work = os.path.join(args.out, name)

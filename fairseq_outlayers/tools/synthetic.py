@@ -57,7 +57,7 @@ def main(argv=None):
     splits = []
     for item in args.splits:
         name, _, n = item.partition(":")
-        if not n.isdigit():
+        if not (n.isascii() and n.isdigit()):
             parser.error(f"--splits item '{item}' is not NAME:SENTENCES (e.g. train:29000)")
         splits.append((name, int(n)))
     write_corpus(args.out, splits, args.src, args.tgt, vocab=args.vocab, seed=args.seed)

@@ -132,6 +132,9 @@ def _train(bf16: bool):
     from fairseq_outlayers.outfiles import check_writable_dir
 
     check_training_device(args)
+    from fairseq_outlayers.tools.resume import check_resume
+
+    check_resume(args)  # a changed optimizer, precision or criterion: one line, before the model is built
     model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
     if model is not None and model.__module__.startswith("fairseq_outlayers."):
         check_new_run(args)

@@ -227,7 +227,7 @@ def read_pairing(path: str) -> Pairing:
                               ("counts unpaired-source", counts, "unpaired-source"),
                               ("counts unpaired-target", counts, "unpaired-target")):
         value = fields.get(key, "0")
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):
             raise OutlayersConfigError(f"{path}: header '{name}={value}' is not a non-negative whole number; "
                                        "re-run python -m fairseq_outlayers.tools.pairing")
         numbers[name] = int(value)
@@ -238,7 +238,7 @@ def read_pairing(path: str) -> Pairing:
     found = Pairing(pairs).counts()
     for cat in CATEGORIES:
         stated = counts.get(cat)
-        if stated is not None and (not stated.isdigit() or int(stated) != found[cat]):
+        if stated is not None and (not (stated.isascii() and stated.isdigit()) or int(stated) != found[cat]):
             said = " ".join(f"{c}={counts.get(c)}" for c in CATEGORIES)
             holds = " ".join(f"{c}={found[c]}" for c in CATEGORIES)
             raise OutlayersConfigError(f"{path}: the header says '{said}' but the file holds {holds} pairs: it was "

@@ -297,7 +297,7 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optio
     for key in ("beam", "patience", "budget"):
         if key in found:
             value, lineno = found[key]
-            if not value.isdigit() or int(value) < 1:
+            if not (value.isascii() and value.isdigit()) or int(value) < 1:
                 raise OutlayersConfigError(f"{path}:{lineno}: '# {key}: {value}': the {key} must be a positive "
                                            "integer")
             setattr(row, key, int(value))

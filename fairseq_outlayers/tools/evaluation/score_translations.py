@@ -67,6 +67,10 @@ def word_f1_by_frequency(hyps, refs, freq):
     return out
 
 
+#: the files the scoring writes into OUT
+WRITTEN = ("hyp.tok", "ref.tok", "hyp.detok", "scores.json", "bleu.txt")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     p.add_argument("--out", required=True)
@@ -89,6 +93,13 @@ def main(argv=None):
     out, tgt, raw_ref, rare, ckpt, beam, lenpen, tok_ref = (a.out, a.tgt, a.raw_ref, a.rare_f1, a.checkpoint,
                                                             a.beam, a.lenpen, a.tok_ref)
     lower, replace_unk = a.lowercase == "1", a.replace_unk == "1"
+    from fairseq_outlayers.outfiles import is_input
+
+    for name in WRITTEN:  # before any work: a reference or lexicon given inside OUT under a name written here
+        given = is_input(os.path.join(out, name), (raw_ref, tok_ref, a.unk_lexicon))
+        if given is not None:
+            sys.exit(f"evaluate.sh: {out}/{name} is written by the scoring but is also an input ('{given}'); "
+                     "keep the references and the lexicon outside OUT (nothing an input is written over)")
     with open(os.path.join(out, "generate.out"), encoding="utf-8") as f:
         found = read_generate_output(f.read())
     hyps, refs, srcs, aligns = found["H"], found["T"], found["S"], found["A"]

@@ -42,7 +42,7 @@ def read_generate_output(text: str) -> Dict[str, Dict[int, str]]:
         if not dash or kind not in found:
             continue
         fields = rest.split("\t")
-        if not fields[0].isdigit():
+        if not (fields[0].isascii() and fields[0].isdigit()):
             continue
         idx = int(fields[0])
         if kind == "H":  # H-id, score, text; the best hypothesis comes first

@@ -209,7 +209,7 @@ class ReplaceUnkOutput:
     def _line(self, line: str):
         kind, _, rest = line.partition("-")
         sid, tab, text = rest.partition("\t")
-        if not (len(kind) == 1 and tab and sid.isdigit()):
+        if not (len(kind) == 1 and tab and sid.isascii() and sid.isdigit()):
             if line.startswith("Generate ") and " with beam=" in line and self.scorer is not None:
                 line = line.split(": ", 1)[0] + ": " + self.scorer.result_string()
             self._emit(line, per_sentence=False)

@@ -109,7 +109,7 @@ def read_pharaoh(path: str, corpus: Iterable[Tuple[List[str], List[str]]], log=N
             links = []
             for item in raw.decode("utf-8", errors="replace").split():
                 a, sep, b = item.partition("-")
-                if not sep or not a.isdigit() or not b.isdigit():
+                if not sep or not (a + b).isascii() or not a.isdigit() or not b.isdigit():
                     raise OutlayersConfigError(f"{path}:{lineno}: '{item}' is not a Pharaoh link 'i-j' "
                                                "(source index, dash, target index, counted from 0)")
                 i, j = int(a), int(b)
