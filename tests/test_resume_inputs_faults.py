@@ -90,6 +90,19 @@ def test_a_resume_of_a_half_precision_checkpoint_in_another_precision(trained, t
     assert f"cannot be resumed with these options: {what}. To resume that run, give --fp16;" in line
 
 
+def test_the_resume_module_that_train_sh_runs_says_the_same(trained, tiny_bin, capsys):
+    from fairseq_outlayers.tools import resume
+
+    argv = train_args(tiny_bin, trained["save"], extra=["--output-layer", "tied", "--output-bias", "--optimizer",
+                                                         "sgd"])
+    with pytest.raises(SystemExit) as e:
+        resume.main(argv)
+    assert str(e.value.code).startswith(f"fairseq_outlayers: error: '{trained['last']}' cannot be resumed with these "
+                                        "options: --optimizer was adam, this run gives sgd.")
+    resume.main(argv[:-2])  # the run's own options: nothing to add, nothing refused
+    assert capsys.readouterr().out == ""
+
+
 def test_the_same_options_or_a_reset_optimizer_pass_the_check(trained, tiny_bin):
     from fairseq import options
 

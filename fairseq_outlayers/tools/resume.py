@@ -8,6 +8,8 @@ is passed to fairseq as ``--restore-file``, with a warning. A ``checkpoint_last.
 (its pickle names code; a crafted or tampered file, not a damaged copy) is one line and no fallback. The unreadable file is left where it is (fairseq
 replaces it at its next save). Nothing is done when the user gave ``--restore-file``, but a missing file named by
 ``--restore-file`` or ``--finetune-from-model`` is refused (fairseq would train from scratch or end in a traceback).
+A resume whose optimizer, precision or criterion is not the checkpoint's is one line (:func:`check_resume`; fairseq
+would build the model, then fail on an ``AssertionError``).
 
     python -m fairseq_outlayers.tools.resume FAIRSEQ-TRAIN-ARGS...   # prints the arguments to add, one per line
 """
@@ -212,8 +214,32 @@ def check_resume(args):
         "start afresh) or give a new --save-dir")
 
 
+def check_resume_argv(argv: List[str]):
+    """``check_resume`` on fairseq-train arguments (``scripts/train.sh`` runs this module before fairseq-train):
+    arguments fairseq cannot parse are left to fairseq-train, which names them."""
+    import contextlib
+    import io
+
+    from fairseq import options
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = options.parse_args_and_arch(options.get_training_parser(), list(argv))
+    except (SystemExit, Exception):
+        return
+    check_resume(args)
+
+
 def main(argv=None):
-    for a in restore_args(sys.argv[1:] if argv is None else argv):
+    from fairseq_outlayers.errors import OutlayersConfigError
+
+    argv = sys.argv[1:] if argv is None else argv
+    extra = restore_args(argv)
+    try:
+        check_resume_argv(list(argv) + extra)
+    except OutlayersConfigError as e:
+        raise SystemExit(f"{PROG}: error: {e}") from None
+    for a in extra:
         print(a)
 
 
