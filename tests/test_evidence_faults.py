@@ -106,6 +106,17 @@ def test_negative_times_are_refused(tmp_path, field, value):
         records.check_record(path, record)
 
 
+@pytest.mark.parametrize("key", ["trained", "embedding", "output"])
+def test_a_parameter_count_above_the_total_is_refused(tmp_path, key):
+    ledger = _ledger(tmp_path)
+    path = records.record_path(ledger, "tied", 1)
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    record["params"][key] = 11
+    with pytest.raises(OutlayersConfigError, match=f"field 'params.{key}' is 11, more than 'params.total' 10"):
+        records.check_record(path, record)
+
+
 def _claims(path, **extra):
     claim = {"name": "tied", "label": "`tied`", "page": "x.md", "claim": "tied beats softmax", "table": "t",
              "row": "tied", "baseline": "softmax", "target": 0.5}
