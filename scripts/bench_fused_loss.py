@@ -6,7 +6,7 @@ Two tables per vocabulary size V in ``--vocab``:
 * **layer**: a decoder stand-in (a leaf tensor of ``--tokens`` states of size ``--dim``, Zipf-distributed target
   ids, 5 % padding) feeds the output layer (``--layers``: untied softmax with a bias, joint with d_j = d); one step
   is forward + label-smoothed loss + backward. ``plain`` = the layer's logits, ``log_softmax`` in float32 and
-  fairseq's ``label_smoothed_nll_loss`` (what ``label_smoothed_cross_entropy`` does); ``chunked`` / ``cce`` = the
+  fairseq's ``label_smoothed_nll_loss`` (what ``label_smoothed_cross_entropy`` does); ``torch`` / ``cce`` = the
   fused loss from the layer's ``logit_factors``;
 * **model**: the same step through a whole ``outlayers_transformer`` (``--model-arch``, tied output layer) and
   the two fairseq criterions, on a synthetic batch with ``--tokens`` target tokens.
@@ -29,7 +29,7 @@ GPU run (H100, the issue's table):
 CPU run (docs/benchmarks/fused_loss_cpu.md; a fixed malloc mmap threshold returns freed blocks to the system, so
 that the resident-set peak of each step is its own):
     OMP_NUM_THREADS=2 MALLOC_MMAP_THRESHOLD_=65536 python scripts/bench_fused_loss.py --device cpu \\
-        --vocab 32000 50000 --tokens 1024 --dim 256 --dtypes fp32 --impls plain chunked --layers softmax joint \\
+        --vocab 32000 50000 --tokens 1024 --dim 256 --dtypes fp32 --impls plain torch --layers softmax joint \\
         --model-arch outlayers_transformer_tiny --repeats 3 --output docs/benchmarks/fused_loss_cpu.md
 """
 import argparse
@@ -220,8 +220,8 @@ def main(argv=None):
                         help="architecture of the whole-model table; 'none' skips it")
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=None,
                         help="default: fp32 bf16 on CUDA, fp32 on the CPU")
-    parser.add_argument("--impls", nargs="+", choices=["plain", "chunked", "cce"], default=None,
-                        help="default: plain chunked cce on CUDA (cce when installed), plain chunked on the CPU")
+    parser.add_argument("--impls", nargs="+", choices=["plain", "torch", "cce"], default=None,
+                        help="default: plain torch cce on CUDA (cce when installed), plain torch on the CPU")
     parser.add_argument("--label-smoothing", type=float, default=0.1)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
@@ -234,7 +234,7 @@ def main(argv=None):
     peers.add_argument("--smoothing", nargs="+", type=float, default=[0.0, 0.1], help="label smoothing values")
     peers.add_argument("--rounds", type=int, default=3, help="timed rounds (after one untimed)")
     peers.add_argument("--blocks", nargs="+", type=int, default=[1 << 22, 1 << 24, 1 << 26],
-                       help="--fused-block-elements values of the package's torch path (the chunked path: 16M)")
+                       help="--fused-block-elements values of the package's torch path")
     peers.add_argument("--not-run", nargs="*", default=[], metavar="NxDxV",
                        help="sizes named on the page as too large for this device in the time, with the estimate")
     peers.add_argument("--time-limit", type=float, default=None, metavar="S",
@@ -254,7 +254,7 @@ def main(argv=None):
     cuda = args.device == "cuda"
     args.dtypes = args.dtypes or (["fp32", "bf16"] if cuda else ["fp32"])
     if args.impls is None:
-        args.impls = ["plain", "chunked"] + (["cce"] if cuda and cce_available() else [])
+        args.impls = ["plain", "torch"] + (["cce"] if cuda and cce_available() else [])
     if "cce" in args.impls and not (cuda and cce_available()):
         parser.error("--impls cce needs --device cuda and the cut-cross-entropy package")
     device = torch.device(args.device)
@@ -269,6 +269,7 @@ def main(argv=None):
     text = "\n".join([
         "# Fused cross-entropy against the plain one: time and peak memory", "",
         f"Command: `{ENV}{benchlib.command_line('bench_fused_loss.py', argv)}`.", "",
+        benchlib.stamp(device, start), "",
         f"Device: {name}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"cut-cross-entropy {'installed' if cce_available() else 'not installed'}; total wall time "
         f"{time.time() - start:.0f} s; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
@@ -276,8 +277,8 @@ def main(argv=None):
         f"One step = forward + label-smoothed loss (eps {args.label_smoothing}) + backward, {args.tokens} target "
         f"tokens (5 % padding), no optimizer. Layer rows: a decoder stand-in with H = {args.dim} into the output layer "
         f"(softmax: untied with bias; joint: d_j = H). Model rows: `{args.model_arch}` with a tied output layer. plain = "
-        "logits + float32 log-softmax + fairseq's label_smoothed_nll_loss; chunked / cce = "
-        "`--criterion fused_cross_entropy --fused-impl chunked / cce`. Fastest of "
+        "logits + float32 log-softmax + fairseq's label_smoothed_nll_loss; torch / cce = "
+        "`--criterion fused_cross_entropy --fused-impl torch / cce`. Fastest of "
         f"{args.repeats} steps after {args.warmup} warm-up; peak memory above the level before the step.", "",
     ] + sections)
     benchlib.finish(args.output, text)
@@ -325,8 +326,7 @@ def peers_main(parser, args, argv):
         "`options=LinearCrossEntropyOptions()` (auto) or `chunking_method=\"aspect_ratio\"`. torch's chunked path "
         "takes no label smoothing: with eps > 0 it falls back to the reference path, so it has rows at eps 0 only. "
         "`--fused-impl torch` feeds torch's chunked path without smoothing and adds the smoothing term itself; B "
-        "logits = chunks of B / V token rows (`--fused-block-elements`). `--fused-impl chunked` is this package's own "
-        "blocked log-sum-exp.", ""]
+        "logits = chunks of B / V token rows (`--fused-block-elements`).", ""]
     sections, notes = [], []
     for n, d, v in sizes:
         if args.time_limit is not None and time.time() - start > args.time_limit:
@@ -334,7 +334,6 @@ def peers_main(parser, args, argv):
             continue
         for eps in args.smoothing:
             rows = fused_peers.measure(n, d, v, eps, device, args.rounds, args.blocks,
-                                       impl_blocks={"chunked": [DEFAULT_BLOCK]},
                                        log=lambda m: print(m, flush=True))
             best = fused_peers.fastest_exact(rows)
             sections.append(f"{fused_peers.heading(n, d, v, eps)}\n\n{fused_peers.table(rows, n)}\n\n"
@@ -344,8 +343,6 @@ def peers_main(parser, args, argv):
             write_peers(args.output, head, sections, not_run, notes, start, load0)
     return write_peers(args.output, head, sections, not_run, notes, start, load0, final=True)
 
-
-DEFAULT_BLOCK = 1 << 24
 
 
 def write_peers(path, head, sections, not_run, notes, start, load0, final=False):

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.linear_cross_entropy import block_sizes, chunked_logsumexp, linear_cross_entropy
+from fairseq_outlayers.modules.linear_cross_entropy import chunked_argmax, linear_cross_entropy, torch_rows
 from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, layer_data, logged_losses, softmax_layers, train
 
 SOFTMAX_LAYERS = softmax_layers()
@@ -30,11 +30,11 @@ def _grads(loss, tensors):
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("block", [1 << 22, 64, 1])  # one block; blocks of tokens and words; one logit at a time
+@pytest.mark.parametrize("block", [1 << 22, 200, 1])  # one chunk; chunks of 3 rows; one row at a time
 def test_equals_fairseq_label_smoothed_nll_loss_in_float64(eps, bias, block):
     x, w, b, t = _problem(bias=bias)
     ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, eps, ignore_index=PAD)
-    loss, nll = linear_cross_entropy(x, w, b, t, eps, ignore_index=PAD, impl="chunked", block_elements=block)
+    loss, nll = linear_cross_entropy(x, w, b, t, eps, ignore_index=PAD, impl="torch", block_elements=block)
     assert loss.dtype == torch.float64
     torch.testing.assert_close(loss, ref_loss.squeeze(), rtol=1e-5, atol=0)
     torch.testing.assert_close(nll, ref_nll.squeeze(), rtol=1e-5, atol=0)
@@ -47,38 +47,47 @@ def test_unreduced_values_and_padding_positions():
     x, w, b, t = _problem()
     ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD,
                                                 reduce=False)
-    loss, nll = linear_cross_entropy(x, w, b, t, 0.1, ignore_index=PAD, reduce=False, impl="chunked")
+    loss, nll = linear_cross_entropy(x, w, b, t, 0.1, ignore_index=PAD, reduce=False, impl="torch",
+                                     block_elements=200)
     assert loss.shape == t.shape and bool((loss[t == PAD] == 0).all())
     torch.testing.assert_close(loss, ref_loss.squeeze(-1), rtol=1e-5, atol=1e-12)
     torch.testing.assert_close(nll, ref_nll.squeeze(-1), rtol=1e-5, atol=1e-12)
 
 
 def test_argmax_and_frozen_matrix():
-    """The argmax an accuracy needs; a frozen (buffer) matrix gets no gradient and costs none."""
+    """The argmax an accuracy needs; a frozen (buffer) matrix gets no gradient."""
     x, w, b, t = _problem(v=700)
     logits = F.linear(x, w, b)
-    lse, argmax = chunked_logsumexp(x, w.detach(), b, block_elements=300)
-    torch.testing.assert_close(lse, torch.logsumexp(logits, -1), rtol=1e-12, atol=0)
-    assert torch.equal(argmax, logits.argmax(-1))
-    gx, gb = torch.autograd.grad(lse.sum(), [x, b])
-    torch.testing.assert_close(gx, torch.softmax(logits, -1) @ w.detach(), rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(gb, torch.softmax(logits, -1).sum(0), rtol=1e-10, atol=1e-12)
+    assert torch.equal(chunked_argmax(x, w, b, block_elements=1500), logits.argmax(-1))  # chunks of 2 rows
+    loss, _ = linear_cross_entropy(x, w.detach(), b, t, 0.1, ignore_index=PAD, block_elements=1500)
+    ref, _ = label_smoothed_nll_loss(F.log_softmax(logits, -1), t, 0.1, ignore_index=PAD)
+    for got, want in zip(torch.autograd.grad(loss, [x, b]), torch.autograd.grad(ref, [x, b])):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_without_gradients_as_in_validation():
+    x, w, b, t = _problem()
+    ref, ref_nll = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
+    with torch.no_grad():
+        loss, nll = linear_cross_entropy(x, w, b, t, 0.1, ignore_index=PAD)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-10, atol=0)
+    torch.testing.assert_close(nll, ref_nll, rtol=1e-10, atol=0)
 
 
 def test_half_precision_inputs_are_computed_in_float32():
     x, w, b, t = _problem()
     loss, nll = linear_cross_entropy(x.detach().bfloat16(), w.detach().bfloat16(), b.detach().bfloat16(), t, 0.1,
-                                     ignore_index=PAD, impl="chunked")
+                                     ignore_index=PAD, impl="torch")
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     ref, _ = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
     assert abs(float(loss) - float(ref.detach())) < 0.05 * abs(float(ref.detach()))  # bf16 inputs: 8 bits of mantissa
 
 
-def test_block_sizes_stay_within_budget():
-    assert block_sizes(8192, 256000, 1 << 22) == (8192, 512)
-    assert block_sizes(10, 40, 1 << 22) == (10, 40)
-    nb, vb = block_sizes(100000, 256000, 1 << 20)
-    assert nb * vb <= 1 << 20 and vb == 256
+def test_chunks_stay_within_budget():
+    assert torch_rows(8192, 256000, 1 << 24) == 65  # 16M logits
+    assert torch_rows(10, 40, 1 << 22) == 10  # all rows at once
+    assert torch_rows(8192, 256000, 1 << 10) == 1  # at least one row
 
 
 # -- the criterion on real models ------------------------------------------------------------------------------------
@@ -131,7 +140,7 @@ def test_criterion_equals_label_smoothed_cross_entropy(tiny_bin, tiny_bin_joined
 
     task, model, sample = _setup(layer_data(layer, tiny_bin, tiny_bin_joined), layer_options(layer), arch)
     model.double().train()
-    crit = FusedCrossEntropyCriterion(task, False, 0.1, report_accuracy=True, fused_impl="chunked",
+    crit = FusedCrossEntropyCriterion(task, False, 0.1, report_accuracy=True, fused_impl="torch",
                                       fused_block_elements=97)
     results = []
     for run in (lambda: _reference(model, sample, 0.1, task.target_dictionary.pad()),
@@ -192,7 +201,7 @@ def test_fairseq_train_and_generate(tiny_bin, tiny_bin_joined, tmp_path, layer):
     out = proc.stdout + proc.stderr
     losses = logged_losses(out)
     assert len(losses) == 3 and all(v == v for v in losses), losses
-    assert "fused_cross_entropy: chunked implementation" in out
+    assert "fused_cross_entropy: torch implementation" in out
     valid = out.split("valid on 'valid' subset")[1].splitlines()[0]
     assert " nll_loss " in valid and " ppl " in valid and " accuracy " in valid
     _, hyps = generate(bin_dir, os.path.join(save, "checkpoint_last.pt"))
@@ -201,10 +210,10 @@ def test_fairseq_train_and_generate(tiny_bin, tiny_bin_joined, tmp_path, layer):
 
 # -- on a CUDA GPU ---------------------------------------------------------------------------------------------------
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.parametrize("impl", ["chunked", "cce"])
+@pytest.mark.parametrize("impl", ["torch", "cce"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_on_cuda_against_the_float64_reference(impl, bias):
-    """On the GPU: the chunked path in float64 to 1e-5; Cut Cross-Entropy (float32 in, TF32 tiles, gradient
+    """On the GPU: torch's chunked path in float64 to 1e-5; Cut Cross-Entropy (float32 in, TF32 tiles, gradient
     filtering) to 1e-3 for the loss and 1e-2 of the largest gradient entry."""
     from fairseq_outlayers.modules.linear_cross_entropy import cce_available
 
@@ -214,14 +223,14 @@ def test_on_cuda_against_the_float64_reference(impl, bias):
     ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
     tensors = (x, w, b)
     ref_grads = _grads(ref_loss, tensors)
-    dtype, rtol = (torch.float64, 1e-5) if impl == "chunked" else (torch.float32, 1e-3)
+    dtype, rtol = (torch.float64, 1e-5) if impl == "torch" else (torch.float32, 1e-3)
     dev = [None if p is None else p.detach().to("cuda", dtype).requires_grad_() for p in tensors]
     loss, nll = linear_cross_entropy(dev[0], dev[1], dev[2], t.cuda(), 0.1, ignore_index=PAD, impl=impl)
     assert abs(float(loss) - float(ref_loss.detach())) <= rtol * abs(float(ref_loss.detach()))
     assert abs(float(nll) - float(ref_nll)) <= rtol * abs(float(ref_nll))
     for got, want in zip(_grads(loss, dev), ref_grads):
         err = float((got.double().cpu() - want).abs().max())
-        assert err <= (1e-5 if impl == "chunked" else 1e-2) * float(want.abs().max()), err
+        assert err <= (1e-5 if impl == "torch" else 1e-2) * float(want.abs().max()), err
 
 
 # -- the benchmark scripts (plumbing only: nothing is timed here) -----------------------------------------------------
@@ -235,7 +244,7 @@ def test_benchmark_script_writes_its_table(tmp_path):
     text = out.read_text()
     assert "python scripts/bench_fused_loss.py --device cpu --vocab 300" in text.split("Command: `")[1]
     for part in ("softmax", "joint", "model"):
-        assert f"| {part} | fp32 | plain |" in text and f"| {part} | fp32 | chunked |" in text
+        assert f"| {part} | fp32 | plain |" in text and f"| {part} | fp32 | torch |" in text
     with pytest.raises(SystemExit):  # never overwrites a result without --force
         bench.main(["--device", "cpu", "--vocab", "300", "--output", str(out)])
 
@@ -256,7 +265,7 @@ def test_autocast_is_switched_off_inside():
     ref, _ = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
     x32, w32, b32 = (p.detach().float().requires_grad_() for p in (x, w, b))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss, _ = linear_cross_entropy(x32, w32, b32, t, 0.1, ignore_index=PAD, impl="chunked", block_elements=64)
+        loss, _ = linear_cross_entropy(x32, w32, b32, t, 0.1, ignore_index=PAD, impl="torch", block_elements=64)
     assert loss.dtype == torch.float32
     torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=0)
     gx, = torch.autograd.grad(loss, [x32])
@@ -283,7 +292,7 @@ def test_cut_cross_entropy_is_used_only_after_it_gives_the_right_loss(monkeypatc
     cpu = torch.device("cpu")
     assert lce.check_cce(cpu, torch.float32, exact) is None
     monkeypatch.setattr(lce, "_CCE_CHECKS", {})
-    assert "differs from the chunked path" in lce.check_cce(cpu, torch.float32, off_by_five_percent)
+    assert "differs from the float64 loss" in lce.check_cce(cpu, torch.float32, off_by_five_percent)
     monkeypatch.setattr(lce, "_CCE_CHECKS", {})
     assert lce.check_cce(cpu, torch.float32, broken) == "RuntimeError: triton: unsupported instruction"
     monkeypatch.setattr(lce, "_CCE_CHECKS", {})
@@ -296,6 +305,66 @@ def test_cut_cross_entropy_is_used_only_after_it_gives_the_right_loss(monkeypatc
     cuda = torch.device("cuda")
     monkeypatch.setattr(lce, "_CCE_CHECKS", {(str(cuda), torch.bfloat16): None, (str(cuda), torch.float32): "x"})
     assert lce.resolve_impl("auto", cuda, torch.bfloat16) == "cce"
-    assert lce.resolve_impl("auto", cuda, torch.float32) == "chunked"
-    assert lce.resolve_impl("auto", cpu, torch.bfloat16) == "chunked"
+    assert lce.resolve_impl("auto", cuda, torch.float32) == "torch"
+    assert lce.resolve_impl("auto", cpu, torch.bfloat16) == "torch"
     assert lce.resolve_impl("cce", cuda, torch.float32) == "cce"  # asked for by name: no fallback
+
+
+# -- auto follows the committed figures ------------------------------------------------------------------------------
+def peer_tables(page):
+    """{section heading: [(implementation, --fused-impl, ms, exact)]} of a fused_loss_peers_*.md page."""
+    tables, heading = {}, None
+    for line in page.read_text().splitlines():
+        if line.startswith("## "):
+            heading = line[3:] if line.startswith("## N = ") else None
+            if heading:
+                tables[heading] = []
+        elif heading and line.startswith("| ") and not line.startswith("| implementation"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if cells[2] not in ("OOM", "ms / step") and not set(cells[2]) <= set("-:"):
+                tables[heading].append((cells[0], cells[1].strip("`"), float(cells[2].replace(",", "")),
+                                        cells[-1] == "yes"))
+    return tables
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_auto_picks_what_the_committed_page_says_is_fastest(device):
+    """In every table of the device's committed page, the fastest exact row that the criterion can run is the
+    implementation that ``auto`` resolves to on that device."""
+    from harness import REPO
+
+    from fairseq_outlayers.modules import linear_cross_entropy as lce
+
+    page = __import__("pathlib").Path(REPO, "docs", "benchmarks", f"fused_loss_peers_{device}.md")
+    if not page.exists():
+        assert device not in lce.AUTO, f"AUTO names {device}, but {page.name} is not committed"
+        pytest.skip(f"{page.name} is not committed (no run on this device yet)")
+    tables = peer_tables(page)
+    assert tables and all(tables.values()), f"{page.name} has no tables"
+    for heading, rows in tables.items():
+        package = [r for r in rows if r[1] and r[3]]
+        assert package, f"{heading}: no exact --fused-impl row"
+        fastest = min(package, key=lambda r: r[2])
+        assert fastest[1] == lce.AUTO[device], f"{heading}: fastest exact is {fastest[0]}, auto is {lce.AUTO[device]}"
+        assert lce.resolve_impl("auto", torch.device(device), torch.float32) == fastest[1]
+
+
+def test_peer_benchmark_writes_its_page(tmp_path):
+    """Plumbing only, at a tiny size: every peer's row, the header the docs check reads, the sizes not run."""
+    from harness import load_script
+
+    from fairseq_outlayers.lab.docs import benchmark_facts
+
+    bench = load_script("bench_fused_loss.py")
+    out = tmp_path / "fused_loss_peers_cpu.md"
+    bench.main(["--peers", "--device", "cpu", "--sizes", "64x8x300", "--rounds", "1", "--blocks", "4800",
+                "--not-run", "8192x512x256000", "--output", str(out)])
+    facts = benchmark_facts(str(out))
+    assert "python scripts/bench_fused_loss.py --peers --device cpu" in facts["command"] and facts["device"]
+    tables = peer_tables(out)
+    assert list(tables) == ["N = 64, d = 8, V = 300, eps = 0", "N = 64, d = 8, V = 300, eps = 0.1"]
+    names = [r[0] for r in tables["N = 64, d = 8, V = 300, eps = 0"]]
+    assert names == ["plain", "torch reference", "torch chunked, auto", "torch chunked, aspect_ratio",
+                     "`--fused-impl torch`, 4,800 logits"]
+    assert all(r[3] for rows in tables.values() for r in rows)  # float32 at this size: every row within tolerance
+    assert "| 8,192 | 512 | 256,000 |" in out.read_text().split("## Not run here")[1]

@@ -3,7 +3,8 @@
 The model runs with ``features_only=True``; the output layer hands over its (V, d) matrix, bias and the features
 mapped into the matrix's space (``logit_factors``: the learned, tied or tied-all embedding, the fixed random
 classifier with its projection and scale, the joint layer's g_out(E) and g_inp(h)); the loss comes from
-``fairseq_outlayers.modules.linear_cross_entropy``, on CUDA from Cut Cross-Entropy's kernel when it is installed.
+``fairseq_outlayers.modules.linear_cross_entropy``: torch's chunked ``F.linear_cross_entropy``, or on CUDA Cut
+Cross-Entropy's kernel when it is installed.
 Loss, gradients and logged metrics (loss, nll_loss, ppl, accuracy with ``--report-accuracy``) are those of
 fairseq's ``label_smoothed_cross_entropy``; padding is ignored. Decoding is unchanged (it never used the criterion).
 """
@@ -39,12 +40,14 @@ logger = logging.getLogger(__name__)
 class FusedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
     fused_impl: ChoiceEnum(list(IMPLS)) = field(
         default="auto",
-        metadata={"help": "cce: Cut Cross-Entropy's CUDA kernel (pip install 'fairseq_outlayers[cce]'); chunked: "
-                          "blocks of logits in PyTorch, any device; auto: cce on CUDA when installed, else chunked"},
+        metadata={"help": "torch: torch's chunked linear_cross_entropy, any device; cce: Cut Cross-Entropy's CUDA "
+                          "kernel (pip install 'fairseq_outlayers[cce]'); auto: the fastest exact one measured on "
+                          "the device (cpu: torch), on CUDA cce when installed, else torch"},
     )
     fused_block_elements: int = field(
         default=DEFAULT_BLOCK_ELEMENTS,
-        metadata={"help": "chunked: most logits held at once (default 16M, 64 MiB in float32)"},
+        metadata={"help": "torch: most logits held at once, in chunks of token rows (default 16M, 64 MiB in "
+                          "float32)"},
     )
 
 
@@ -94,7 +97,7 @@ class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         if fused_impl not in IMPLS:
             raise OutlayersConfigError(f"--fused-impl must be one of {', '.join(IMPLS)}, got {fused_impl!r}")
         if fused_impl == "cce" and not cce_available():
-            raise OutlayersConfigError(f"--fused-impl cce {CCE_MISSING}; or use --fused-impl chunked")
+            raise OutlayersConfigError(f"--fused-impl cce {CCE_MISSING}; or use --fused-impl torch")
         self.impl = fused_impl
         self.block_elements = fused_block_elements
         self._told = False
@@ -109,13 +112,13 @@ class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         impl = resolve_impl(self.impl, x.device, x.dtype)
         if not self._told:
             self._told = True
-            if self.impl == "auto" and x.is_cuda and impl == "chunked":
+            if self.impl == "auto" and x.is_cuda and impl == "torch":
                 if cce_available():
                     logger.warning(f"fused_cross_entropy: Cut Cross-Entropy is installed but failed its check on "
-                                   f"this GPU ({check_cce(x.device, x.dtype)}); using the chunked PyTorch path")
+                                   f"this GPU ({check_cce(x.device, x.dtype)}); using torch's linear_cross_entropy")
                 else:
-                    logger.warning(f"fused_cross_entropy: Cut Cross-Entropy is not installed, using the chunked "
-                                   f"PyTorch path; the CUDA kernel {CCE_MISSING}")
+                    logger.warning(f"fused_cross_entropy: Cut Cross-Entropy is not installed, using torch's "
+                                   f"linear_cross_entropy; the CUDA kernel {CCE_MISSING}")
             logger.info(f"fused_cross_entropy: {impl} implementation, {tuple(weight.shape)} output matrix in "
                         f"{weight.dtype}, features in {x.dtype}")
         out = linear_cross_entropy(x, weight, bias, target, self.eps, ignore_index=self.padding_idx, reduce=reduce,

@@ -8,7 +8,8 @@ fairseq's ``label_smoothed_cross_entropy`` with the padding ignored. The contest
 * ``torch reference``: ``F.linear_cross_entropy(..., options=None)``;
 * ``torch chunked, auto``: ``F.linear_cross_entropy(..., options=LinearCrossEntropyOptions())``. Its chunked path
   takes no label smoothing: with smoothing it falls back to the reference path, so it is timed without only;
-* ``torch chunked, aspect_ratio``: the same with ``chunking_method="aspect_ratio"`` (chunks four times larger);
+* ``torch chunked, aspect_ratio``: the same with ``chunking_method="aspect_ratio"``: chunks twice those of auto
+  (``aspect_ratio:2`` in float32);
 * ``--fused-impl X, B logits``: this package's ``linear_cross_entropy`` with ``impl=X`` and ``block_elements=B``;
 * on CUDA, where installed: Cut Cross-Entropy (``--fused-impl cce``) and Liger's
   ``LigerFusedLinearCrossEntropyLoss``.
@@ -116,7 +117,7 @@ def contestants(device, eps: float, blocks: List[int], impl_blocks: Optional[Dic
 def liger_loss():
     """Liger's fused linear cross-entropy as a step, or None when liger-kernel does not import."""
     try:
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
     except Exception:  # noqa: BLE001  (missing, or Triton missing: not a contestant)
         return None
 
