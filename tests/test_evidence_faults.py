@@ -235,3 +235,24 @@ def test_a_block_error_names_the_file_and_block(tree, capsys):
     assert docs.main(["--check", str(page)]) == 2
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("docs: error: ") and "docs/page.md: block 'rows no-such-row': no record of row" in line
+
+
+def test_the_demo_table_never_writes_over_what_it_reads(tmp_path, monkeypatch, capsys):
+    """``lab.compare --out`` rewrites its own results.md/.json/.png, never an input: a reference named results.md
+    in the folder given as --out is refused before any run."""
+    from fairseq_outlayers.lab import compare
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "results.md").write_text("a b\n")
+    data = tmp_path / "bin"
+    data.mkdir()
+    row = tmp_path / "10-tied.args"
+    row.write_text("--output-layer tied\n")
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(compare.runner, "run", lambda *a: pytest.fail("a run started"))
+    with pytest.raises(SystemExit):
+        compare.main(["--data-bin", str(data), "--raw-dir", str(raw), "--test-prefix", "results", "--tgt", "md",
+                      "--rows", str(row), "--out", str(raw), "--max-update", "30"])
+    assert f"--out '{raw}/results.md' is also an input of this command" in capsys.readouterr().err
+    assert (raw / "results.md").read_text() == "a b\n"

@@ -237,7 +237,15 @@ def main(argv=None):
     names = [r.name for r in rows]
     if len(set(names)) != len(names):
         parser.error(f"two row files have the same name (after the NN- prefix): {names}")
+    from fairseq_outlayers.outfiles import check_output_path
+
+    inputs = [args.data_bin, ref_path, args.ledger] + row_files + [r.data_bin for r in rows]
     os.makedirs(args.out, exist_ok=True)
+    try:  # its own tables are rewritten at every run; nothing it reads ever is
+        for name in ("results.md", "results.json", "results.png"):
+            check_output_path(os.path.join(args.out, name), True, inputs, option="--out")
+    except OutlayersConfigError as e:
+        parser.error(str(e))
 
     converged = None if args.ledger is None else ledger_figures(args.ledger, rows)
     started = time.time()
