@@ -256,3 +256,19 @@ def test_the_demo_table_never_writes_over_what_it_reads(tmp_path, monkeypatch, c
                       "--rows", str(row), "--out", str(raw), "--max-update", "30"])
     assert f"--out '{raw}/results.md' is also an input of this command" in capsys.readouterr().err
     assert (raw / "results.md").read_text() == "a b\n"
+
+
+@pytest.mark.parametrize("argv", [["tags", "{a}", "{a}"], ["tokenize", "{a}", "{a}", "--lang", "en"],
+                                  ["every", "2", "{a}", "{b}", "{a}"], ["clean", "{a}", "{b}", "{b}", "{c}"],
+                                  ["every", "2", "{a}", "{b}", "{b}"]])
+def test_a_preparation_step_never_writes_over_what_it_reads(tmp_path, argv):
+    from fairseq_outlayers.tools import corpus_tools
+
+    paths = {k: str(tmp_path / k) for k in "abc"}
+    for p in paths.values():
+        with open(p, "w", encoding="utf-8") as f:
+            f.write("one line\n")
+    with pytest.raises(SystemExit) as e:
+        corpus_tools.main([x.format(**paths) for x in argv])
+    assert "is also an input of this step" in str(e.value.code) or "given twice" in str(e.value.code)
+    assert all(open(p, encoding="utf-8").read() == "one line\n" for p in paths.values())

@@ -57,9 +57,28 @@ def read_lines(prog, path):
 
 
 def write_lines(path, lines):
-    with open(path, "w", encoding="utf-8") as f:
+    """Write ``lines`` to ``path`` atomically: a step killed half-way leaves the old file or none."""
+    from fairseq_outlayers.outfiles import atomic_write
+
+    with atomic_write(path) as f:
         for line in lines:
             f.write(line + "\n")
+
+
+def check_not_inputs(prog, args):
+    """Every file a step writes is none of the files it reads (an output given as an input would replace it)."""
+    from fairseq_outlayers.outfiles import is_input
+
+    also = list(args.also or []) if getattr(args, "also", None) else []
+    inputs = [getattr(args, k, None) for k in ("inp", "src", "tgt")] + also[:2]
+    outputs = [getattr(args, k, None) for k in ("out", "out_src", "out_tgt", "out_every", "out_rest")] + also[2:]
+    outputs = [o for o in outputs if o]
+    for out in outputs:
+        given = is_input(out, inputs)
+        if given is not None:
+            fail(prog, f"output '{out}' is also an input of this step ('{given}'); write to another file")
+    if len(set(outputs)) != len(outputs):
+        fail(prog, f"the same output file is given twice ({' '.join(outputs)}); give each output its own file")
 
 
 def strip_tags(lines, style):
@@ -160,6 +179,7 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     prog = args.prog
+    check_not_inputs(prog, args)
 
     if args.cmd == "tags":
         write_lines(args.out, strip_tags(read_lines(prog, args.inp), args.style))
