@@ -298,6 +298,10 @@ def test_each_seam_option_is_declared_once():
                                            "x_dim": None}  # no argparse default: the architecture fills them
     assert defaults == {"x_size": 8, "x_scale": 10.0, "x_off": False, "x_file": None, "x_dim": None}
     assert list(ranges) == ["x_size"]
+    from fairseq_outlayers.models.seam_options import spec_options
+
+    assert spec_options(spec) == {"x_size": ("--x-size", 8), "x_scale": ("--x-scale", 10.0), "x_off": ("--x-off", False),
+                                  "x_file": ("--x-file", None), "x_dim": ("--x-dim", None)}  # read from the Options
 
     assert OutputLayerSpec("y", None, "y").add_args is None  # no options, nothing to add
     with pytest.raises(TypeError):  # the keywords of the first releases are gone
@@ -310,6 +314,23 @@ def test_each_seam_option_is_declared_once():
         with open(os.path.join(models, name + ".py"), encoding="utf-8") as f:
             text = f.read()
         assert "(default:" not in text and "DEFAULTS" not in text and "RANGES" not in text, name
+
+
+@pytest.mark.parametrize("arch", [TINY_TRANSFORMER, TINY_LSTM], ids=["transformer", "lstm"])
+def test_a_build_runs_the_architecture_function_once(tiny_bin, arch, monkeypatch):
+    """fairseq's ``models.build_model`` runs it; the model's ``build_model`` does not run it again."""
+    import importlib
+
+    from fairseq import options, tasks
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [tiny_bin] + arch)
+    task = tasks.setup_task(args)
+    model_file = importlib.import_module("fairseq_outlayers.models." + args.arch.split("_")[1])
+    calls = []
+    real = model_file.fill_defaults  # what every architecture function of the model ends with
+    monkeypatch.setattr(model_file, "fill_defaults", lambda a: calls.append(1) or real(a))
+    task.build_model(args)
+    assert len(calls) == 1
 
 
 def test_every_preset_is_registered_from_presets_py():

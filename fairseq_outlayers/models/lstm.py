@@ -77,7 +77,7 @@ class OutlayersLSTMModel(OutputLayerModelMixin, LSTMModel):
 
     @classmethod
     def build_model(cls, args, task):
-        outlayers_lstm(args)
+        """The LSTM from the seams; fairseq's ``models.build_model`` has run the architecture function."""
         new_run = start_build(args, task)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         share_all = shares_all_embeddings(args)

@@ -78,15 +78,10 @@ def fill_defaults(args):
 
 
 def spec_options(spec):
-    """{dest: (flag, default)} of the options a seam registers."""
-    if spec.add_args is None:
-        return {}
-    parser = argparse.ArgumentParser(add_help=False)
-    spec.add_args(parser)
+    """{dest: (flag, default)} of the options a seam registers; a default derived by ``set_defaults`` included."""
     defaults = argparse.Namespace(output_layer=spec.name, embeddings=SEAM_DEFAULTS["embeddings"])
     apply_defaults(spec, defaults)
-    return {a.dest: (a.option_strings[0], getattr(defaults, a.dest, None)) for a in parser._actions
-            if a.option_strings}
+    return {o.dest: (o.flag, getattr(defaults, o.dest, None)) for o in spec.options}
 
 
 def given_options(args):

@@ -39,8 +39,8 @@ class OutlayersTransformerModel(OutputLayerModelMixin, TransformerModel):
     def build_model(cls, args, task):
         """fairseq's Transformer ``build_model`` written out, so that the seams' options reach the embeddings and
         the output layer as arguments (fairseq's builders receive only its ``TransformerConfig``). The order of
-        construction, hence the random initialisation, is fairseq's: embeddings, encoder, decoder."""
-        outlayers_transformer(args)
+        construction, hence the random initialisation, is fairseq's: embeddings, encoder, decoder. fairseq's
+        ``models.build_model`` has run the architecture function."""
         new_run = start_build(args, task)
         share_all = shares_all_embeddings(args)
         args.share_all_embeddings = share_all
