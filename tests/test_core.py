@@ -440,3 +440,15 @@ def test_embeddings_without_a_word_matrix_name_the_layers_they_work_with():
         with pytest.raises(OutlayersConfigError) as e:
             check_seams(argparse.Namespace(output_layer=tying[0], embeddings=name), None)
         assert f"{spec.no_word_matrix}; use --output-layer {untied} with them" in str(e.value)
+
+
+def test_tests_name_no_work_item():
+    """A test says its subject, not the work item that brought it: no "issue N" in a test file."""
+    import re
+
+    folder = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                found = re.search(r"\b[Ii]ssues? #?\d+|\bissue_?\d+", f.read())
+            assert found is None, (name, found.group(0))

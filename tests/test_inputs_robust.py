@@ -1,4 +1,4 @@
-"""Inputs of the evaluation and pairing tools checked before the work (issue 47): an empty --replace-unk lexicon,
+"""Inputs of the evaluation and pairing tools checked before the work: an empty --replace-unk lexicon,
 `pairing lexicon --min-count` that would keep nothing, a Pharaoh file without links, train_target_vectors.py
 --dict given training text, and scripts/evaluate.sh's lexicon, --raw-ref length, --test-set pair and outputs
 checked before it translates."""

@@ -1,4 +1,4 @@
-"""The ledger checks what it reads (issue 47, items 2, 4 and 8): damaged records, row files and hypothesis files
+"""The ledger checks what it reads: damaged records, row files and hypothesis files
 give one line naming the file (and the field) in `render`, `compare`, `status` and `run`, never a traceback;
 identical systems are reported as identical (p = 1); `render --out` writes over no user file and no ledger file;
 `run` checks its output directories before training. Fuzz tests mutate valid records and hypothesis files at

@@ -1,4 +1,4 @@
-"""Option values checked when the options are parsed (issue 47, items 3, 5, 6 and 8): every number option of the
+"""Option values checked when the options are parsed: every number option of the
 package is finite and in its stated range, every size fits in memory, an option a variant ignores is refused, and a
 resume whose options change a parameter's shape or a frozen table is one line naming the option and the
 checkpoint's value. Most tests parse options in this process (no data, no training); a few run the commands."""

@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) of every file reader and the command-line argument checks (issue 14).
+"""Property-based tests (hypothesis) of every file reader and the command-line argument checks.
 
 Each reader gets valid files corrupted at random -- truncated, bytes replaced, lines dropped or repeated, wrong
 types, wrong counts, Latin-1 bytes, empty -- and must either raise the package's own ``OutlayersConfigError``

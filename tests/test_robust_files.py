@@ -1,4 +1,4 @@
-"""Issue 14, files and command-line tools: one-line errors for broken inputs (params, vectors report,
+"""Files and command-line tools: one-line errors for broken inputs (params, vectors report,
 train_target_vectors), header/body checks of vector files, outputs never overwritten without --force and written
 atomically (evaluate.sh, shared_private_pca.py, train_target_vectors.py)."""
 import os

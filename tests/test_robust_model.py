@@ -1,4 +1,4 @@
-"""Issue 14, model and training side: fingerprints checked at resume and decode, options of an unselected seam,
+"""The model and training side: fingerprints checked at resume and decode, options of an unselected seam,
 criterion/output-layer mismatches, --continuous-topk 1, and an unreadable checkpoint_last.pt."""
 import argparse
 import os

@@ -1,4 +1,4 @@
-"""Issue 14, pairing tool: bounded aligner memory, no silent drops, early output checks, strict pairing reader."""
+"""The pairing tool: bounded aligner memory, no silent drops, early output checks, strict pairing reader."""
 import os
 import random
 import resource

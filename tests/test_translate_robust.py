@@ -1,4 +1,4 @@
-"""translate and outlayers-interactive on bad input (issue 47, items 2 and 7): options refused at parse time with
+"""translate and outlayers-interactive on bad input: options refused at parse time with
 their range; no file the command reads is written over (--force or not), nor a --keep-work directory's files;
 over-long lines named by line number, skipped (an empty output line, named) or truncated; temporary work
 directories removed on SIGTERM. One tiny model (max_source_positions 12) is trained once for the module."""
