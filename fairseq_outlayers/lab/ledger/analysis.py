@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import records as rec
 from fairseq_outlayers.lab.ledger import patience
-from fairseq_outlayers.lab.ledger.stats import paired_bootstrap_test, sentence_stats, welch_t_test
+from fairseq_outlayers.lab.ledger.stats import mean_sd, paired_bootstrap_test, sentence_stats, welch_t_test
 
 #: the protocol's seeds: the tables, their plots and ``compare_line`` keep to them
 DEFAULT_SEEDS = (1, 2, 3)
@@ -170,3 +170,16 @@ def capped_runs(rows: Dict[str, Dict[int, Dict]]) -> Tuple[List[str], int, List[
                     r["epochs"] - best < v.get("patience", float("inf")):
                 capped.append(f"{name} seed {seed}, best at epoch {best}")
     return capped, counted, sorted(ceilings)
+
+
+def mean_pm_sd(values: Sequence[float]) -> str:
+    mean, sd = mean_sd(values)
+    if mean is None:
+        return "—"
+    return f"{mean:.2f}" + (f" ± {sd:.2f}" if sd is not None else " (1 seed)")
+
+
+def _word_params(params: Dict) -> int:
+    """Parameters that represent words (input embeddings and the output layer, trained or frozen): the papers'
+    "embedding parameters" (Liu et al. 2019 count source, target and output matrices)."""
+    return params["embedding"] + params.get("output", 0)
