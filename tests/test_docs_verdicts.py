@@ -106,7 +106,8 @@ def test_the_readme_counts_the_further_seeds_once_both_rows_have_them(tmp_path):
 
     assert joint_line().endswith("| 1-3 (1-4 planned) | [joint-output](docs/joint-output.md) |")
     fake_record(str(ledger), "joint", 4, 37.0, HYP_B, baseline="tied")
-    assert joint_line().startswith("| `joint` | inconclusive; about 60 seeds a row would settle it | ")
+    assert joint_line().startswith("| `joint` | ≥ +0.50 | inconclusive; the mean Δ is 15.88 above the target, and "
+                                   "about 60 seeds a row would show that four times in five | ")
     assert joint_line().endswith("| 1-4 | [joint-output](docs/joint-output.md) |")
     # a method page shows its own claims' further-seeds line; a page with none planned is refused
     page = render_text("<!-- generated: further-seeds joint-output.md -->\n<!-- end generated -->",

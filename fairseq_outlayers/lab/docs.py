@@ -117,35 +117,12 @@ def _rule_block(ctx: Context, args: List[str]) -> List[str]:
 
 
 def _readme_block(ctx: Context, args: List[str]) -> List[str]:
-    from fairseq_outlayers.lab.ledger.render import _ranges, claim_result, further_result
+    from fairseq_outlayers.lab.ledger.claims import _ranges, evidence_table
 
-    protocol = _ranges(_seeds())
-    lines = [f"Seeds {protocol} of each row (the protocol's), or all the seeds planned for a claim once both rows "
-             "have them ([docs/results.md](docs/results.md#further-seeds)).", "",
-             "| method | verdict on the claim | Δ BLEU [95 % interval] | parameters | seeds | evidence |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for claim in ctx.claims:
-        r = claim_result(ctx.path(LEDGER), ctx.tables, claim, _seeds(), TEST, ctx.cache, CLAIMS)
-        seeds = protocol
-        if claim.get("further_seeds"):
-            further = further_result(ctx.path(LEDGER), ctx.tables, claim, TEST, ctx.cache, CLAIMS)
-            if further["missing"]:
-                seeds += f" ({_ranges(sorted(claim['further_seeds']))} planned)"
-            else:
-                r, seeds = dict(further), _ranges(further["seeds"])
-                if further["need"]:
-                    n = further["need_seeds"]
-                    count = f"about {n}" if n else "more than 10000"
-                    r["verdict"] += f"; {count} seeds a row would settle it"
-        if "at_least" in claim:
-            diff = r["measured"]
-        else:
-            low, high = r["interval"]
-            diff = f"{_sign(r['diff'])} [{_sign(low)}, {_sign(high)}] vs {claim['baseline']}"
-        saving = r["saving"].split(" (target")[0] or r.get("trained") or "—"
-        lines.append(f"| {claim['label']} | {r['verdict']} | {diff} | {saving} | {seeds} | "
-                     f"[{claim['page'][:-3]}](docs/{claim['page']}) |")
-    return lines
+    lines = [f"Seeds {_ranges(_seeds())} of each row (the protocol's), or all the seeds planned for a claim once both "
+             "rows have them ([docs/results.md](docs/results.md#further-seeds)).", ""]
+    return lines + evidence_table(ctx.path(LEDGER), ctx.tables, ctx.claims, _seeds(), TEST, ctx.cache, CLAIMS,
+                                  link=lambda page: f"docs/{page}")
 
 
 def _sign(value: float) -> str:

@@ -157,6 +157,26 @@ def welch_t_test(system: Sequence[float], baseline: Sequence[float]) -> Optional
     return {"t": t, "df": df, "p": float(2.0 * stdtr(df, -abs(t)))}
 
 
+def welch_interval(system: Sequence[float], baseline: Sequence[float],
+                   level: float = 0.95) -> Optional[Tuple[float, float]]:
+    """The seed-level interval of the difference of the two rows' mean scores: Welch's ``level`` confidence interval
+    (difference of the seed means ± the t quantile at the Welch-Satterthwaite degrees of freedom times the standard
+    error), or None below two seeds a side or without spread. Unlike the paired bootstrap's interval, which
+    resamples test sentences of fixed trained models, it counts how much a score moves from one training seed to
+    the next."""
+    from scipy.stats import t as student_t
+
+    if len(system) < 2 or len(baseline) < 2:
+        return None
+    (m1, s1), (m2, s2) = mean_sd(system), mean_sd(baseline)
+    v1, v2 = s1 * s1 / len(system), s2 * s2 / len(baseline)
+    if v1 + v2 == 0.0:
+        return None
+    df = (v1 + v2) ** 2 / (v1 * v1 / (len(system) - 1) + v2 * v2 / (len(baseline) - 1))
+    half = float(student_t.ppf(0.5 + level / 2.0, df)) * math.sqrt(v1 + v2)
+    return (m1 - m2 - half, m1 - m2 + half)
+
+
 def seeds_for_power(diff: float, sd: float, alpha: float = 0.05, power: float = 0.8,
                     most: int = 10000) -> Optional[int]:
     """Seeds per row a two-sided two-sample t-test at level ``alpha`` needs to find a true difference ``diff``
