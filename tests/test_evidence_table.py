@@ -3,6 +3,7 @@ interval beside the test-sentence bootstrap, the model of the best-system line, 
 where they differ, and the parameters against tying where a claim names it; the rule's text is the code's."""
 import inspect
 import os
+import re
 
 from fairseq_outlayers.lab import docs
 from fairseq_outlayers.lab.ledger import stats
@@ -56,3 +57,11 @@ def test_the_rule_text_says_what_target_verdict_does():
         assert words in VERDICT_RULE, words
     results = open(os.path.join(REPO, "docs", "results.md"), encoding="utf-8").read()
     assert "not that they prove the difference alone" not in results
+
+
+def test_the_ledger_page_says_its_speeds_do_not_compare_and_names_moved_commands():
+    text = open(os.path.join(REPO, "docs", "results", "ledger.md"), encoding="utf-8").read()
+    assert re.search(r"Train tok/s is fairseq's training speed, a mean over the seeds; it does not compare between "
+                     r"rows: \d+ of \d+ records are resumed runs", text)
+    assert re.search(r"\d+ of \d+ records keep the digest of their data", text)
+    assert "python -m fairseq_outlayers.pairing (now `outlayers-pairing`)" in text

@@ -276,6 +276,14 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
           "t-test of the per-seed scores, which counts the seed-to-seed spread instead (each seed one "
           "observation; with three seeds a side it has little power). Epochs: trained (of the best checkpoint).",
           ""]
+    if records:
+        resumed = sum(1 for r in records if r.get("resumed"))
+        machines = len({r.get("machine") or r["device"] for r in records})
+        digests = sum(1 for r in records if r.get("data_digest"))
+        md += [f"Train tok/s is fairseq's training speed, a mean over the seeds; it does not compare between rows: "
+               f"{resumed} of {len(records)} records are resumed runs, on {machines} kinds of machine shared with "
+               f"other work (the speeds measured for comparison are in docs/benchmarks). {digests} of "
+               f"{len(records)} records keep the digest of their data (`data_digest`); the older ones do not.", ""]
     if not records:
         md += ["The ledger holds no record yet.", ""]
         return "\n".join(md)
@@ -332,6 +340,10 @@ def shared_options(options: Sequence[Sequence[str]]) -> List[str]:
     return [o for g in _option_groups(options[0]) if g in common for o in g]
 
 
+#: commands that records' descriptions name as they were when the run was made, and what they are now
+MOVED = {"python -m fairseq_outlayers.pairing": "outlayers-pairing"}
+
+
 def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: Dict[str, Dict[int, Dict]],
               seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
     """A row of the ledger page: its name and description, the options it has beyond the table's ``shared`` ones,
@@ -342,6 +354,8 @@ def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: D
             else f"Early stopping on validation {v['metric']}{why}")
     beam = (r.get("decoding") or {}).get("beam")
     description = r.get("description", "").strip()
+    for old, new in MOVED.items():  # a record's description is kept as it was run; a command since moved is named
+        description = description.replace(old, f"{old} (now `{new}`)")
     if description and description[-1] not in ".!?":
         description += "."
     common = set(_option_groups(shared))
