@@ -245,7 +245,15 @@ def child_main(result_path, fairseq_args, profile=None):
     status = "ok"
     extra = {}
     try:
-        from fairseq_cli.train import cli_main  # first: it sets the log format that parse_log reads
+        import logging
+
+        from fairseq_cli.train import cli_main
+
+        # fairseq-train's log format, which parse_log reads: its own basicConfig is a no-op when an import of
+        # fairseq (this script's, through the package) has already given the root logger a handler
+        logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+                            datefmt="%Y-%m-%d %H:%M:%S", level=os.environ.get("LOGLEVEL", "INFO").upper(),
+                            stream=sys.stdout, force=True)
 
         if profile:
             profile_update(profile, extra)
