@@ -12,9 +12,9 @@ Two tables per vocabulary size V in ``--vocab``:
   the two fairseq criterions, on a synthetic batch with ``--tokens`` target tokens.
 
 Precisions (``--dtypes``): fp32, and on CUDA bf16 / fp16 (the model and the features converted, as fairseq's
-Trainer does for --bf16 / --fp16). Each configuration: ``--warmup`` untimed steps, then the fastest of
-``--repeats`` timed steps; peak memory = the CUDA allocator's peak above the level before the step (CPU: the
-resident-set high-water mark). An out-of-memory step is reported as ``OOM``.
+Trainer does for --bf16 / --fp16). Each configuration: ``--warmup`` untimed rounds, then the fastest of
+``--repeats`` timed rounds (each round runs every implementation once, in a rotated order); peak memory = the
+CUDA allocator's peak above the level before the step (CPU: the resident-set high-water mark). An out-of-memory step is reported as ``OOM``.
 
 With ``--peers``, one table per size (``--sizes NxDxV``) and label smoothing (``--smoothing``) instead: the loss
 alone (x, W and b leaves) through fairseq's plain loss, torch's ``F.linear_cross_entropy`` (reference path and
@@ -84,28 +84,36 @@ def layer_loss(impl: str, layer, features, target, eps: float):
     return linear_cross_entropy(*layer.logit_factors(features), target, eps, ignore_index=PAD, impl=impl)[0]
 
 
-def measure(step, device, warmup: int, repeats: int):
-    """(best seconds, peak bytes) of ``step()``, or (None, None) when it runs out of memory."""
+def measure(steps, device, warmup: int, repeats: int):
+    """{name: (best seconds, peak bytes)} of each ``steps[name]()``, or (None, None) when it runs out of memory.
+    Interleaved: each round runs every step once, in an order rotated by one per round, so that the machine's
+    drift touches every step alike."""
     import torch
 
-    try:
-        for _ in range(warmup):
-            step()
-        best, peak = float("inf"), 0
-        for _ in range(repeats):
-            with benchlib.peak_memory(device) as mem:
-                benchlib.sync(device)
-                t0 = time.perf_counter()
-                step()
-                benchlib.sync(device)
-                best = min(best, time.perf_counter() - t0)
-            peak = max(peak, mem["bytes"])
-        return best, peak
-    except torch.cuda.OutOfMemoryError:
-        return None, None
-    finally:
-        if str(device).startswith("cuda"):
-            torch.cuda.empty_cache()
+    best = {name: float("inf") for name in steps}
+    peak = {name: 0 for name in steps}
+    names = list(steps)
+    for r in range(warmup + repeats):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            if best[name] is None:
+                continue
+            try:
+                with benchlib.peak_memory(device) as mem:
+                    benchlib.sync(device)
+                    t0 = time.perf_counter()
+                    steps[name]()
+                    benchlib.sync(device)
+                    dt = time.perf_counter() - t0
+                if r >= warmup:
+                    best[name] = min(best[name], dt)
+                    peak[name] = max(peak[name], mem["bytes"])
+            except torch.cuda.OutOfMemoryError:
+                best[name] = peak[name] = None
+            finally:
+                if str(device).startswith("cuda"):
+                    torch.cuda.empty_cache()
+    return {name: (best[name], peak[name]) for name in names}
 
 
 def layer_rows(args, vocab: int, device):
@@ -121,14 +129,16 @@ def layer_rows(args, vocab: int, device):
             embedding.to(device, dtype)
             layer.to(device, dtype).train()
             features = torch.randn(args.tokens, args.dim, generator=gen).to(device, dtype).requires_grad_()
-            for impl in args.impls:
+            def step_of(impl):
                 def step():
                     features.grad = None
                     layer.zero_grad(set_to_none=True)
                     embedding.zero_grad(set_to_none=True)
                     layer_loss(impl, layer, features, target, args.label_smoothing).backward()
+                return step
 
-                seconds, peak = measure(step, device, args.warmup, args.repeats)
+            got = measure({impl: step_of(impl) for impl in args.impls}, device, args.warmup, args.repeats)
+            for impl, (seconds, peak) in got.items():
                 rows.append((name, dtype_name, impl, seconds, peak))
                 print(f"layer V={vocab} {name} {dtype_name} {impl}: {seconds} s, {peak} B", flush=True)
         del embedding, layer
@@ -174,7 +184,7 @@ def model_rows(args, vocab: int, device):
         sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((batch,), length, device=device),
                                 "prev_output_tokens": prev},
                   "target": target, "ntokens": int(target.ne(PAD).sum()), "id": torch.arange(batch)}
-        for impl in args.impls:
+        def step_of(impl):
             if impl == "plain":
                 crit = LabelSmoothedCrossEntropyCriterion(task, False, args.label_smoothing)
             else:
@@ -183,8 +193,10 @@ def model_rows(args, vocab: int, device):
             def step():
                 model.zero_grad(set_to_none=True)
                 crit(model, sample)[0].backward()
+            return step
 
-            seconds, peak = measure(step, device, args.warmup, args.repeats)
+        got = measure({impl: step_of(impl) for impl in args.impls}, device, args.warmup, args.repeats)
+        for impl, (seconds, peak) in got.items():
             rows.append(("model", dtype_name, impl, seconds, peak))
             print(f"model V={vocab} {dtype_name} {impl}: {seconds} s, {peak} B", flush=True)
         del model
@@ -278,8 +290,9 @@ def main(argv=None):
         f"tokens (5 % padding), no optimizer. Layer rows: a decoder stand-in with H = {args.dim} into the output layer "
         f"(softmax: untied with bias; joint: d_j = H). Model rows: `{args.model_arch}` with a tied output layer. plain = "
         "logits + float32 log-softmax + fairseq's label_smoothed_nll_loss; torch / cce = "
-        "`--criterion fused_cross_entropy --fused-impl torch / cce`. Fastest of "
-        f"{args.repeats} steps after {args.warmup} warm-up; peak memory above the level before the step.", "",
+        "`--criterion fused_cross_entropy --fused-impl torch / cce`. In rounds: each round runs every loss once, in "
+        f"a rotated order; the fastest of {args.repeats} rounds after {args.warmup} warm-up round(s); peak memory "
+        "above the level before the step.", "",
     ] + sections)
     benchlib.finish(args.output, text)
 
