@@ -165,6 +165,7 @@ def main(argv=None):
         "# Benchmark: fixed random classifier vs learned softmax (output layer + loss)",
         "",
         f"Command: `{command}`  ",
+        benchlib.stamp(args.device) + "  ",
         f"Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; device: "
         f"{args.device} ({platform.processor() or platform.machine()}, {args.threads} thread(s)); torch "
         f"{torch.__version__}",

@@ -192,7 +192,9 @@ def report(results: list, args, wall: float) -> str:
     lines = [
         "# Joint input-output output layer: training speed and memory (mirror of Pappas et al. 2018, Table 4)",
         "",
-        f"Command: `{benchlib.command_line('bench_joint_output.py')}`",
+        f"Command: `{benchlib.command_line('bench_joint_output.py', args.argv)}`",
+        "",
+        benchlib.stamp(args.device),
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, device `{args.device}`; "
@@ -256,7 +258,7 @@ def report(results: list, args, wall: float) -> str:
     return "\n".join(lines)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dim", type=int, default=512, help="d = d_h (default: 512, the paper's)")
     parser.add_argument("--joint-dims", type=int, nargs="+", default=[512, 2048, 4096],
@@ -272,7 +274,8 @@ def main():
     parser.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads (default: torch's choice; 1 is steadier on a busy machine)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.argv = argv
     import torch
 
     if args.threads > 0:

@@ -349,6 +349,7 @@ def main(argv=None):
         "# Training precision: validation loss against fp32", "",
     ] + partial + [
         f"Command: `{benchlib.command_line('bench_precision.py', argv)}`", "",
+        benchlib.stamp(args.device, start), "",
         f"Device: {device}; torch {torch.__version__}; {args.arch}, {args.max_update} updates, seed 1, "
         f"--max-tokens {args.max_tokens}, adam, lr {args.lr}; {args.jobs} run(s) at a time; "
         f"wall time {time.time() - start:.0f} s.", "",

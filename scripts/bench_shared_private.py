@@ -164,6 +164,8 @@ def main(argv=None):
         "",
         f"Command: `{benchlib.command_line('bench_shared_private.py', argv)}`",
         "",
+        benchlib.stamp(device),
+        "",
         (f"Machine: {torch.cuda.get_device_name(torch.device(device))}, CUDA {torch.version.cuda}, torch "
          f"{torch.__version__}, float32 (the models are timed in interleaved rounds)." if device.startswith("cuda") else
          f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "

@@ -158,6 +158,23 @@ def git_commit(repo: str, *watched: str) -> str:
     return commit or "unknown"
 
 
+def device_name(device) -> str:
+    """The GPU's name, or the CPU's model name and core count."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"{cpu_name()}, {os.cpu_count()} cores"
+
+
+def stamp(device, started: Optional[float] = None) -> str:
+    """``Date: ...; commit ...; device ...`` of a page, the line after its command (``python -m
+    fairseq_outlayers.lab.docs`` reads the four facts); ``started``: the run's start (time.time())."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
+    return f"Date: {when}; commit {git_commit(repo, 'fairseq_outlayers')}; device {device_name(device)}."
+
+
 def ratio(a, b):
     return a / b if b else float("nan")
 
