@@ -1,7 +1,8 @@
 """Every name the user documents give resolves: ``python -m`` modules, console commands, ``--options`` of the
 commands they are written with, Python API names, repository paths and links with their anchors. A name left behind
 by a rename or a removal fails here, not on a user's machine. The documents are README.md, docs/*.md, the
-benchmark pages and docs/results/runs/README.md; the lab notebooks (docs/notes/) keep the names of their date."""
+benchmark pages, docs/results/runs/README.md and the lab notebooks (docs/notes/): a notebook keeps its figures as
+of their date, but a name it gives must still lead somewhere."""
 import ast
 import glob
 import importlib
@@ -14,7 +15,8 @@ from harness import REPO
 
 DOCS = ([os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
         + sorted(glob.glob(os.path.join(REPO, "docs", "benchmarks", "*.md")))
-        + [os.path.join(REPO, "docs", "results", "runs", "README.md"), os.path.join(REPO, "docs", "results.md")])
+        + [os.path.join(REPO, "docs", "results", "runs", "README.md"), os.path.join(REPO, "docs", "results.md")]
+        + sorted(glob.glob(os.path.join(REPO, "docs", "notes", "*.md"))))
 DOCS = sorted(set(DOCS))
 #: commands whose options are checked when a line or code span starts with one of them
 COMMANDS = re.compile(r"^(?:\S+=\S+\s+)*(?:fairseq-(?:train|generate|interactive|preprocess|validate|hydra-train)|"
@@ -85,19 +87,103 @@ def example_names():
     return paths | {p[:-3].replace("/", ".") for p in paths if p.endswith(".py")}
 
 
+def _package_imports(path):
+    """The package's module files that ``path`` imports (``from fairseq_outlayers.x import y``, ``from .x import y``,
+    ``import fairseq_outlayers.x``), at the top or inside a function."""
+    try:
+        tree = ast.parse(_read(path))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return []
+    here = os.path.relpath(os.path.dirname(path), REPO).replace(os.sep, ".")
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(here.split(".")[: len(here.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            if name.startswith("fairseq_outlayers"):
+                rel = os.path.join(REPO, name.replace(".", os.sep))
+                found += [f for f in (rel + ".py", os.path.join(rel, "__init__.py"), os.path.join(rel, "__main__.py"))
+                          if os.path.isfile(f)]
+    return found
+
+
+def _own_options(files):
+    """The options declared by ``files`` and the modules of the tools and the lab they import (one level): a tool's
+    own parser and the parsers it adds from the modules it calls (the plugin's readers only name options in their
+    messages)."""
+    files = [f for f in files if os.path.isfile(f)]
+    parsers = (os.path.join(REPO, "fairseq_outlayers", "tools"), os.path.join(REPO, "fairseq_outlayers", "lab"))
+    return _literals(set(files) | {g for f in files for g in _package_imports(f) if g.startswith(parsers)}) | {"--help"}
+
+
+def _console_module(name):
+    tree = ast.parse(_read(os.path.join(REPO, "setup.py")))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(name + " = "):
+            module = node.value.split(" = ")[1].split(":")[0]
+            rel = os.path.join(REPO, module.replace(".", os.sep))
+            return rel + ".py" if os.path.isfile(rel + ".py") else os.path.join(rel, "__main__.py")
+    return None
+
+
+#: the fairseq programs and the package's wrappers of them: any option fairseq or the plugin registers
+FAIRSEQ_PROGRAMS = re.compile(r"^(?:\S+=\S+\s+)*(?:fairseq-[a-z-]+|outlayers-(?:train|generate|interactive|validate))\b")
+
+
+def command_options(command, known_options):
+    """The options the command starting ``command`` accepts: for fairseq's programs and the package's wrappers of
+    them, every option fairseq or the package declares (they depend on --arch, --task, --criterion ...); for a
+    console tool of the package, a ``python -m`` module or a script, the options of that tool's own files (a
+    shell script that runs fairseq's programs passes theirs on)."""
+    words = re.sub(r"^(?:\S+=\S+\s+)+", "", command).split()
+    if FAIRSEQ_PROGRAMS.match(command) or not words:
+        return known_options
+    if words[0].startswith("outlayers-"):
+        module = _console_module(words[0])
+        return known_options if module is None else _own_options([module])
+    if words[0].startswith("python") and words[1:2] == ["-m"] and len(words) > 2:
+        rel = os.path.join(REPO, words[2].replace(".", os.sep))
+        return _own_options([rel + ".py", os.path.join(rel, "__main__.py")])
+    if words[0].startswith("python") and len(words) > 1:
+        return _own_options([os.path.join(REPO, words[1])])
+    if words[0] == "bash" and len(words) > 1:
+        path = os.path.join(REPO, words[1])
+        own = _literals([path]) | {"--help"}
+        runs_fairseq = os.path.isfile(path) and re.search(r"\bfairseq-(train|generate)\b", _read(path))
+        return own | known_options if runs_fairseq else own
+    return known_options
+
+
 def test_every_option_written_with_a_command_exists(known_options):
-    """An option in a command line of the package, fairseq or a script, or an inline ``--option``, is declared by
-    fairseq, the package or the script (an option removed or renamed fails here)."""
+    """An option in a command line is one that command accepts (``command_options``): a tool's option written
+    beside another tool fails, as does an option removed or renamed. A line of several commands (``|``, ``&&``,
+    ``;``) is checked command by command; an inline ``--option`` alone must be declared somewhere."""
     bad = []
+    cache = {}
     for path in DOCS:
         for line in code_texts(_read(path)):
             line = line.strip()
-            if not (COMMANDS.match(line) or line.startswith("--")):
-                continue
-            for option in OPTION.findall(line):
-                if option not in known_options:
-                    bad.append(f"{os.path.relpath(path, REPO)}: {option} (in `{line[:80]}`)")
-    assert not bad, "options no code declares:\n" + "\n".join(sorted(set(bad)))
+            if line.startswith("--"):
+                segments = [(line, known_options)]
+            else:
+                segments = []
+                for part in re.split(r"\s*(?:\|\|?|&&|;)\s*", line):
+                    if COMMANDS.match(part):
+                        key = " ".join(re.sub(r"^(?:\S+=\S+\s+)+", "", part).split()[:3])
+                        if key not in cache:
+                            cache[key] = command_options(part, known_options)
+                        segments.append((part, cache[key]))
+            for part, accepted in segments:
+                for option in OPTION.findall(part.split(" #")[0]):
+                    if option not in accepted:
+                        bad.append(f"{os.path.relpath(path, REPO)}: {option} (in `{part[:80]}`)")
+    assert not bad, "options the command does not accept:\n" + "\n".join(sorted(set(bad)))
 
 
 def console_scripts():
@@ -162,7 +248,7 @@ def test_every_python_name_resolves():
 #: options after which a path is a file the command writes, not one the repository has
 WRITTEN = {"--output", "--out", "-o", ">", "--save-dir", "--results-path"}
 #: files of fairseq's own repository that the documents name (its test suite, run with the plugin)
-FAIRSEQ_FILES = {"tests/test_sequence_generator.py"}
+FAIRSEQ_FILES = {"tests/test_sequence_generator.py", "scripts/average_checkpoints.py"}
 #: options of other tools written inline in the documents
 OTHER_TOOLS = {"--durations": "pytest", "--randomly-seed": "pytest-randomly"}
 
@@ -204,7 +290,7 @@ def slugs(text):
 
 def test_every_link_and_anchor_resolves():
     bad = []
-    for path in DOCS + sorted(glob.glob(os.path.join(REPO, "docs", "notes", "*.md"))):
+    for path in DOCS:
         text = _read(path)
         prose = re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
         for target in re.findall(r"\]\(([^)\s]+)\)", prose):
@@ -215,7 +301,7 @@ def test_every_link_and_anchor_resolves():
             where = f"{os.path.relpath(path, REPO)}: ({target})"
             if not os.path.exists(dest):
                 bad.append(where + " no such file")
-            elif anchor and dest.endswith(".md") and "/notes/" not in path and anchor not in slugs(_read(dest)):
+            elif anchor and dest.endswith(".md") and anchor not in slugs(_read(dest)):
                 bad.append(where + " no such heading")
     assert not bad, "links that do not resolve:\n" + "\n".join(sorted(bad))
 
@@ -230,3 +316,9 @@ def test_the_checks_themselves():
     assert not COMMANDS.match("pip install --no-build-isolation fastBPE")
     assert OPTION.findall("outlayers-pairing --src-text a -o b --aligner=pharaoh") == ["--src-text", "--aligner"]
     assert code_texts("a `--x` b\n```bash\nfairseq-train \\\n    --y 1\n```\n") == ["fairseq-train --y 1", "--x"]
+    # options are the command's own: outlayers-pairing has --src-text, outlayers-vectors has not
+    known = {"--src-text", "--min-coverage", "--arch"}
+    assert "--src-text" in command_options("outlayers-pairing --src-text a", known)
+    assert "--src-text" not in command_options("outlayers-vectors report D V --src-text a", known)
+    assert "--min-coverage" in command_options("outlayers-vectors report D V --min-coverage 0.5", known)
+    assert command_options("fairseq-train DATA --arch x", known) is known
