@@ -106,8 +106,8 @@ class VMFNLLConfig(ContinuousLossConfig):
     vmf_lambda2: float = field(default=0.1, metadata={"help": "λ2 of reg2 and reg1+reg2 (paper: 0.1), in (0, 1]"})
     vmf_released_lambda: float = field(default=0.2, metadata={"help": "λ of the released variant (0.2), in [0, 1]"})
     vmf_log_cm: ChoiceEnum(["exact", "approx"]) = field(
-        default="exact", metadata={"help": "log C_m(κ): exact (Bessel, float64) or the paper's appendix "
-                                   "approximation"})
+        default="exact", metadata={"help": "log C_m(κ): exact (Bessel: float64 for m < 32 or float64 "
+                                   "input, else float32) or the paper's appendix approximation"})
     vmf_warmup_updates: int = field(
         default=0, metadata={"help": "train with the cosine loss 1 - cos for the first N updates, then with the vMF "
                              "loss (a warm-up; 0: vMF from the start)"})
@@ -230,7 +230,7 @@ class ContinuousLossCriterion(FairseqCriterion):
 @register_criterion("vmf_nll", dataclass=VMFNLLConfig)
 class VMFNLLCriterion(ContinuousLossCriterion):
     """von Mises-Fisher negative log-likelihood (Kumar & Tsvetkov 2019, section 3, eq. 3 and reg1), or the
-    variant of the authors' released code. log C_m(κ) is exact (float64 Bessel) unless --vmf-log-cm approx."""
+    variant of the authors' released code. log C_m(κ) is exact (Bessel, ``modules/bessel.py``) unless --vmf-log-cm approx."""
 
     option_ranges = VMF_RANGES
 

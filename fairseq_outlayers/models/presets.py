@@ -41,7 +41,7 @@ PRESETS = (
      "Transformer base (fairseq's defaults) with the joint output layer, d_j = 512.",
      {"output_layer": "joint"}, None),
     (_T, "outlayers_transformer_small_joint", outlayers_transformer_small,
-     "3+3-layer d = 256 Transformer (the demo's size) with the joint output layer, d_j = 512.",
+     "3+3-layer d = 256 Transformer (`outlayers_transformer_small`) with the joint output layer, d_j = 512.",
      {"output_layer": "joint"}, None),
     (_T, "outlayers_transformer_iwslt_de_en_joint", outlayers_transformer_iwslt_de_en,
      "fairseq's IWSLT'14 de-en Transformer with the joint output layer, d_j = 512.",
