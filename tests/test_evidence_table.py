@@ -65,3 +65,29 @@ def test_the_ledger_page_says_its_speeds_do_not_compare_and_names_moved_commands
                      r"rows: \d+ of \d+ records are resumed runs", text)
     assert re.search(r"\d+ of \d+ records keep the digest of their data", text)
     assert "python -m fairseq_outlayers.pairing (now `outlayers-pairing`)" in text
+
+
+def test_the_text_the_renderer_copies_from_code_is_checked_like_the_docs():
+    """Option help and preset docstrings reach the documents inside tables, which the sentence check skips: here
+    each is held to the docs' 60 words a sentence, and names no module or path that is gone."""
+    import importlib.util
+
+    import fairseq_outlayers  # noqa: F401  (registers the methods)
+    from fairseq_outlayers.tools.options import arch_sections, criterion_sections, method_sections, seam_options
+
+    spec = importlib.util.spec_from_file_location("check_sentences", os.path.join(REPO, "scripts",
+                                                                                  "check_sentences.py"))
+    sentences_of = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sentences_of)
+    texts = [doc for _, doc in arch_sections()] + [docs._seam_row(*o)[2] for o in seam_options()]  # as rendered
+    texts += [o[2] for _, _, opts in method_sections() + criterion_sections() for o in opts]
+    assert len(texts) > 50
+    long = [(n, text[:60]) for text in texts for _, n, _ in sentences_of.sentences(text) if n > 60]
+    assert not long, long
+    for text in texts:
+        assert "the demo's size" not in text
+        for name in re.findall(r"\b(fairseq_outlayers(?:\.\w+)+)", text):
+            assert os.path.exists(os.path.join(REPO, name.replace(".", os.sep) + ".py")) or os.path.isdir(
+                os.path.join(REPO, name.replace(".", os.sep))), name
+        for path in re.findall(r"(?:modules|models|tools|lab)/\w+\.py", text):
+            assert os.path.exists(os.path.join(REPO, "fairseq_outlayers", path)), path
