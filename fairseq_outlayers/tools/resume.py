@@ -195,7 +195,9 @@ def check_resume(args):
     given = {"optimizer": getattr(args, "optimizer", None), "criterion": getattr(args, "criterion", None),
              "precision": precision(lambda name: getattr(args, name, False))}
     criterion_cls = CRITERION_REGISTRY.get(given["criterion"])
-    optimizer_cls = optimizer_class(given["optimizer"], given["precision"])
+    # fully sharded training wraps half precision otherwise (fairseq's trainer): its optimizer is left to fairseq
+    fsdp = getattr(args, "ddp_backend", None) == "fully_sharded"
+    optimizer_cls = None if fsdp else optimizer_class(given["optimizer"], given["precision"])
     changed = []
     if criterion_cls is not None and saved["criterion_class"] not in (None, criterion_cls.__name__):
         changed.append(("--criterion", saved["criterion"] or saved["criterion_class"], given["criterion"]))
