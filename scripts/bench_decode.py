@@ -1,0 +1,215 @@
+#!/usr/bin/env python
+"""Decoding speed of every output layer, and of stock fairseq's Transformer, in one run (sentences/s).
+
+    OMP_NUM_THREADS=1 python scripts/bench_decode.py --device cpu --data work/multi30k/data-bin/de-en \\
+        --output docs/benchmarks/decode_cpu.md
+
+Every model is built as fairseq-train builds it from its command line (``--arch``, the method's options; the stock
+rows: ``--arch transformer`` at the same sizes, without the package's layers), with its initial weights: speed does
+not depend on training when the hypothesis length is fixed. Each decodes the same source sentences (the first
+``--sentences`` of the ``--split`` of ``--data``, batches of ``--batch-size``) with fairseq's ``SequenceGenerator``
+(what fairseq-generate runs), every hypothesis forced to ``--length`` tokens and ``</s>``. In each round every
+model decodes once, in an order rotated by one per round; one untimed round first. The table gives the median
+sentences/s and the median of the per-round ratios to the softmax. Continuous rows use ``--target-vectors``
+(default: random unit vectors for every target word) with exact search and with faiss.
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
+
+USER_DIR = os.path.join(REPO, "fairseq_outlayers")
+#: method -> the fairseq options that build it ("{vec}": target vectors, "{pairing}": the pairing file, "{d}": d)
+METHODS = {
+    "softmax": ["--output-layer", "softmax"],
+    "stock fairseq, softmax": ["{stock}"],
+    "tied": ["--output-layer", "tied"],
+    "stock fairseq, tied": ["{stock}", "--share-decoder-input-output-embed"],
+    "joint d_j = d": ["--output-layer", "joint", "--joint-dim", "{d}"],
+    "fixed": ["--output-layer", "fixed"],
+    "shared-private": ["--embeddings", "shared-private", "--pairing", "{pairing}", "--output-layer", "tied"],
+    "continuous, exact": ["--output-layer", "continuous", "--target-vectors", "{vec}", "--criterion", "vmf_nll"],
+    "continuous, faiss": ["--output-layer", "continuous", "--target-vectors", "{vec}", "--criterion", "vmf_nll",
+                          "--continuous-search", "faiss"],
+}
+STOCK = {"outlayers_transformer": ["transformer"],
+         "outlayers_transformer_tiny": ["transformer"] + [
+             o for side in ("encoder", "decoder") for o in (
+                 f"--{side}-embed-dim", "128", f"--{side}-ffn-embed-dim", "512", f"--{side}-attention-heads", "4",
+                 f"--{side}-layers", "2")]}
+DIMS = {"outlayers_transformer": 512, "outlayers_transformer_tiny": 128}
+
+
+def support_files(data, work, src, tgt, dim=300):
+    """(target vectors, pairing file) for the continuous and shared-private rows."""
+    from fairseq.data import Dictionary
+
+    from fairseq_outlayers.lab.bench.continuous_layer import random_unit_table
+    from fairseq_outlayers.word_pairs.pairs import pair_dictionaries, write_pairing
+
+    sd, td = (Dictionary.load(os.path.join(data, f"dict.{lang}.txt")) for lang in (src, tgt))
+    pairing = os.path.join(work, "pairing.txt")
+    write_pairing(pairing, pair_dictionaries(sd, td, {}), overwrite=True)  # no alignment: same forms, then the rest
+    words = [td[i] for i in range(td.nspecial, len(td))]
+    table = random_unit_table(len(words), dim, seed=1).numpy()
+    vec = os.path.join(work, "vectors.vec")
+    with open(vec, "w") as f:
+        f.write(f"{len(words)} {dim}\n")
+        for w, row in zip(words, table):
+            f.write(w + " " + " ".join(f"{x:.5f}" for x in row) + "\n")
+    return vec, pairing
+
+
+def build(args, method, files):
+    """(task, model) as fairseq-train builds them for ``method``."""
+    import torch
+    from fairseq import options, tasks
+
+    opts = [o.replace("{vec}", files[0]).replace("{pairing}", files[1]).replace("{d}", str(DIMS.get(args.arch, 512)))
+            for o in METHODS[method]]
+    arch = ["--user-dir", USER_DIR, "--arch", args.arch]
+    if "{stock}" in opts:
+        opts.remove("{stock}")
+        arch = ["--user-dir", USER_DIR, "--arch"] + STOCK[args.arch]  # the package only registers; stock model
+    cli = [args.data, *arch, "--task", "translation", "-s", args.source_lang, "-t", args.target_lang,
+           "--seed", "1", "--dropout", "0.1"] + (["--cpu"] if args.device == "cpu" else []) + opts
+    targs = options.parse_args_and_arch(options.get_training_parser(), cli)
+    task = tasks.setup_task(targs)
+    torch.manual_seed(1)
+    model = task.build_model(targs).to(args.device).eval()
+    return task, model
+
+
+def batches(task, args):
+    from fairseq import utils
+
+    task.load_dataset(args.split)
+    ds = task.dataset(args.split)
+    idx = list(range(min(args.sentences, len(ds))))
+    out = []
+    for i in range(0, len(idx), args.batch_size):
+        sample = ds.collater([ds[j] for j in idx[i:i + args.batch_size]])
+        out.append(sample if args.device == "cpu" else utils.move_to_cuda(sample))
+    return out, len(idx)
+
+
+def generator(task, model, beam, length):
+    gen_args = argparse.Namespace(beam=beam, max_len_a=0, max_len_b=length, min_len=length, nbest=1, lenpen=1.0,
+                                  unkpen=0.0, temperature=1.0, no_repeat_ngram_size=0)
+    return task.build_generator([model], gen_args)
+
+
+def decode(task, model, gen, samples, device, length):
+    import torch
+
+    benchlib.sync(device)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for sample in samples:
+            hypos = task.inference_step(gen, [model], sample)
+            lengths = {len(h[0]["tokens"]) for h in hypos}
+            if lengths != {length + 1}:
+                raise RuntimeError(f"hypothesis lengths {sorted(lengths)}, expected {length + 1} (forced)")
+    benchlib.sync(device)
+    return time.perf_counter() - t0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--data", default=os.path.join(REPO, "work", "multi30k", "data-bin", "de-en"))
+    parser.add_argument("--source-lang", default="de")
+    parser.add_argument("--target-lang", default="en")
+    parser.add_argument("--split", default="test", help="the split whose source sentences are decoded")
+    parser.add_argument("--arch", default="outlayers_transformer_tiny", choices=sorted(STOCK))
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS), metavar="METHOD")
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
+    parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=50)
+    parser.add_argument("--length", type=int, default=20, help="forced hypothesis length (tokens before </s>)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks", "decode_cpu.md"))
+    args = parser.parse_args(argv)
+    import torch
+
+    benchlib.check_device(parser, args.device)
+    benchlib.check_output(args.output, args.force)
+    if "softmax" not in args.methods:
+        parser.error("--methods needs softmax: the ratios are to it")
+    torch.set_num_threads(args.threads)
+    start, load0 = time.time(), os.getloadavg()
+    work = tempfile.mkdtemp(prefix="bench_decode.")
+    files = support_files(args.data, work, args.source_lang, args.target_lang)
+    built = {m: build(args, m, files) for m in args.methods}
+    samples, n = batches(built["softmax"][0], args)
+    params = {m: sum(p.numel() for p in model.parameters()) for m, (_, model) in built.items()}
+    results = {}
+    for beam in args.beams:
+        gens = {m: generator(task, model, beam, args.length) for m, (task, model) in built.items()}
+        times = {m: [] for m in args.methods}
+        order = list(args.methods)
+        for r in range(args.rounds + 1):
+            k = r % len(order)
+            for m in order[k:] + order[:k]:
+                dt = decode(built[m][0], built[m][1], gens[m], samples, args.device, args.length)
+                if r:
+                    times[m].append(dt)
+            if r:
+                print(f"beam {beam} round {r}: " + ", ".join(f"{m} {n / times[m][-1]:.1f}" for m in order),
+                      flush=True)
+        base = times["softmax"]
+        results[beam] = {m: (n / statistics.median(t), [b / a for a, b in zip(t, base)]) for m, t in times.items()}
+    load = os.getloadavg()
+    lines = [
+        "# Decoding speed of every output layer and of stock fairseq (sentences/s)", "",
+        f"Command: `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')} "
+        f"{benchlib.command_line('bench_decode.py', argv)}`", "",
+        benchlib.stamp(args.device, start) + f" torch {torch.__version__}, {torch.get_num_threads()} thread(s).", "",
+        f"`{args.arch}` models as fairseq-train builds them, initial weights. The first {n} source sentences of "
+        f"`{args.split}` in `{os.path.relpath(args.data, REPO) if args.data.startswith(REPO) else args.data}`, "
+        f"batches of {args.batch_size}, fairseq's SequenceGenerator with every hypothesis forced to {args.length} "
+        f"tokens and </s>. {args.rounds} timed round(s) after one untimed; each round decodes with every model once, in a "
+        "rotated order. Sentences/s: the median. × softmax: the median of the per-round ratios, with their range. "
+        "Stock rows: fairseq's `--arch transformer` at the same sizes. Continuous: 300-d random unit target vectors.",
+        "",
+        f"Wall time {time.time() - start:,.0f} s. Load average (1, 5, 15 min) {load0[0]:.1f} {load0[1]:.1f} "
+        f"{load0[2]:.1f} at the start, {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end, on {os.cpu_count()} "
+        "cores.", "",
+        "| method | parameters | " + " | ".join(f"beam {b}: sentences/s | × softmax" for b in args.beams) + " |",
+        "|---|---:|" + "---:|---:|" * len(args.beams),
+    ]
+    for m in args.methods:
+        cells = []
+        for b in args.beams:
+            sent_s, ratios = results[b][m]
+            cells += [f"{sent_s:,.1f}", f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"]
+        lines.append(f"| {m} | {params[m]:,} | " + " | ".join(cells) + " |")
+    lines += ["", "## The plugin against stock fairseq", ""]
+    for ours, stock in (("softmax", "stock fairseq, softmax"), ("tied", "stock fairseq, tied")):
+        if ours in results[args.beams[0]] and stock in results[args.beams[0]]:
+            for b in args.beams:
+                t_ours, t_stock = times_of(results, b, ours), times_of(results, b, stock)
+                ratios = [a / s for a, s in zip(t_ours, t_stock)]
+                med = statistics.median(ratios)
+                verdict = "met" if min(ratios) >= 0.97 else ("not met" if max(ratios) < 0.97 else
+                                                              "within the run-to-run range")
+                lines.append(f"- beam {b}: {ours} at {med:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) the "
+                             f"sentences/s of {stock} (target: at least 0.97x): **{verdict}**.")
+    benchlib.finish(args.output, "\n".join(lines) + "\n")
+    return 0
+
+
+def times_of(results, beam, method):
+    """Per-round speed ratios to the softmax of ``method``: dividing two methods' lists gives their own ratios."""
+    return results[beam][method][1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
