@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Decoding speed of every output layer, and of stock fairseq's Transformer, in one run (sentences/s).
+"""Decoding and training speed of every output layer, and of stock fairseq's Transformer, in one run.
 
     OMP_NUM_THREADS=1 python scripts/bench_decode.py --device cpu --data work/multi30k/data-bin/de-en \\
         --output docs/benchmarks/decode_cpu.md
@@ -10,8 +10,10 @@ not depend on training when the hypothesis length is fixed. Each decodes the sam
 ``--sentences`` of the ``--split`` of ``--data``, batches of ``--batch-size``) with fairseq's ``SequenceGenerator``
 (what fairseq-generate runs), every hypothesis forced to ``--length`` tokens and ``</s>``. In each round every
 model decodes once, in an order rotated by one per round; one untimed round first. The table gives the median
-sentences/s and the median of the per-round ratios to the softmax. Continuous rows use ``--target-vectors``
-(default: random unit vectors for every target word) with exact search and with faiss.
+sentences/s and the median of the per-round ratios to the softmax. Continuous rows use random unit target
+vectors for every target word, with exact search and with faiss. With ``--train-rounds N``, a second table: one
+training step (forward, the method's loss, backward; no optimizer) on the first ``--train-sentences`` sentences
+of the train split, every model once per round, N rounds after one untimed: target tokens/s.
 """
 import argparse
 import os
@@ -67,7 +69,7 @@ def support_files(data, work, src, tgt, dim=300):
 
 
 def build(args, method, files):
-    """(task, model) as fairseq-train builds them for ``method``."""
+    """(task, model, criterion) as fairseq-train builds them for ``method`` (cross_entropy unless it names one)."""
     import torch
     from fairseq import options, tasks
 
@@ -83,7 +85,7 @@ def build(args, method, files):
     task = tasks.setup_task(targs)
     torch.manual_seed(1)
     model = task.build_model(targs).to(args.device).eval()
-    return task, model
+    return task, model, task.build_criterion(targs).to(args.device)
 
 
 def batches(task, args):
@@ -134,6 +136,8 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=50)
     parser.add_argument("--length", type=int, default=20, help="forced hypothesis length (tokens before </s>)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--train-rounds", type=int, default=0, help="rounds of training steps (0: none)")
+    parser.add_argument("--train-sentences", type=int, default=150, help="sentences of the training step's batch")
     parser.add_argument("--threads", type=int, default=1)
     benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks", "decode_cpu.md"))
     args = parser.parse_args(argv)
@@ -149,10 +153,11 @@ def main(argv=None):
     files = support_files(args.data, work, args.source_lang, args.target_lang)
     built = {m: build(args, m, files) for m in args.methods}
     samples, n = batches(built["softmax"][0], args)
-    params = {m: sum(p.numel() for p in model.parameters()) for m, (_, model) in built.items()}
+    params = {m: sum(p.numel() for p in b[1].parameters()) for m, b in built.items()}
+    train = train_speed(args, built) if args.train_rounds else None
     results = {}
     for beam in args.beams:
-        gens = {m: generator(task, model, beam, args.length) for m, (task, model) in built.items()}
+        gens = {m: generator(b[0], b[1], beam, args.length) for m, b in built.items()}
         times = {m: [] for m in args.methods}
         order = list(args.methods)
         for r in range(args.rounds + 1):
@@ -168,7 +173,7 @@ def main(argv=None):
         results[beam] = {m: (n / statistics.median(t), [b / a for a, b in zip(t, base)]) for m, t in times.items()}
     load = os.getloadavg()
     lines = [
-        "# Decoding speed of every output layer and of stock fairseq (sentences/s)", "",
+        "# Decoding and training speed of every output layer and of stock fairseq", "",
         f"Command: `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')} "
         f"{benchlib.command_line('bench_decode.py', argv)}`", "",
         benchlib.stamp(args.device, start) + f" torch {torch.__version__}, {torch.get_num_threads()} thread(s).", "",
@@ -191,24 +196,71 @@ def main(argv=None):
             sent_s, ratios = results[b][m]
             cells += [f"{sent_s:,.1f}", f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"]
         lines.append(f"| {m} | {params[m]:,} | " + " | ".join(cells) + " |")
+    if train:
+        tokens, speed = train
+        lines += ["", f"## Training steps ({tokens:,} target tokens a step)", "",
+                  "| method | tokens/s | × softmax |", "|---|---:|---:|"]
+        for m in args.methods:
+            tok_s, ratios = speed[m]
+            lines.append(f"| {m} | {tok_s:,.0f} | {statistics.median(ratios):.2f} "
+                         f"({min(ratios):.2f}-{max(ratios):.2f}) |")
     lines += ["", "## The plugin against stock fairseq", ""]
+    parts = [(f"decoding, beam {b}", "sentences/s", results[b]) for b in args.beams]
+    if train:
+        parts.insert(0, ("training", "tokens/s", train[1]))
     for ours, stock in (("softmax", "stock fairseq, softmax"), ("tied", "stock fairseq, tied")):
-        if ours in results[args.beams[0]] and stock in results[args.beams[0]]:
-            for b in args.beams:
-                t_ours, t_stock = times_of(results, b, ours), times_of(results, b, stock)
-                ratios = [a / s for a, s in zip(t_ours, t_stock)]
-                med = statistics.median(ratios)
-                verdict = "met" if min(ratios) >= 0.97 else ("not met" if max(ratios) < 0.97 else
-                                                              "within the run-to-run range")
-                lines.append(f"- beam {b}: {ours} at {med:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) the "
-                             f"sentences/s of {stock} (target: at least 0.97x): **{verdict}**.")
+        if ours not in built or stock not in built:
+            continue
+        for what, unit, res in parts:
+            ratios = [a / s for a, s in zip(res[ours][1], res[stock][1])]
+            med = statistics.median(ratios)
+            verdict = "met" if min(ratios) >= 0.97 else ("not met" if max(ratios) < 0.97 else
+                                                          "within the run-to-run range")
+            lines.append(f"- {what}: {ours} at {med:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) the {unit} of "
+                         f"{stock} (target: at least 0.97x): **{verdict}**.")
     benchlib.finish(args.output, "\n".join(lines) + "\n")
     return 0
 
 
-def times_of(results, beam, method):
-    """Per-round speed ratios to the softmax of ``method``: dividing two methods' lists gives their own ratios."""
-    return results[beam][method][1]
+def train_speed(args, built):
+    """(target tokens a step, {method: (median tokens/s, per-round speed ratios to the softmax)})."""
+    task = built["softmax"][0]
+    task.load_dataset("train")
+    ds = task.dataset("train")
+    sample = ds.collater([ds[j] for j in range(min(args.train_sentences, len(ds)))])
+    if args.device != "cpu":
+        from fairseq import utils
+
+        sample = utils.move_to_cuda(sample)
+    tokens = int(sample["ntokens"])
+    order = list(args.methods)
+    times = {m: [] for m in order}
+    for r in range(args.train_rounds + 1):
+        k = r % len(order)
+        for m in order[k:] + order[:k]:
+            _, model, criterion = built[m]
+            model.train()
+            model.zero_grad(set_to_none=True)
+            torch_manual_seed(r)
+            benchlib.sync(args.device)
+            t0 = time.perf_counter()
+            criterion(model, sample)[0].backward()
+            benchlib.sync(args.device)
+            if r:
+                times[m].append(time.perf_counter() - t0)
+        if r:
+            print(f"train round {r}: " + ", ".join(f"{m} {tokens / times[m][-1]:.0f}" for m in order), flush=True)
+        for m in order:
+            built[m][1].zero_grad(set_to_none=True)
+            built[m][1].eval()
+    base = times["softmax"]
+    return tokens, {m: (tokens / statistics.median(t), [b / a for a, b in zip(t, base)]) for m, t in times.items()}
+
+
+def torch_manual_seed(seed):
+    import torch
+
+    torch.manual_seed(seed)  # the same dropout masks for every model of a round
 
 
 if __name__ == "__main__":
