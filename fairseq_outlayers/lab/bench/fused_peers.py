@@ -169,12 +169,18 @@ def measure(n: int, d: int, v: int, eps: float, device, rounds: int, blocks: Lis
     ref = reference(x, w, b, t, eps)
     rows = []
     for c in cands:
+        failed = None
         try:
             loss_err, grad_err = errors(c.step, x, w, b, t, eps, ref)  # also the warm-up
         except torch.cuda.OutOfMemoryError:
             loss_err = grad_err = None
+            failed = "OOM"
+        except Exception as e:  # noqa: BLE001  (a peer that fails here, say under another Triton, gets a row saying so)
+            loss_err = grad_err = None
+            failed = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:120].replace("|", "/")
+            log(f"{c.name}: {failed}")
         rows.append({"name": c.name, "impl": c.impl, "block": c.block_elements, "loss_err": loss_err,
-                     "grad_err": grad_err, "times": [], "peaks": [],
+                     "grad_err": grad_err, "times": [], "peaks": [], "failed": failed,
                      "exact": loss_err is not None and loss_err <= LOSS_RTOL and grad_err <= GRAD_RTOL})
     del ref
     for r in range(rounds):
@@ -194,7 +200,7 @@ def measure(n: int, d: int, v: int, eps: float, device, rounds: int, blocks: Lis
                     rows[i]["times"].append(time.perf_counter() - t0)
                 rows[i]["peaks"].append(mem["bytes"])
             except torch.cuda.OutOfMemoryError:
-                rows[i]["loss_err"] = None
+                rows[i]["loss_err"], rows[i]["failed"] = None, "OOM"
             finally:
                 if str(device).startswith("cuda"):
                     torch.cuda.empty_cache()
@@ -224,10 +230,11 @@ def table(rows: List[Dict], tokens: int) -> str:
     for r in rows:
         impl = f"`{r['impl']}`" if r["impl"] else ""
         if r["seconds"] is None:
-            out.append(f"| {r['name']} | {impl} | OOM | | | | | | |")
+            out.append(f"| {r['name']} | {impl} | {r.get('failed') or 'OOM'} | | | | | | |")
             continue
-        mem = f"{r['peak'] / plain['peak']:.2f}" if plain["peak"] else ""
-        out.append(f"| {r['name']} | {impl} | {r['seconds'] * 1e3:,.0f} | {r['ratio']:.2f} | "
+        mem = f"{r['peak'] / plain['peak']:.2f}" if plain.get("peak") else ""
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        out.append(f"| {r['name']} | {impl} | {r['seconds'] * 1e3:,.0f} | {ratio} | "
                    f"{r['peak'] / 2 ** 20:,.0f} | {mem} | {r['loss_err']:.1e} | {r['grad_err']:.1e} | "
                    f"{'yes' if r['exact'] else 'no'} |")
     return "\n".join(out)
