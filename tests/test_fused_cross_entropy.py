@@ -189,6 +189,14 @@ def test_cce_asked_for_but_missing():
         FusedCrossEntropyCriterion(None, False, 0.0, fused_impl="cce")
 
 
+def test_a_torch_without_linear_cross_entropy_is_refused_in_one_line(monkeypatch):
+    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
+
+    monkeypatch.delattr(torch.nn.functional, "linear_cross_entropy")
+    with pytest.raises(OutlayersConfigError, match=r"--fused-impl auto needs torch >= 2.13 .*pip install torch=="):
+        FusedCrossEntropyCriterion(None, False, 0.0)
+
+
 # -- through fairseq's CLIs ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("layer", SOFTMAX_LAYERS)
 def test_fairseq_train_and_generate(tiny_bin, tiny_bin_joined, tmp_path, layer):

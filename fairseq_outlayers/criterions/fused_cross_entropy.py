@@ -30,6 +30,7 @@ from fairseq_outlayers.modules.linear_cross_entropy import (
     check_cce,
     linear_cross_entropy,
     resolve_impl,
+    torch_op_missing,
 )
 from fairseq_outlayers.modules.output_layer import FactorisedSoftmaxOutput
 
@@ -98,6 +99,9 @@ class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             raise OutlayersConfigError(f"--fused-impl must be one of {', '.join(IMPLS)}, got {fused_impl!r}")
         if fused_impl == "cce" and not cce_available():
             raise OutlayersConfigError(f"--fused-impl cce {CCE_MISSING}; or use --fused-impl torch")
+        if fused_impl != "cce" and torch_op_missing():
+            raise OutlayersConfigError(f"--criterion fused_cross_entropy --fused-impl {fused_impl} "
+                                       f"{torch_op_missing()}")
         self.impl = fused_impl
         self.block_elements = fused_block_elements
         self._told = False

@@ -50,6 +50,14 @@ def torch_rows(num_tokens: int, vocab_size: int, block_elements: int = DEFAULT_B
     return max(1, min(num_tokens, block_elements // max(vocab_size, 1)))
 
 
+def torch_op_missing() -> Optional[str]:
+    """None when this torch has ``F.linear_cross_entropy`` with its chunked path (torch >= 2.13), else why not."""
+    if hasattr(torch.nn.functional, "linear_cross_entropy") and hasattr(torch.nn, "LinearCrossEntropyOptions"):
+        return None
+    return (f"needs torch >= 2.13 (torch.nn.functional.linear_cross_entropy), but this is torch {torch.__version__}; "
+            "pip install torch==2.13.0")
+
+
 def torch_nll(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor,
               block_elements: int = DEFAULT_BLOCK_ELEMENTS, reduce: bool = True) -> torch.Tensor:
     """``lse - z_t`` from torch's chunked ``F.linear_cross_entropy`` (summed, or one value per position), computed
