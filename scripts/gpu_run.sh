@@ -19,7 +19,11 @@
 # The test steps set OUTLAYERS_TEST_DEVICE=cuda, so each command of their tests is a new process: torch refuses
 # CUDA in a fork of a process that has initialised it (tests/forked.py, tests/test_commands_on_cuda.py).
 #
-# Steps (name: what -> file in gpu-results.tar):
+# Steps (name: what -> file in gpu-results.tar), the tables a user needs most first; each step's file is in
+# $OUT/gpu-results.tar as soon as the step ends (the fused-peers page after each of its tables):
+#     fused-peers the fused loss against torch's linear_cross_entropy (reference and chunked), Cut Cross-Entropy
+#                 and Liger, fp32, N 8,192 / 2,048, d 512 / 256, V 32k..256k; time, memory, error -> fused_loss_peers_cuda.md
+#     whole-model every output layer through fairseq-train, V = 50k, fp16, 8,192 tokens -> whole_model_cuda.md
 #   correctness (two at once: they time nothing)
 #     cuda-tests  bf16 runs of every method (tests/test_cuda.py), log C_m and the fused loss against float64
 #                 on the GPU                                                            -> cuda-tests.txt
@@ -27,7 +31,6 @@
 #   timing (one at a time)
 #     vmf-loss    the vMF losses against cosine: ops, kernels, time; eager and compiled -> vmf_loss_cuda.md
 #     fused-loss  fused vs plain cross-entropy, V = 32k..256k, layer and whole model    -> fused_loss_gpu.md
-#     whole-model every output layer through fairseq-train, V = 50k, fp16, 8,192 tokens -> whole_model_cuda.md
 #     layer       the continuous layer vs softmax, V = 50k and 128k, H = 512          -> continuous_layer_cuda.md
 #     decode      softmax vs continuous model: training steps, decoding at beam 1 and 5 -> continuous_model_cuda.md
 #     joint       the joint layer at the paper's d = 512                               -> joint_cuda.md
@@ -108,7 +111,9 @@ fi
 torch.__version__, 'CUDA', torch.version.cuda, 'fairseq', fairseq.__version__, 'GPU', \
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')"
     $PY -c "import cut_cross_entropy as c; print('cut-cross-entropy', getattr(c, '__version__', 'installed'))" \
-        2>/dev/null || echo "cut-cross-entropy: not installed (the fused loss uses its chunked path)"
+        2>/dev/null || echo "cut-cross-entropy: not installed (the fused loss uses torch's linear_cross_entropy)"
+    $PY -c "import liger_kernel.transformers as l; from importlib.metadata import version as v; \
+print('liger-kernel', v('liger-kernel'))" 2>/dev/null || echo "liger-kernel: not installed or does not import"
     command -v outlayers-train >/dev/null && echo "outlayers-train: $(command -v outlayers-train)"
 } 2>&1 | tee -a "$LOG"
 if ! $PY -c "import fairseq, fairseq_outlayers" >/dev/null 2>&1; then
@@ -131,6 +136,7 @@ if [ -n "$SMOKE" ]; then  # the same commands at sizes a CPU runs in seconds
     WM_METHODS=(--methods softmax "continuous, vmf_nll")
     # torch.compile on a CPU is slow and tests/test_vmf.py checks it there: the smoke run leaves it out
     PREC_FORM="fp32" TESTS="cuda and (log_cm or sampled_vocabulary or float64_reference) and not compiled"
+    PEER_SIZES="256x32x1000 256x32x3000" PEER_ARGS="--rounds 1 --blocks 65536 262144" PEER_LIMIT=60
     ALL_K=(-k "log_cm and not compiled")
 else
     TOK=8192 VOCABS="50000" FUSED_V="32000 50000 128000 256000" ARCH=outlayers_transformer UPD=30 WARM=10 LOGI=5
@@ -140,6 +146,10 @@ else
                 "softmax, fused loss" fixed "tied, fused loss" "joint d_j = d, fused loss" "continuous, cosine"
                 "softmax, 25 % sampled" shared-private "continuous, vmf_nll --vmf-compile")
     PREC_FORM="fp16" TESTS="(test_cuda and (bf16 or log_cm)) or on_cuda" ALL_K=()
+    # the realistic width and batch first, so that a step cut short has them
+    PEER_SIZES="8192x512x32000 8192x512x50000 8192x512x128000 8192x512x256000 8192x256x32000 8192x256x50000
+                8192x256x128000 8192x256x256000 2048x512x32000 2048x512x50000 2048x512x128000 2048x512x256000
+                2048x256x32000 2048x256x50000 2048x256x128000 2048x256x256000" PEER_ARGS="--rounds 3" PEER_LIMIT=90
 fi
 if [ -d "$MULTI30K/data-bin/de-en" ] && [ -d "$MULTI30K/data-bin/de-en-word" ] \
     && [ -f "$MULTI30K/vectors.softmax-word.out.vec" ] && [ -z "$SMOKE" ]; then
@@ -151,6 +161,12 @@ else
     PREC_DATA=(--synthetic $PREC_METHODS)
 fi
 
+# --- the tables a user needs most: the fused loss against its peers, every output layer through fairseq-train ---
+step fused-peers 130 50 -- $PY scripts/bench_fused_loss.py --peers --device "$DEVICE" --sizes $PEER_SIZES \
+    $PEER_ARGS --time-limit "$PEER_LIMIT" --output "$RES/fused_loss_peers_cuda.md" --force
+step whole-model 260 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" --vocab $VOCABS --arch "$ARCH" \
+    --precision "$PREC_FORM" --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" \
+    --run-timeout 90 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda.md" --force
 # --- correctness: two steps at once (neither times anything) ----------------------------------------------
 t1=$(limit cuda-tests 240 60)
 t2=$(limit precision 300 60)
@@ -174,9 +190,6 @@ step vmf-loss 150 60 -- $PY scripts/bench_continuous.py --device "$DEVICE" --ski
     --loss-reps "$REPS" --compile-log-cm --compile --output "$RES/vmf_loss_cuda.md" --force
 step fused-loss 120 50 -- $PY scripts/bench_fused_loss.py --device "$DEVICE" --vocab $FUSED_V --tokens "$TOK" \
     $([ -n "$SMOKE" ] && echo "--dim 64 --model-arch $ARCH --repeats 1") --output "$RES/fused_loss_gpu.md" --force
-step whole-model 260 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" --vocab $VOCABS --arch "$ARCH" \
-    --precision "$PREC_FORM" --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" \
-    --run-timeout 90 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda.md" --force
 step layer 90 40 -- $PY scripts/bench_continuous.py --device "$DEVICE" --skip loss --skip model \
     --vocab $([ -n "$SMOKE" ] && echo 2000 || echo 50000 128000) --dims $([ -n "$SMOKE" ] && echo 64 || echo 512) \
     --tokens "$TOK" --reps $([ -n "$SMOKE" ] && echo 1 || echo 2) --continuous-steps 6 --max-memory-gb 60 \
@@ -207,7 +220,7 @@ step cuda-tests-all 300 120 -- env OUTLAYERS_CUDA_TEST_DEVICE="$DEVICE" OUTLAYER
     tests/test_cuda.py \
     ${ALL_K[@]+"${ALL_K[@]}"} -rs
 say "finished: $(ls "$STATE/done" | tr '\n' ' ')"
-ALL="cuda-tests precision vmf-loss whole-model fused-loss layer decode joint fixed shared-private whole-bf16 whole-more
+ALL="fused-peers whole-model cuda-tests precision vmf-loss fused-loss layer decode joint fixed shared-private whole-bf16 whole-more
 cuda-tests-all"
 say "not finished: $(for s in $ALL; do
     [ -e "$STATE/done/$s" ] || printf '%s ' "$s"; done)"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The wheels that a bare GPU machine needs beside its own torch, numpy, scipy, sacrebleu and pytest, for
-# scripts/gpu_run.sh: fairseq-fixed and its pure-Python needs, and Cut Cross-Entropy. Run where pip works.
+# scripts/gpu_run.sh: fairseq-fixed and its pure-Python needs, Cut Cross-Entropy and Liger's kernels (the peers of
+# the fused loss; Liger needs the Triton that comes with torch's CUDA build). Run where pip works.
 #
 #   bash scripts/gpu_wheels.sh                  # into .whl/ for Python 3.12 on x86-64 Linux
 #   bash scripts/gpu_wheels.sh DIR 3.11         # another folder or Python version
 #
-# About 21 MB. .whl/ is ignored by git (this script adds it to .git/info/exclude).
+# About 22 MB. .whl/ is ignored by git (this script adds it to .git/info/exclude).
 set -euo pipefail
 DIR=${1:-.whl}
 PYVER=${2:-3.12}
@@ -23,7 +24,7 @@ done
     "${platforms[@]}" -d "$DIR" fairseq-fixed==0.12.3.1 bitarray==3.12.3
 # pure Python: any Python
 "$PYTHON" -m pip download -q --no-deps --only-binary=:all: -d "$DIR" hydra-core==1.3.2 omegaconf==2.3.0 \
-    sacremoses cut-cross-entropy
+    sacremoses cut-cross-entropy liger-kernel==0.8.5
 # antlr4-python3-runtime 4.9.3 (hydra's parser) is published as a source archive only
 "$PYTHON" -m pip wheel -q --no-deps -w "$DIR" antlr4-python3-runtime==4.9.3
 ls -1 "$DIR"

@@ -11,9 +11,10 @@ import forkserver
 import pytest
 from harness import REPO
 
-STEPS = ["cuda-tests", "precision", "vmf-loss", "whole-model", "fused-loss", "layer", "decode", "joint", "fixed",
-         "shared-private", "whole-bf16", "whole-more", "cuda-tests-all"]
-FILES = ["precision_gpu.md", "vmf_loss_cuda.md", "whole_model_cuda.md", "fused_loss_gpu.md",
+#: in the order they run: the tables a user needs most first
+STEPS = ["fused-peers", "whole-model", "cuda-tests", "precision", "vmf-loss", "fused-loss", "layer", "decode", "joint",
+         "fixed", "shared-private", "whole-bf16", "whole-more", "cuda-tests-all"]
+FILES = ["fused_loss_peers_cuda.md", "precision_gpu.md", "vmf_loss_cuda.md", "whole_model_cuda.md", "fused_loss_gpu.md",
          "continuous_layer_cuda.md", "continuous_model_cuda.md", "joint_cuda.md", "fixed_cuda.md",
          "shared_private_cuda.md", "whole_model_cuda_bf16.md", "whole_model_cuda_more.md", "cuda-tests.txt",
          "cuda-tests-all.txt"]
@@ -52,6 +53,10 @@ def test_every_step_runs_and_a_second_call_runs_none_again(tmp_path):
     assert set(FILES) <= got, sorted(set(FILES) - got)
     table = (tmp_path / "state" / "results" / "precision_gpu.md").read_text()
     assert "| softmax-fused |" in table and "| vmf |" in table and "| shared-private |" in table
+    starts = [log.index(f"START {step} ") for step in STEPS if step != "precision"]  # beside cuda-tests
+    assert starts == sorted(starts), "the steps ran out of order"
+    peers = (tmp_path / "state" / "results" / "fused_loss_peers_cuda.md").read_text()
+    assert "| torch reference |" in peers and "| `--fused-impl torch`, 65,536 logits | `torch` |" in peers
 
     second = driver(tmp_path)
     assert second.returncode == 0
