@@ -64,7 +64,8 @@ def test_the_ledger_page_says_its_speeds_do_not_compare_and_names_moved_commands
     assert re.search(r"Train tok/s is fairseq's training speed, a mean over the seeds; it does not compare between "
                      r"rows: \d+ of \d+ records are resumed runs", text)
     assert re.search(r"\d+ of \d+ records keep the digest of their data", text)
-    assert "python -m fairseq_outlayers.pairing (now `outlayers-pairing`)" in text
+    moved = "fairseq_outlayers.pairing"  # a module a record's frozen description runs, since moved
+    assert f"python -m {moved} (now `outlayers-pairing`)" in text
 
 
 def test_the_text_the_renderer_copies_from_code_is_checked_like_the_docs():

@@ -340,8 +340,9 @@ def shared_options(options: Sequence[Sequence[str]]) -> List[str]:
     return [o for g in _option_groups(options[0]) if g in common for o in g]
 
 
-#: commands that records' descriptions name as they were when the run was made, and what they are now
-MOVED = {"python -m fairseq_outlayers.pairing": "outlayers-pairing"}
+#: modules that records' descriptions run (``python -m MODULE``) as they were when the run was made, and the
+#: command that does it now
+MOVED = {"fairseq_outlayers.pairing": "outlayers-pairing"}
 
 
 def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: Dict[str, Dict[int, Dict]],
@@ -354,8 +355,9 @@ def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: D
             else f"Early stopping on validation {v['metric']}{why}")
     beam = (r.get("decoding") or {}).get("beam")
     description = r.get("description", "").strip()
-    for old, new in MOVED.items():  # a record's description is kept as it was run; a command since moved is named
-        description = description.replace(old, f"{old} (now `{new}`)")
+    for module, new in MOVED.items():  # a record's description is kept as it was run; a moved command is named
+        description = re.sub(rf"python -m {re.escape(module)}\b(?!\.)", lambda m: f"{m.group(0)} (now `{new}`)",
+                             description)
     if description and description[-1] not in ".!?":
         description += "."
     common = set(_option_groups(shared))
