@@ -20,8 +20,12 @@ import hashlib
 import logging
 import os
 
+from omegaconf import OmegaConf
+
 from fairseq_outlayers import model_args
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.value_checks import fmt
+from fairseq_outlayers.word_pairs.corpus import dictionary_hash  # the hash a pairing file records
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +47,6 @@ def file_sha256(path: str) -> str:
 
 
 def dictionary_fingerprint(dictionary, path=None) -> dict:
-    from fairseq_outlayers.word_pairs.corpus import dictionary_hash  # the hash a pairing file records
-
     return {"sha256": dictionary_hash(dictionary), "path": path, "size": len(dictionary)}
 
 
@@ -56,8 +58,6 @@ def describe(fp: dict) -> str:
 
 def recorded(args) -> dict:
     """The fingerprints stored in ``args`` (a checkpoint's, or those of this build so far)."""
-    from omegaconf import OmegaConf
-
     value = getattr(args, ARG, None) or {}
     out = {k: dict(v) for k, v in (OmegaConf.to_container(value) if OmegaConf.is_config(value) else value).items()}
     # checkpoints older than fingerprints that were built from a pairing record the hashes of their dictionaries
@@ -112,8 +112,6 @@ def check_dictionaries(args, task):
 
 
 def _shown(value) -> str:
-    from fairseq_outlayers.value_checks import fmt
-
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, (tuple, list)):

@@ -2,12 +2,12 @@
 the sizes of the tables read from files, the build state)."""
 import contextlib
 
+from omegaconf import OmegaConf, open_dict
+
 
 def record(args, **values):
     """Set ``values`` on ``args``: an argparse Namespace, or a (struct) omegaconf DictConfig such as
     fairseq-hydra-train's, opened for keys it does not have yet."""
-    from omegaconf import OmegaConf, open_dict
-
     with open_dict(args) if OmegaConf.is_config(args) else contextlib.nullcontext():
         for key, value in values.items():
             setattr(args, key, value)
