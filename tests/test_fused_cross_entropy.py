@@ -316,6 +316,9 @@ def test_cut_cross_entropy_is_used_only_after_it_gives_the_right_loss(monkeypatc
     assert lce.resolve_impl("auto", cuda, torch.float32) == "torch"
     assert lce.resolve_impl("auto", cpu, torch.bfloat16) == "torch"
     assert lce.resolve_impl("cce", cuda, torch.float32) == "cce"  # asked for by name: no fallback
+    monkeypatch.setitem(lce.AUTO, "cuda", "cce")  # figures that name cce keep its check and its fallback
+    assert lce.resolve_impl("auto", cuda, torch.float32) == "torch"
+    assert lce.resolve_impl("auto", cuda, torch.bfloat16) == "cce"
 
 
 # -- auto follows the committed figures ------------------------------------------------------------------------------
@@ -347,6 +350,7 @@ def test_auto_picks_what_the_committed_page_says_is_fastest(device):
     if not page.exists():
         assert device not in lce.AUTO, f"AUTO names {device}, but {page.name} is not committed"
         pytest.skip(f"{page.name} is not committed (no run on this device yet)")
+    assert device in lce.AUTO, f"{page.name} is committed: set linear_cross_entropy.AUTO[{device!r}] from it"
     tables = peer_tables(page)
     assert tables and all(tables.values()), f"{page.name} has no tables"
     for heading, rows in tables.items():

@@ -158,8 +158,9 @@ def resolve_impl(impl: str, device: torch.device, dtype: Optional[torch.dtype] =
     if impl not in IMPLS:
         raise ValueError(f"unknown implementation {impl!r}; choose one of {', '.join(IMPLS)}")
     if impl == "auto":
-        if device.type in AUTO:
+        if AUTO.get(device.type, "cce") != "cce":
             return AUTO[device.type]
+        # Cut Cross-Entropy only where it is installed and passes its check, whatever the figures say
         usable = device.type == "cuda" and cce_available()
         return "cce" if usable and (dtype is None or check_cce(device, dtype) is None) else "torch"
     return impl
