@@ -284,10 +284,13 @@ def _check_out(out: str, checkpoint: str, data_dir: Optional[str], force: bool):
     if os.path.lexists(out) and not os.path.isdir(out):
         raise OutlayersConfigError(f"OUT '{out}' exists and is not a directory; choose another path")
     parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise OutlayersConfigError(f"OUT '{out}': directory '{parent}' does not exist; create it (mkdir -p) first")
-    if not os.access(parent, os.W_OK):
-        raise OutlayersConfigError(f"OUT '{out}': cannot write in '{parent}'; choose a writable directory")
+    existing = parent
+    while not os.path.isdir(existing):  # missing directories above OUT are made when it is written
+        if os.path.lexists(existing):
+            raise OutlayersConfigError(f"OUT '{out}': '{existing}' is not a directory; choose another path")
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK):
+        raise OutlayersConfigError(f"OUT '{out}': cannot write in '{existing}'; choose a writable directory")
 
 
 def _replace(tmp: str, out: str):
@@ -341,6 +344,7 @@ def export(checkpoint: str, out: str, to: str, data_dir: Optional[str] = None, q
                             f"model's (more than {TOLERANCE:g}); nothing was written")
     data = getattr(task.cfg, "data", None) if hasattr(task, "cfg") else None
     data = data_dir or (str(data).split(os.pathsep)[0] if data else None)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".outlayers-export-", dir=os.path.dirname(os.path.abspath(out)))
     try:
         if to == "fairseq":

@@ -1,0 +1,173 @@
+"""Translation speed of a trained model through the package and through its exports, in one run.
+
+    python scripts/bench_serving.py --data work/multi30k/data-bin/de-en \
+        --model tiny=checkpoints/tied/checkpoint_best.pt \
+        --source work/multi30k/bpe/test_2016_flickr.de --reference work/multi30k/raw/test_2016_flickr.en \
+        --beam 5 --threads 1 --rounds 3 --output docs/benchmarks/serving_cpu.md
+
+Each model is exported with ``outlayers-export`` (stock fairseq, CTranslate2 float32 and int8), then translated by
+four systems, round after round in a rotating order: the package's ``fairseq-generate --user-dir``, stock
+``fairseq-generate`` on the export (a new Python each, as a user runs them), and CTranslate2 float32 and int8 (in
+this process). Times are each system's own translation time (fairseq's "Translated ... in Xs", CTranslate2's
+``translate_batch``), without start-up or model loading. Every system's hypotheses go through the same BPE removal,
+Moses detokenisation and sacreBLEU. Ratios are against the package's fairseq-generate of the same round.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from fairseq_outlayers.lab.bench.benchlib import add_output_args, check_output, command_line, finish, stamp
+
+SYSTEMS = ("package fairseq-generate", "stock fairseq-generate (export)", "CTranslate2 float32", "CTranslate2 int8")
+GOAL_SPEEDUP, GOAL_BLEU = 3.0, 0.5
+TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s")
+
+
+def unbpe(tokens: str) -> str:
+    return (tokens + " ").replace("@@ ", "").strip()
+
+
+def fairseq_generate(data, checkpoint, beam, batch, threads, results, user_dir=None):
+    """(hypotheses in sentence order as BPE tokens, seconds) of fairseq-generate in a new process."""
+    cmd = [os.path.join(os.path.dirname(sys.executable), "fairseq-generate"), data, "--path", checkpoint,
+           "--gen-subset", "test", "--beam", str(beam), "--batch-size", str(batch), "--required-batch-size-multiple",
+           "1", "--max-len-a", "1.2", "--max-len-b", "10", "--num-workers", "0", "--cpu", "--results-path", results]
+    if user_dir:
+        cmd += ["--user-dir", user_dir]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: fairseq-generate failed: {proc.stderr.strip().splitlines()[-1:]}")
+    with open(os.path.join(results, "generate-test.txt"), encoding="utf-8") as f:
+        text = f.read()
+    hyps = {}
+    for line in text.splitlines():
+        if line.startswith("H-"):
+            key, _score, tokens = line.split("\t")
+            hyps.setdefault(int(key[2:]), tokens)
+    found = TRANSLATED.search(text + proc.stderr + proc.stdout)
+    if found is None:
+        raise SystemExit("error: fairseq-generate printed no 'Translated ... in Xs' line")
+    return [hyps[i] for i in sorted(hyps)], float(found.group(3))
+
+
+def ctranslate2_translate(directory, source, beam, batch, threads, compute_type):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(directory, device="cpu", compute_type=compute_type, intra_threads=threads,
+                                        inter_threads=1)
+    started = time.perf_counter()
+    results = translator.translate_batch(source, beam_size=beam, max_batch_size=batch, max_decoding_length=256)
+    seconds = time.perf_counter() - started
+    return [" ".join(r.hypotheses[0]) for r in results], seconds
+
+
+def bleu(hyps, references, lang, lowercase):
+    from fairseq_outlayers.tools.evaluation.scoring import bleu_metric, detokenise
+
+    return bleu_metric(lowercase).corpus_score(detokenise([unbpe(h) for h in hyps], lang), [references]).score
+
+
+def run_model(name, checkpoint, args, source, references, lowercase, work):
+    from fairseq_outlayers.tools.export import export
+
+    stock, f32, int8 = (os.path.join(work, name + suffix) for suffix in ("-fairseq", "-ct2", "-ct2-int8"))
+    export(checkpoint, stock, "fairseq", data_dir=args.data)
+    export(checkpoint, f32, "ctranslate2", data_dir=args.data)
+    export(checkpoint, int8, "ctranslate2", data_dir=args.data, quantization="int8")
+    plugin_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_outlayers")
+    runners = [
+        lambda r: fairseq_generate(args.data, checkpoint, args.beam, args.batch_size, args.threads,
+                                   os.path.join(work, f"{name}-ours-{r}"), user_dir=plugin_dir),
+        lambda r: fairseq_generate(args.data, os.path.join(stock, "model.pt"), args.beam, args.batch_size,
+                                   args.threads, os.path.join(work, f"{name}-stock-{r}")),
+        lambda r: ctranslate2_translate(f32, source, args.beam, args.batch_size, args.threads, "float32"),
+        lambda r: ctranslate2_translate(int8, source, args.beam, args.batch_size, args.threads, "int8"),
+    ]
+    times = [[] for _ in SYSTEMS]
+    hyps = [None] * len(SYSTEMS)
+    for r in range(args.rounds):
+        for k in range(len(SYSTEMS)):
+            i = (k + r) % len(SYSTEMS)  # a rotating order: no system always runs first
+            hyps[i], seconds = runners[i](r)
+            times[i].append(seconds)
+            print(f"{name} round {r + 1}: {SYSTEMS[i]} {seconds:.2f} s", flush=True)
+    rows = []
+    for i, system in enumerate(SYSTEMS):
+        seconds = statistics.median(times[i])
+        tokens = sum(len(h.split()) for h in hyps[i])
+        same = sum(a == b for a, b in zip(hyps[i], hyps[0]))
+        rows.append(dict(system=system, seconds=seconds, sentences=len(hyps[i]), tokens=tokens,
+                         bleu=bleu(hyps[i], references, args.target_lang, lowercase), same=same))
+    return rows
+
+
+def report(models, args, started, load):
+    lines = [
+        "# Serving: the package's fairseq-generate against stock fairseq and CTranslate2 on the export", "",
+        f"Command: `{command_line('bench_serving.py', args.argv)}`",
+        stamp("cpu", started), "",
+        f"Beam {args.beam}, batches of {args.batch_size} sentences, {args.threads} thread(s): OMP_NUM_THREADS for "
+        "fairseq, intra_threads for CTranslate2.",
+        f"Median of {args.rounds} rounds, in a rotating order; load average at the start: {load}.",
+        "Time is each system's own translation time, without start-up and model loading.",
+        "Target tokens are BPE tokens of the hypotheses, counted the same way for every system.",
+        "BLEU: BPE removed, Moses detokenisation, sacreBLEU against the raw references, for every system.", "",
+        "| model | system | sentences/s | target tokens/s | x package | sacreBLEU | same hypothesis as the package |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    verdicts = []
+    for name, rows in models:
+        base = rows[0]["tokens"] / rows[0]["seconds"]
+        for row in rows:
+            speed = row["tokens"] / row["seconds"]
+            lines.append(f"| {name} | {row['system']} | {row['sentences'] / row['seconds']:,.1f} | {speed:,.0f} | "
+                         f"{speed / base:.2f} | {row['bleu']:.2f} | {row['same']:,} of {row['sentences']:,} |")
+        int8 = rows[3]
+        speedup = (int8["tokens"] / int8["seconds"]) / base
+        delta = int8["bleu"] - rows[0]["bleu"]
+        met = speedup >= GOAL_SPEEDUP and abs(delta) <= GOAL_BLEU
+        verdicts.append(f"- {name}: CTranslate2 int8 is {speedup:.2f}x the package's target tokens/s, "
+                        f"{delta:+.2f} BLEU: {'met' if met else 'not met'}.")
+    lines += ["", f"Goal: CTranslate2 int8 at least {GOAL_SPEEDUP:g}x the package's target tokens/s, within "
+              f"{GOAL_BLEU:g} BLEU.", *verdicts]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="the fairseq-preprocess directory (its test split)")
+    parser.add_argument("--model", action="append", required=True, metavar="NAME=CHECKPOINT",
+                        help="a model to measure (repeat for several)")
+    parser.add_argument("--source", required=True, help="the test split's source side as the model reads it (BPE)")
+    parser.add_argument("--reference", required=True, help="the test split's raw references")
+    parser.add_argument("--target-lang", default="en")
+    parser.add_argument("--lowercase", action="store_true", help="score case-insensitively (lowercased data)")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    add_output_args(parser, os.path.join("docs", "benchmarks", "serving_cpu.md"))
+    args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv
+    check_output(args.output, args.force)
+    with open(args.source, encoding="utf-8") as f:
+        source = [line.split() for line in f]
+    with open(args.reference, encoding="utf-8") as f:
+        references = [line.rstrip("\n") for line in f]
+    started, load = time.time(), ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    models = []
+    with tempfile.TemporaryDirectory(prefix="bench-serving-") as work:
+        for spec in args.model:
+            name, _, checkpoint = spec.partition("=")
+            models.append((name, run_model(name, checkpoint, args, source, references, args.lowercase, work)))
+    finish(args.output, report(models, args, started, load))
+
+
+if __name__ == "__main__":
+    main()
