@@ -40,9 +40,10 @@ def add_core_args(parser):
     )
     parser.add_argument("--output-bias", action="store_true",
                         help="learn a per-word bias in softmax/tied output layers (fairseq's default has none)")
-    files = "".join(f", {o.flag}" for o in file_options(all_specs()).values())
+    names = ["a dictionary"] + [o.flag for o in file_options(all_specs()).values()]
+    files = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
     parser.add_argument("--outlayers-allow-mismatch", action="store_true",
-                        help=f"resume or decode although a dictionary{files} file differs from the checkpoint's (a "
+                        help=f"resume or decode although {files} file differs from the checkpoint's (a "
                         "warning instead of an error; the checkpoint's tables are kept)")
     for spec in all_specs():
         if spec.add_args is not None:
