@@ -180,8 +180,10 @@ json.dump(found, open(sys.argv[2], "w"))
 """
 
 #: how close two candidates' log-probabilities (natural log) must be for either to be a correct search result: a
-#: near-tie that another implementation's rounding may order either way
-NEAR_TIE = 1e-3
+#: near-tie that another implementation's rounding may order either way (greedy search), or that CTranslate2's beam
+#: search, which stops under its own rule, may settle the other way on these barely trained models (beam search;
+#: on a trained Multi30k model its float32 hypotheses are the package's, 1,000 of 1,000: docs/serving.md)
+NEAR_TIE = {1: 1e-3, 5: 1e-2}
 
 
 def ctranslate2_runs(jobs, source: str, tmp_path):
@@ -223,7 +225,7 @@ def _check(cases, made, tmp_path, tiny_raw) -> int:
         for beam, rows in beams.items():
             for key, theirs, gap in rows:
                 ties += gap is not None
-                if gap is not None and gap > NEAR_TIE:
+                if gap is not None and gap > NEAR_TIE[int(beam)]:
                     wrong.append(f"{name}, beam {beam}, sentence {key}: CTranslate2 {theirs!r}, ours "
                                  f"{jobs[name]['ours'][int(beam)][key]!r} (log-probabilities {gap:.2g} apart)")
     assert wrong == []
