@@ -414,34 +414,6 @@ def test_the_written_checkpoint_holds_only_plain_types(tied_checkpoint, tmp_path
     assert ours & set(state["cfg"]["model"]) == set()
 
 
-# -- the README's Serve block ---------------------------------------------------------------------------------
-def test_the_readme_serve_block_runs(tiny_raw, tiny_bin, tmp_path):
-    """The block runs as written in a tree laid out as after `make demo` and the README's tied training."""
-    import re
-
-    from harness import REPO
-
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        section = f.read().split("\n## Serve\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"^```bash\n(.*?)^```", section, re.S | re.M)
-    assert len(blocks) == 1 and blocks[0].startswith("outlayers-export checkpoints/tied/checkpoint_best.pt ")
-    root = tmp_path
-    (root / "work" / "multi30k" / "bpe").mkdir(parents=True)
-    os.symlink(tiny_bin, root / "work" / "multi30k" / "data-bin")
-    with open(os.path.join(tiny_raw, "test.de"), encoding="utf-8") as f:
-        source = f.read()
-    (root / "work" / "multi30k" / "bpe" / "test_2016_flickr.de").write_text(source, encoding="utf-8")
-    train(tiny_bin, str(root / "checkpoints" / "tied"), extra=["--output-layer", "tied"], max_update=3)
-    os.rename(root / "checkpoints" / "tied" / "checkpoint_last.pt", root / "checkpoints" / "tied" / "checkpoint_best.pt")
-    script = root / "serve.sh"
-    script.write_text("set -euo pipefail\n" + blocks[0])
-    env = {"PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
-    proc = run(["bash", str(script)], cwd=str(root), env=env)
-    report, *translations = proc.stdout.splitlines()
-    assert report.startswith("wrote serve/tied: a CTranslate2 model (int8)")
-    assert len(translations) == len(source.splitlines()) == 24
-
-
 def test_the_serving_page_lists_every_seam_as_the_registries_declare_it():
     """docs/serving.md's table: a row per output layer and embedding; "no" exactly for those that declare a
     reason, with the reason."""

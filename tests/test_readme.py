@@ -1,4 +1,5 @@
-"""The README's "Train and translate" blocks run as written, read from README.md itself (so the two cannot drift).
+"""The README's "Train and translate" blocks and its "Serve" block run as written, read from README.md itself (so
+the two cannot drift).
 
 Each block runs in a directory laid out as ``make demo`` leaves the repository (``work/multi30k/...``), filled with
 the tiny synthetic corpus of conftest.py. Only options are added (argparse: the last one wins): each
@@ -12,7 +13,7 @@ import shutil
 
 import pytest
 
-from harness import BIN, REPO, load_script, run
+from harness import BIN, REPO, load_script, run, train_args
 
 README = os.path.join(REPO, "README.md")
 
@@ -129,3 +130,28 @@ def test_readme_block_runs(title, block, demo_tree):
     proc = run(["bash", str(script)], cwd=str(demo_tree), env=env, timeout=900)
     hyps = re.findall(r"^H-\d+\t", proc.stdout, re.M)
     assert len(hyps) == 24, proc.stdout[-2000:]  # every test sentence of the tiny corpus is translated
+
+
+def test_the_readme_serve_block_runs(tiny_raw, tiny_bin, tmp_path):
+    """The block runs as written in a tree laid out as after `make demo` and the README's tied training."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        section = f.read().split("\n## Serve\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```bash\n(.*?)^```", section, re.S | re.M)
+    assert len(blocks) == 1 and blocks[0].startswith("outlayers-export checkpoints/tied/checkpoint_best.pt ")
+    root = tmp_path
+    (root / "work" / "multi30k" / "bpe").mkdir(parents=True)
+    os.symlink(tiny_bin, root / "work" / "multi30k" / "data-bin")
+    with open(os.path.join(tiny_raw, "test.de"), encoding="utf-8") as f:
+        source = f.read()
+    (root / "work" / "multi30k" / "bpe" / "test_2016_flickr.de").write_text(source, encoding="utf-8")
+    run([os.path.join(BIN, "fairseq-train")] + train_args(tiny_bin, str(root / "checkpoints" / "tied"),
+                                                          extra=["--output-layer", "tied"], max_update=3))
+    tied = root / "checkpoints" / "tied"
+    os.rename(tied / "checkpoint_last.pt", tied / "checkpoint_best.pt")
+    script = root / "serve.sh"
+    script.write_text("set -euo pipefail\n" + blocks[0])
+    env = {"PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
+    proc = run(["bash", str(script)], cwd=str(root), env=env)
+    report, *translations = proc.stdout.splitlines()
+    assert report.startswith("wrote serve/tied: a CTranslate2 model (int8)")
+    assert len(translations) == len(source.splitlines()) == 24

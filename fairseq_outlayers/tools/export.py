@@ -127,9 +127,9 @@ def stock_state(model, stock_model, family: str, tensors) -> Dict[str, torch.Ten
                                 "layer has a per-word one (--output-bias, or the layer's own)")
         fills["decoder.output_projection.weight"] = tensors["weight"]
     else:
-        fills["decoder.fc_out.weight"] = tensors["weight"]
-        bias = tensors["bias"]
-        fills["decoder.fc_out.bias"] = bias if bias is not None else tensors["weight"].new_zeros(tensors["weight"].size(0))
+        weight, bias = tensors["weight"], tensors["bias"]
+        fills["decoder.fc_out.weight"] = weight
+        fills["decoder.fc_out.bias"] = bias if bias is not None else weight.new_zeros(weight.size(0))
         attention = model.decoder.attention
         if attention.input_proj is None:  # dot score: stock fairseq always projects the query, here by the identity
             fills["decoder.attention.input_proj.weight"] = torch.eye(model.decoder.hidden_size)
