@@ -431,3 +431,17 @@ def test_the_serving_page_lists_every_seam_as_the_registries_declare_it():
                 assert row[0][1] == "no" and row[0][2].rstrip(" |\n") in spec.export, (name, row)
             else:
                 assert callable(spec.export) and row[0][1] != "no", (name, row)
+
+
+def test_a_model_whose_options_are_a_dictconfig_exports(tiny_bin):
+    """fairseq-hydra-train hands the model a DictConfig without the task's options; the export reads those from
+    the task."""
+    from omegaconf import OmegaConf
+
+    task, model = build_model(tiny_bin, extra=["--output-layer", "tied"])
+    options = {k: v for k, v in vars(model.outlayers_args).items()
+               if k not in ("data", "source_lang", "target_lang", "task") and not isinstance(v, tuple)}
+    hydra_like = OmegaConf.create(options)
+    stock, stock_options = exporter.build_stock(model, hydra_like, task)
+    assert exporter.max_difference(model, stock, task) == 0.0
+    assert stock_options.arch == "transformer" and stock_options.data == tiny_bin

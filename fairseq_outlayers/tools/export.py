@@ -15,6 +15,7 @@ OUT is written in a temporary directory beside it and renamed into place when co
 refused unless ``--force``, and OUT may never be, or hold, an input.
 """
 import argparse
+import dataclasses
 import logging
 import os
 import shutil
@@ -85,14 +86,18 @@ def _stock_keys(family: str, task_name: str):
     return set(vars(options.parse_args_and_arch(parser, ["DATA", "--arch", family, "--task", task_name])))
 
 
-def stock_args(args, family: str, tensors) -> argparse.Namespace:
+def stock_args(args, family: str, tensors, task_cfg=None) -> argparse.Namespace:
     """The model's options as stock fairseq's ``family`` reads them: this package's options (and the values it
     records) left out, the tying done by the stock model where the tensors allow, the architecture's defaults
     filled in."""
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
-    keys = _stock_keys(family, args.task)
-    values = {k: v for k, v in vars(args).items() if k in keys}
+    # an argparse Namespace (fairseq-train) or a DictConfig (fairseq-hydra-train, whose model section has no task
+    # options: those come from the task's own configuration)
+    task_values = _plain(task_cfg) if task_cfg is not None else {}
+    given = {**task_values, "task": task_values.get("_name"), **_plain(args)}
+    keys = _stock_keys(family, given.get("task") or "translation")
+    values = {k: v for k, v in given.items() if k in keys}
     values.update(arch=family, _name=family, user_dir=None)
     weight, target = tensors["weight"], tensors["target"]
     tied = weight.shape == target.shape and bool(torch.equal(weight, target))
@@ -153,7 +158,7 @@ def build_stock(model, args, task):
     tensors = seam_tensors(model, args)
     if family == "lstm":
         _lstm_checks(model, args, tensors)
-    options = stock_args(args, family, tensors)
+    options = stock_args(args, family, tensors, getattr(task, "cfg", None))
     stock_model = ARCH_MODEL_REGISTRY[family].build_model(options, task)
     stock_model.load_state_dict(stock_state(model, stock_model, family, tensors), strict=True)
     stock_model.eval()
@@ -187,6 +192,8 @@ def _plain(value):
         return _plain(OmegaConf.to_container(value, resolve=True, enum_to_str=True))
     if isinstance(value, argparse.Namespace):
         value = vars(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a task's config (TranslationConfig)
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
