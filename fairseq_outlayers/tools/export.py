@@ -363,7 +363,8 @@ def export(checkpoint: str, out: str, to: str, data_dir: Optional[str] = None, q
         shutil.rmtree(tmp, ignore_errors=True)
     what = "CTranslate2 model" + (f" ({quantization})" if quantization else "") if to == "ctranslate2" \
         else "stock fairseq checkpoint (model.pt)"
-    return (f"wrote {out}: a {what} of a {family} with --output-layer {args.output_layer}, --embeddings "
+    kind = "an LSTM" if family == "lstm" else "a Transformer"
+    return (f"wrote {out}: a {what} of {kind} with --output-layer {args.output_layer}, --embeddings "
             f"{args.embeddings}; largest log-probability difference to the package's model {difference:.2g}")
 
 
