@@ -132,3 +132,15 @@ def load_model_ensemble_and_task(paths, arg_overrides=None, **kwargs):
         if message is None:
             raise
         raise OutlayersConfigError(message) from e
+
+
+def load_trained(checkpoint: str, data=None):
+    """(model, configuration, task) of one checkpoint through the safe load, its data directory replaced by ``data`` when given;
+    a data directory that is gone is one line asking for ``--data DIR``."""
+    try:
+        overrides = {"data": data} if data else {}
+        models, cfg, task = load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+    except FileNotFoundError as e:
+        raise OutlayersConfigError(f"'{checkpoint}': {e}; give the data directory with its dictionaries as "
+                                   "--data DIR") from None
+    return models[0], cfg, task

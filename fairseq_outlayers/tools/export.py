@@ -315,17 +315,12 @@ def _replace(tmp: str, out: str):
 def load(checkpoint: str, data_dir: Optional[str] = None):
     """(model, model options, task, checkpoint state) through the package's safe loader."""
     import fairseq_outlayers  # noqa: F401  (registers the models and allow-lists checkpoint classes)
-    from fairseq_outlayers.checkpoint_safety import check_finite, load_model_ensemble_and_task, read
+    from fairseq_outlayers.checkpoint_safety import check_finite, load_trained, read
 
     state = read(checkpoint)
     check_finite(checkpoint, state)
-    overrides = {"data": data_dir} if data_dir else {}
-    try:
-        models, _cfg, task = load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
-    except FileNotFoundError as e:
-        raise OutlayersConfigError(f"'{checkpoint}': {e}; give the data directory with its dictionaries as "
-                                   "--data DIR") from None
-    return models[0], models[0].outlayers_args, task, state
+    model, _cfg, task = load_trained(checkpoint, data_dir)
+    return model, model.outlayers_args, task, state
 
 
 def export(checkpoint: str, out: str, to: str, data_dir: Optional[str] = None, quantization: Optional[str] = None,

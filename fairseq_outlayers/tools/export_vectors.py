@@ -54,18 +54,13 @@ def export_target_vectors(checkpoint: str, output: str, matrix: str = "output", 
     """Write the vectors; returns the number of rows written."""
     check_output_path(output, force, inputs=[checkpoint, data], option="OUTPUT")
     import fairseq_outlayers  # noqa: F401  (registers the models and allow-lists checkpoint classes)
-    from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task
+    from fairseq_outlayers.checkpoint_safety import load_trained
 
-    overrides = {"data": data} if data else {}
-    try:
-        models, _cfg, task = load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
-    except FileNotFoundError as e:
-        raise OutlayersConfigError(f"'{checkpoint}': {e}; give the data directory with its dictionaries as "
-                                   "--data DIR") from None
+    model, cfg, task = load_trained(checkpoint, data)
     # the files the model was built from (its data directory with the dictionaries, a pairing file, target
     # vectors) are inputs too, named by the checkpoint rather than on the command line: never written over
-    check_output_path(output, force, inputs=[checkpoint, data, *model_inputs(_cfg)], option="OUTPUT")
-    weight = model_matrix(models[0], matrix)
+    check_output_path(output, force, inputs=[checkpoint, data, *model_inputs(cfg)], option="OUTPUT")
+    weight = model_matrix(model, matrix)
     dictionary = task.target_dictionary
     if weight.size(0) != len(dictionary):
         raise OutlayersConfigError(f"'{checkpoint}': the {matrix} matrix has {weight.size(0)} rows but the target "
