@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .output_layer import OutputLayer, TiedReference
+from .output_layer import OutputLayer, TiedReference, linear_rows
 from .nn_search import FaissInnerProductIndex, candidate_log_probs, nearest_neighbours
 
 SEARCHES = ("exact", "faiss")
@@ -118,7 +118,7 @@ class ContinuousOutput(TiedReference, OutputLayer):
     def scores(self, e_hat: torch.Tensor) -> torch.Tensor:
         """Unnormalised log-scores over the dictionary (..., V) in float32: êᵀe(w) (or s·cos), -inf where masked."""
         table = self.target_table
-        logits = F.linear(self._query(e_hat).to(table.dtype), table).float()
+        logits = linear_rows(self._query(e_hat).to(table.dtype), table).float()
         return logits.masked_fill(~self.decodable, -math.inf)
 
     def faiss_index(self) -> FaissInnerProductIndex:
