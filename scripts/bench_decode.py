@@ -14,9 +14,14 @@ sentences/s and the median of the per-round ratios to the softmax. Continuous ro
 vectors for every target word, with exact search and with faiss. With ``--train-rounds N``, a second table: one
 training step (forward, the method's loss, backward; no optimizer) on the first ``--train-sentences`` sentences
 of the train split, every model once per round, N rounds after one untimed: target tokens/s.
+
+With ``--checkpoints NAME=PATH ...`` (trained models; one named softmax), the page starts with real decoding:
+``fairseq-generate`` in a new process a run, every model at every beam, ``--generate-rounds`` rounds, and each
+model's BLEU (``fairseq_outlayers/lab/bench/decode_generate.py``). ``--rounds 0`` leaves the in-process proxy out.
 """
 import argparse
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -24,7 +29,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
+from fairseq_outlayers.lab.bench import benchlib, decode_generate  # noqa: E402
 
 USER_DIR = os.path.join(REPO, "fairseq_outlayers")
 #: method -> the fairseq options that build it ("{vec}": target vectors, "{pairing}": the pairing file, "{d}": d)
@@ -139,6 +144,16 @@ def main(argv=None):
     parser.add_argument("--train-rounds", type=int, default=0, help="rounds of training steps (0: none)")
     parser.add_argument("--train-sentences", type=int, default=150, help="sentences of the training step's batch")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--checkpoints", nargs="+", default=[], metavar="NAME=PATH",
+                        help="trained checkpoints to time through fairseq-generate (one named softmax)")
+    parser.add_argument("--generate-extra", action="append", default=[], metavar="NAME=OPTIONS",
+                        help="more fairseq-generate options for one checkpoint, e.g. "
+                        "\"continuous, faiss=--model-overrides {'continuous_search':'faiss'}\"")
+    parser.add_argument("--generate-rounds", type=int, default=3)
+    parser.add_argument("--generate-batch-size", type=int, default=64)
+    parser.add_argument("--reference", default=os.path.join(REPO, "work", "multi30k", "raw", "test_2016_flickr.en"),
+                        help="raw references of --split, for BLEU")
+    parser.add_argument("--lowercase", action="store_true", help="score BLEU case-insensitively (lowercased data)")
     benchlib.add_output_args(parser, os.path.join(REPO, "docs", "benchmarks", "decode_cpu.md"))
     args = parser.parse_args(argv)
     import torch
@@ -147,8 +162,25 @@ def main(argv=None):
     benchlib.check_output(args.output, args.force)
     if "softmax" not in args.methods:
         parser.error("--methods needs softmax: the ratios are to it")
+    try:
+        models = decode_generate.parse_specs(args.checkpoints, "--checkpoints")
+        extras = {m: shlex.split(o) for m, o in decode_generate.parse_specs(args.generate_extra,
+                                                                             "--generate-extra").items()}
+    except ValueError as e:
+        parser.error(str(e))
+    if models and "softmax" not in models:
+        parser.error("--checkpoints needs one named softmax: the ratios are to it")
+    if not models and not args.rounds:
+        parser.error("nothing to run: give --checkpoints or --rounds above 0")
     torch.set_num_threads(args.threads)
     start, load0 = time.time(), os.getloadavg()
+    generated = decode_generate.measure(models, extras, args) if models else None
+    if generated:
+        with open(args.reference, encoding="utf-8") as f:
+            references = [line.rstrip("\n") for line in f]
+        generated = decode_generate.report(models, extras, generated, args, references)
+    if not args.rounds:
+        return finish_page(args, argv, start, load0, generated, [])
     work = tempfile.mkdtemp(prefix="bench_decode.")
     files = support_files(args.data, work, args.source_lang, args.target_lang)
     built = {m: build(args, m, files) for m in args.methods}
@@ -171,12 +203,8 @@ def main(argv=None):
                       flush=True)
         base = times["softmax"]
         results[beam] = {m: (n / statistics.median(t), [b / a for a, b in zip(t, base)]) for m, t in times.items()}
-    load = os.getloadavg()
     lines = [
-        "# Decoding and training speed of every output layer and of stock fairseq", "",
-        f"Command: `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')} "
-        f"{benchlib.command_line('bench_decode.py', argv)}`", "",
-        benchlib.stamp(args.device, start) + f" torch {torch.__version__}, {torch.get_num_threads()} thread(s).", "",
+        "## In-process proxy: initial weights, every hypothesis forced to the same length", "",
         f"`{args.arch}` models as fairseq-train builds them, initial weights. The first {n} source sentences of "
         f"`{args.split}` in `{os.path.relpath(args.data, REPO) if args.data.startswith(REPO) else args.data}`, "
         f"batches of {args.batch_size}, fairseq's SequenceGenerator with every hypothesis forced to {args.length} "
@@ -184,9 +212,6 @@ def main(argv=None):
         "rotated order. Sentences/s: the median. × softmax: the median of the per-round ratios, with their range. "
         "Stock rows: fairseq's `--arch transformer` at the same sizes. Continuous: 300-d random unit target vectors.",
         "",
-        f"Wall time {time.time() - start:,.0f} s. Load average (1, 5, 15 min) {load0[0]:.1f} {load0[1]:.1f} "
-        f"{load0[2]:.1f} at the start, {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end, on {os.cpu_count()} "
-        "cores.", "",
         "| method | parameters | " + " | ".join(f"beam {b}: sentences/s | × softmax" for b in args.beams) + " |",
         "|---|---:|" + "---:|---:|" * len(args.beams),
     ]
@@ -198,13 +223,13 @@ def main(argv=None):
         lines.append(f"| {m} | {params[m]:,} | " + " | ".join(cells) + " |")
     if train:
         tokens, speed = train
-        lines += ["", f"## Training steps ({tokens:,} target tokens a step)", "",
+        lines += ["", f"### Training steps, in-process ({tokens:,} target tokens a step)", "",
                   "| method | tokens/s | × softmax |", "|---|---:|---:|"]
         for m in args.methods:
             tok_s, ratios = speed[m]
             lines.append(f"| {m} | {tok_s:,.0f} | {statistics.median(ratios):.2f} "
                          f"({min(ratios):.2f}-{max(ratios):.2f}) |")
-    lines += ["", "## The plugin against stock fairseq", ""]
+    lines += ["", "### The plugin against stock fairseq, in-process", ""]
     parts = [(f"decoding, beam {b}", "sentences/s", results[b]) for b in args.beams]
     if train:
         parts.insert(0, ("training", "tokens/s", train[1]))
@@ -218,7 +243,26 @@ def main(argv=None):
                                                           "within the run-to-run range")
             lines.append(f"- {what}: {ours} at {med:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) the {unit} of "
                          f"{stock} (target: at least 0.97x): **{verdict}**.")
-    benchlib.finish(args.output, "\n".join(lines) + "\n")
+    return finish_page(args, argv, start, load0, generated, lines)
+
+
+def finish_page(args, argv, start, load0, generated, proxy):
+    """The page: title, command, stamp, wall time and load; the fairseq-generate section, then the proxy's."""
+    import torch
+
+    load = os.getloadavg()
+    lines = [
+        "# Decoding speed of every output layer, and the plugin against stock fairseq", "",
+        f"Command: `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')} "
+        f"{benchlib.command_line('bench_decode.py', argv)}`", "",
+        benchlib.stamp(args.device, start) + f" torch {torch.__version__}, {torch.get_num_threads()} thread(s).", "",
+        f"Wall time {time.time() - start:,.0f} s. Load average (1, 5, 15 min) {load0[0]:.1f} {load0[1]:.1f} "
+        f"{load0[2]:.1f} at the start, {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end, on {os.cpu_count()} "
+        "cores.", "",
+    ]
+    if generated:
+        lines += generated + [""]
+    benchlib.finish(args.output, "\n".join(lines + proxy).rstrip("\n") + "\n")
     return 0
 
 
