@@ -203,9 +203,11 @@ def model_rows(args, vocab: int, device):
     return rows
 
 
-def table(rows, tokens: int) -> str:
+def table(rows, tokens: int, vocab: int = 0) -> str:
+    """The rows as a Markdown table; its first column's head names V, for a table copied without its heading."""
     plain = {(r[0], r[1]): r for r in rows if r[2] == "plain"}
-    out = ["| part | precision | loss | ms / step | tokens/s | peak MiB | time vs plain | memory vs plain |",
+    part = f"part (V = {vocab:,})" if vocab else "part"
+    out = [f"| {part} | precision | loss | ms / step | tokens/s | peak MiB | time vs plain | memory vs plain |",
            "|---|---|---|---|---|---|---|---|"]
     for part, dtype, impl, seconds, peak in rows:
         if seconds is None:
@@ -276,7 +278,7 @@ def main(argv=None):
         rows = layer_rows(args, vocab, device)
         if args.model_arch != "none":
             rows += model_rows(args, vocab, device)
-        sections.append(f"## V = {vocab:,}\n\n{table(rows, args.tokens)}\n")
+        sections.append(f"## V = {vocab:,}\n\n{table(rows, args.tokens, vocab)}\n")
     name = torch.cuda.get_device_name(device) if cuda else f"{platform.machine()}, {os.cpu_count()} CPU cores"
     text = "\n".join([
         "# Fused cross-entropy against the plain one: time and peak memory", "",
@@ -349,7 +351,8 @@ def peers_main(parser, args, argv):
             rows = fused_peers.measure(n, d, v, eps, device, args.rounds, args.blocks,
                                        log=lambda m: print(m, flush=True))
             best = fused_peers.fastest_exact(rows)
-            sections.append(f"{fused_peers.heading(n, d, v, eps)}\n\n{fused_peers.table(rows, n)}\n\n"
+            heading = fused_peers.heading(n, d, v, eps)
+            sections.append(f"{heading}\n\n{fused_peers.table(rows, n, heading[3:])}\n\n"
                             f"Fastest exact `--fused-impl`: {best['name'] if best else 'none'}.\n")
             per_unit = rows[0]["seconds"] / (n * d * v) if rows[0]["seconds"] else None
             notes.append(per_unit)

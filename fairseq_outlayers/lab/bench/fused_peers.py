@@ -222,8 +222,11 @@ def fastest_exact(rows: List[Dict]) -> Optional[Dict]:
     return min(ok, key=lambda r: r["seconds"]) if ok else None
 
 
-def table(rows: List[Dict], tokens: int) -> str:
-    out = ["| implementation | `--fused-impl` | ms / step | time × plain | peak MiB | memory × plain "
+def table(rows: List[Dict], tokens: int, size: str = "") -> str:
+    """The rows as a Markdown table; ``size`` (e.g. "N = 2,048, d = 256, V = 50,000, eps = 0") heads its first
+    column, so that a table copied without its section heading (a docs bench block) still names its size."""
+    first = f"implementation, {size}" if size else "implementation"
+    out = [f"| {first} | `--fused-impl` | ms / step | time × plain | peak MiB | memory × plain "
            "| loss error | gradient error | exact |",
            "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     plain = rows[0]
