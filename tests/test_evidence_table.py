@@ -37,6 +37,14 @@ def test_savings_against_tying_and_the_beams_are_stated():
     assert rows["`continuous` (vMF, word-level)"][6] == "1 vs 5" and rows["`fixed`"][6] == "5"
     assert ("- `continuous` (vMF, word-level) decodes with beam 1, its baseline word-softmax with beam 5; no committed "
             "record decodes the row at beam 5") in text
+    # every claims table says it too, under the table (results.md, the method page, the ledger page)
+    for spec in ("claims", "claims continuous-outputs.md"):
+        claims = docs.render_text(f"<!-- generated: {spec} -->\n<!-- end generated -->\n", docs.Context(REPO))
+        assert ("- `continuous`, targets from a trained softmax decodes with beam 1, its baseline word-softmax with "
+                "beam 5; no committed record decodes the row at beam 5, so Δ mixes the method with the beam.") in claims
+    joint_only = docs.render_text("<!-- generated: claims joint-output.md -->\n<!-- end generated -->\n",
+                                  docs.Context(REPO))
+    assert "decodes with beam" not in joint_only
 
 
 def test_the_best_system_line_names_its_model():

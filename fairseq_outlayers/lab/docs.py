@@ -20,13 +20,15 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
   section a WORD picks (``outlayers-options``, read from the registries); the word ``seams`` gives the
   options of the two seams themselves;
 - ``archs``: every ``--arch`` of the package with its description;
-- ``cli COMMAND``: the options of a console command's argparse parser (the commands of ``CLI_PARSERS``, a fixed
-  table: a document names what is rendered, it runs nothing it names);
+- ``cli COMMAND``: the options of a console command's argparse parser (the commands of
+  ``option_blocks.CLI_PARSERS``, a fixed table: a document names what is rendered, it runs nothing it names);
 - ``bench FILE [N ...]``: the tables of a benchmark page (the N-th ones), verbatim, with its date and commit;
 - ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit and device. A page without
   one of the four is refused.
 
-The test suite runs ``--check`` (tests/test_docs_blocks.py), so a block that is not what its files give fails.
+The blocks read from the ledger are ``ledger_blocks``'s, those read from the code ``option_blocks``'s; this module
+holds the benchmark blocks and renders, checks and writes the documents. The test suite runs ``--check``
+(tests/test_docs_blocks.py), so a block that is not what its files give fails.
 """
 import argparse
 import glob
@@ -36,12 +38,12 @@ import sys
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.lab.ledger_blocks import (CLAIMS, LEDGER, TEST, _claims_block, _further_block,  # noqa: F401
+                                                 _readme_block, _rows_block, _rule_block, _seed_scores_block)
+from fairseq_outlayers.lab.option_blocks import _archs_block, _cell, _cli_block, _options_block, _seam_row  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LEDGER = "docs/results/runs"
-CLAIMS = "docs/results/claims.json"
 BENCHMARKS = "docs/benchmarks"
-TEST = "test2016"
 BLOCK = re.compile(r"^<!-- generated: (?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- end generated -->$", re.M | re.S)
 _OPEN = re.compile(r"<!-- generated: ")
 
@@ -81,224 +83,6 @@ class Context:
 
             self._claims = read_claims(self.path(CLAIMS))
         return self._claims
-
-
-def _seeds():
-    from fairseq_outlayers.lab.ledger.analysis import DEFAULT_SEEDS
-
-    return list(DEFAULT_SEEDS)
-
-
-def _claims_block(ctx: Context, args: List[str]) -> List[str]:
-    from fairseq_outlayers.lab.ledger.render import _ranges, claims_table
-
-    claims = [c for c in ctx.claims if not args or c["page"] in args]
-    if not claims:
-        raise OutlayersConfigError(f"{CLAIMS}: no claim names page {' '.join(args)}")
-    lines = claims_table(ctx.path(LEDGER), claims, _seeds(), TEST, ctx.cache, CLAIMS)
-    return [f"Seeds {_ranges(_seeds())} of each row (the protocol's); the rule: [results](results.md#the-rule)."
-            if args else f"Seeds {_ranges(_seeds())} of each row (the protocol's).", ""] + lines
-
-
-def _further_block(ctx: Context, args: List[str]) -> List[str]:
-    from fairseq_outlayers.lab.ledger.render import further_verdicts
-
-    claims = [c for c in ctx.claims if not args or c["page"] in args]
-    lines = further_verdicts(ctx.path(LEDGER), claims, TEST, ctx.cache, CLAIMS)
-    if not lines and args:
-        raise OutlayersConfigError(f"{CLAIMS}: no claim of page {' '.join(args)} plans further seeds")
-    return lines or ["No claim plans further seeds."]
-
-
-def _rule_block(ctx: Context, args: List[str]) -> List[str]:
-    from fairseq_outlayers.lab.ledger.render import VERDICT_RULE
-
-    return [VERDICT_RULE]
-
-
-def _readme_block(ctx: Context, args: List[str]) -> List[str]:
-    from fairseq_outlayers.lab.ledger.claims import _ranges, evidence_table
-
-    lines = [f"Seeds {_ranges(_seeds())} of each row (the protocol's), or all the seeds planned for a claim once both "
-             "rows have them ([docs/results.md](docs/results.md#further-seeds)).", ""]
-    return lines + evidence_table(ctx.path(LEDGER), ctx.tables, ctx.claims, _seeds(), TEST, ctx.cache, CLAIMS,
-                                  link=lambda page: f"docs/{page}")
-
-
-def _sign(value: float) -> str:
-    return f"{value:+.2f}".replace("-", "−")
-
-
-def _row_table(ctx: Context, row: str):
-    for name, rows in ctx.tables.items():
-        if row in rows:
-            return name, rows
-    raise OutlayersConfigError(f"no record of row '{row}' in {LEDGER}; name a row the ledger has")
-
-
-def _rows_block(ctx: Context, args: List[str]) -> List[str]:
-    from fairseq_outlayers.lab.ledger.analysis import compare, keep_seeds, seed_scores
-    from fairseq_outlayers.lab.ledger.render import _ranges, mean_pm_sd
-
-    if not args:
-        raise OutlayersConfigError("a rows block names at least one row")
-    lines = [f"{TEST} sacreBLEU, seeds {_ranges(_seeds())} (the protocol's); Δ with its 95 % paired-bootstrap "
-             "interval.", "",
-             "| row | mean ± sd | against | its mean ± sd | Δ BLEU [95 % interval] | p (paired) | p (seeds) |",
-             "|---|---|---|---|---|---|---|"]
-    for arg in args:
-        row, _, other = arg.partition(":")
-        table, rows = _row_table(ctx, row)
-        rows = keep_seeds(rows, _seeds())
-        other = other or next(iter(rows[row].values())).get("baseline") or ""
-        scores = seed_scores(rows, row, TEST)
-        def seeds(name):
-            return f" (seeds {_ranges(sorted(rows[name]))})" if set(rows[name]) != set(_seeds()) else ""
-
-        cells = [f"`{row}`", mean_pm_sd(scores) + seeds(row), f"`{other}`" if other else "—"]
-        if other:
-            if other not in rows:
-                raise OutlayersConfigError(f"rows block: '{other}' is not a row of table '{table}'")
-            cells.append(mean_pm_sd(seed_scores(rows, other, TEST)) + seeds(other))
-            c = compare(ctx.path(LEDGER), rows, row, other, TEST, ctx.cache)
-            if "why" in c:
-                cells += [f"not compared ({c['why']})", "—", "—"]
-            else:
-                low, high = c["interval"]
-                cells += [f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}]", f"{c['p']:.3f}",
-                          "—" if c["welch"] is None else f"{c['welch']['p']:.3f}"]
-        else:
-            cells += ["—", "—", "—", "—"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def _seed_scores_block(ctx: Context, args: List[str]) -> List[str]:
-    """``seed-scores ROW BASELINE``: every recorded seed of two rows side by side, their difference over the seeds
-    both have (paired bootstrap and Welch), and, where a claim sets ROW against BASELINE, its verdict over every
-    seed both rows have."""
-    from fairseq_outlayers.lab.ledger.analysis import compare, seed_scores
-    from fairseq_outlayers.lab.ledger.render import _ranges, further_result, mean_pm_sd
-
-    if len(args) != 2:
-        raise OutlayersConfigError("a seed-scores block names two rows: ROW BASELINE")
-    row, other = args
-    table, rows = _row_table(ctx, row)
-    if other not in rows:
-        raise OutlayersConfigError(f"seed-scores block: '{other}' is not a row of table '{table}'")
-
-    def score(name, seed):
-        r = rows[name].get(seed)
-        return r["test"][TEST]["sacrebleu"] if r and TEST in r["test"] else None
-
-    lines = [f"{TEST} sacreBLEU of every recorded seed (`python -m fairseq_outlayers.lab.ledger compare {row} "
-             f"{other} --all-seeds`).", "", f"| seed | `{row}` | `{other}` | Δ |", "|---|---|---|---|"]
-    for seed in sorted(set(rows[row]) | set(rows[other])):
-        a, b = score(row, seed), score(other, seed)
-        cells = ["—" if v is None else f"{v:.2f}" for v in (a, b)]
-        lines.append(f"| {seed} | {cells[0]} | {cells[1]} | {'—' if None in (a, b) else _sign(a - b)} |")
-    lines.append(f"| mean ± sd | {mean_pm_sd(seed_scores(rows, row, TEST))} | "
-                 f"{mean_pm_sd(seed_scores(rows, other, TEST))} | |")
-    c = compare(ctx.path(LEDGER), rows, row, other, TEST, ctx.cache)
-    lines.append("")
-    if "why" in c:
-        return lines + [f"Not compared: {c['why']}."]
-    low, high = c["interval"]
-    lines.append(f"- Δ {_sign(c['diff'])} over seeds {_ranges(c['seeds'])}: 95 % paired-bootstrap interval "
-                 f"[{_sign(low)}, {_sign(high)}], p = {c['p']:.3f}.")
-    if c["welch"] is not None:
-        lines.append(f"- Welch's t-test over the seeds, against no difference: p = {c['welch']['p']:.3f}.")
-    for claim in ctx.claims:
-        if (claim.get("row"), claim.get("baseline")) != (row, other) or not claim.get("further_seeds"):
-            continue
-        r = further_result(ctx.path(LEDGER), ctx.tables, claim, TEST, ctx.cache, CLAIMS)
-        planned = _ranges(sorted(claim["further_seeds"]))
-        if r["missing"]:
-            lines.append(f"- The claim's verdict waits for seeds {planned} of both rows ({'; '.join(r['missing'])}).")
-        else:
-            lines.append(f"- The claim's verdict over seeds {planned}, by the rule: **{r['verdict']}**.")
-            if r["need"]:
-                lines.append(f"- {r['need'][0].upper()}{r['need'][1:]}.")
-    return lines
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def _seam_row(flags: str, default: str, help_text: str):
-    """A seam option whose choices are the registered methods, without the list: a layer added to the registry
-    leaves the docs as they are (``outlayers-options`` and the method pages name each one)."""
-    import re
-
-    if "{" not in flags:
-        return flags, default, help_text
-    head = help_text.split(": ", 1)[0]
-    return (re.sub(r"\{[^}]*\}", "NAME", flags), default,
-            f"{head}; `outlayers-options` lists the registered ones, each with its page")
-
-
-def _options_block(ctx: Context, args: List[str]) -> List[str]:
-    import fairseq_outlayers  # noqa: F401  (registers the methods and criterions)
-    from fairseq_outlayers.tools.options import chosen, criterion_sections, method_sections, seam_options
-
-    if not args:
-        raise OutlayersConfigError("an options block names at least one word (e.g. joint, vmf_nll, seams)")
-    seams = [("--output-layer / --embeddings", "", [_seam_row(*o) for o in seam_options()])] if "seams" in args else []
-    words = [w for w in args if w != "seams"]
-    sections = seams + (chosen(method_sections() + criterion_sections(), words) if words else [])
-    if not sections:
-        raise OutlayersConfigError(f"no section of outlayers-options matches {' '.join(args)}")
-    lines = ["| option | default | what it does |", "| --- | --- | --- |"]
-    for title, _text, opts in sections:
-        if not opts:
-            lines.append(f"| `{title}` | | (no options of its own) |")
-        for flags, default, help_text in opts:
-            lines.append(f"| `{flags}` | `{default}` | {_cell(help_text)} |")
-    same = "the same, with every registered method" if seams else "the same"
-    return [f"Generated from the registries (`outlayers-options {' '.join(args)}` prints {same})."
-            , ""] + lines
-
-
-def _pairing_parser():
-    from fairseq_outlayers.tools.pairing.__main__ import build_parser
-
-    return build_parser()
-
-
-#: the console commands a ``cli`` block can show, each with the function that builds its parser: a fixed table, so
-#: a document names a command and runs nothing else
-CLI_PARSERS = {"outlayers-pairing": _pairing_parser}
-
-
-def _cli_block(ctx: Context, args: List[str]) -> List[str]:
-    """The options of a console command's argparse parser: ``cli COMMAND``, a command of ``CLI_PARSERS``."""
-    import argparse as _argparse
-
-    from fairseq_outlayers.tools.options import _default_text, _flags
-
-    if len(args) != 1 or args[0] not in CLI_PARSERS:
-        raise OutlayersConfigError(f"a cli block names one command, one of {', '.join(CLI_PARSERS)}; not "
-                                   f"'{' '.join(args)}'")
-    parser = CLI_PARSERS[args[0]]()
-    lines = [f"Generated from the parser of `{args[0]}` (its `--help` prints the same).", "",
-             "| option | default | what it does |", "| --- | --- | --- |"]
-    for action in parser._actions:
-        if not action.option_strings or action.help == _argparse.SUPPRESS or "-h" in action.option_strings:
-            continue
-        default = "required" if action.required else _default_text(action, action.default)
-        lines.append(f"| `{_flags(action)}` | `{default}` | {_cell(' '.join((action.help or '').split()))} |")
-    return lines
-
-
-def _archs_block(ctx: Context, args: List[str]) -> List[str]:
-    """Every ``--arch`` of the package with the first paragraph of its docstring (``outlayers-options presets``)."""
-    import fairseq_outlayers  # noqa: F401
-    from fairseq_outlayers.tools.options import arch_sections
-
-    return (["Generated from the registries (`outlayers-options presets` prints the same).", "",
-             "| `--arch` | model |", "| --- | --- |"]
-            + [f"| `{name}` | {_cell(doc)} |" for name, doc in arch_sections()])
 
 
 #: what a benchmark page's header must give: (name, pattern)

@@ -210,7 +210,7 @@ def _render(args) -> int:
 
 
 def _compare(args) -> int:
-    from fairseq_outlayers.lab.ledger.render import compare_line
+    from fairseq_outlayers.lab.ledger.lookups import compare_line
 
     print(compare_line(args.ledger, args.row, args.other, args.test_name,
                        seeds=None if args.all_seeds else args.seeds))

@@ -1,7 +1,7 @@
 """The claims the ledger judges (``docs/results/claims.json``) and their verdicts: ``read_claims`` checks the file
 (every figure finite and in range), ``claim_result`` gives one claim's difference, intervals, saving and verdict by
 the rule of ``stats.target_verdict``, ``claims_table`` / ``further_verdicts`` / ``claims_section`` write them.
-``render`` re-exports these names.
+``render`` re-exports these names; the README's evidence table is ``evidence``'s.
 """
 import math
 import re
@@ -228,7 +228,38 @@ def claims_table(ledger: str, claims: List[Dict], seeds: Sequence[int], test: st
             target = f"Δ ≥ {_sign(r['target'], 1)} BLEU"
         lines.append(f"| {claim['claim']} | {rows} | {target} | {r['measured']} | {r['saving'] or '—'} | "
                      f"**{r['verdict']}** |")
-    return lines
+    notes = beam_notes(tables, claims, seeds, test)
+    return lines + ([""] + notes if notes else [])
+
+
+def beam_notes(tables: Dict[str, Dict[str, Dict[int, Dict]]], claims: List[Dict], seeds: Sequence[int],
+               test: str) -> List[str]:
+    """``beam_note``'s sentence for each comparison claim whose row decodes with another beam than its baseline
+    (their first records over ``seeds``, as ``claim_result`` reads them)."""
+    notes = []
+    for claim in claims:
+        if "at_least" in claim:
+            continue
+        rows = keep_seeds(tables.get(claim["table"], {}), seeds)
+        if not rows.get(claim["row"]) or not rows.get(claim["baseline"]):
+            continue
+        beams = [(rows[r][min(rows[r])].get("decoding") or {}).get("beam") for r in (claim["row"], claim["baseline"])]
+        if beams[0] != beams[1]:
+            notes.append(beam_note(tables[claim["table"]], claim, seeds, test))
+    return notes
+
+
+def beam_note(rows: Dict[str, Dict[int, Dict]], claim: Dict, seeds: Sequence[int], test: str) -> str:
+    """A sentence for a claim whose row decodes with another beam than its baseline: the row's score at the
+    baseline's beam where its records hold one (``decodes``), else that none does."""
+    kept = keep_seeds(rows, seeds)
+    row, base = kept[claim["row"]], kept[claim["baseline"]]
+    beam, other = (next(iter(runs.values())).get("decoding", {}).get("beam") for runs in (row, base))
+    at_other = [((r.get("decodes") or {}).get(test) or {}).get(str(other)) for r in row.values()]
+    text = f"- {claim['label']} decodes with beam {beam}, its baseline {claim['baseline']} with beam {other}"
+    if at_other and all(v is not None for v in at_other):
+        return text + f"; at beam {other} the row's mean is {sum(at_other) / len(at_other):.2f}."
+    return text + f"; no committed record decodes the row at beam {other}, so Δ mixes the method with the beam."
 
 
 def further_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], claim: Dict, test: str,
@@ -330,75 +361,3 @@ VERDICT_RULE = (
     "The two routes are not equally strict: at three seeds a row the seed pairs are 9, at nine seeds 81, and "
     "Welch's test at three seeds a row finds only gaps of several seed standard deviations. "
     "A parameter saving is read off the records' counts; it is reported beside the verdict and does not change it.")
-
-
-def _interval(low: float, high: float) -> str:
-    return f"[{_sign(low)}, {_sign(high)}]"
-
-
-def evidence_row(ledger: str, tables: Dict, claim: Dict, seeds: Sequence[int], test: str, cache: Dict,
-                 claims_path: str = "claims") -> Tuple[List[str], str]:
-    """One line of the README's evidence table (``evidence_table``) as its cells, and the seeds it is over: the
-    protocol's seeds, or every seed both rows have once they have all the claim's ``further_seeds``."""
-    r = claim_result(ledger, tables, claim, seeds, test, cache, claims_path)
-    over = _ranges(seeds)
-    if claim.get("further_seeds"):
-        further = further_result(ledger, tables, claim, test, cache, claims_path)
-        if further["missing"]:
-            over += f" ({_ranges(sorted(claim['further_seeds']))} planned)"
-        else:
-            r, over = dict(further), _ranges(further["seeds"])
-            if further["need"]:
-                gap = r["diff"] - r["target"]
-                n = further["need_seeds"]
-                r["verdict"] += (f"; the mean Δ is {abs(gap):.2f} {'above' if gap > 0 else 'below'} the target, and "
-                                 f"{'about ' + str(n) if n else 'more than 10000'} seeds a row would show that "
-                                 "four times in five")
-    if "at_least" in claim:
-        return [claim["label"], f"a mean ≥ {claim['at_least']:g}", r["verdict"], r["measured"], "—", "—", "—", "—"], over
-    seeds_cell = "— (< 2 seeds a side)"
-    if r.get("seed_interval") is not None:
-        seeds_cell = f"{_interval(*r['seed_interval'])}, p = {r['seeds_p']:.3f}"
-    beams = r.get("beams") or [None, None]
-    beam = ("—" if beams[0] is None else str(beams[0])) if beams[0] == beams[1] else f"{beams[0]} vs {beams[1]}"
-    parameters = r["saving"].split(" (target")[0] or r.get("trained") or "—"
-    if r.get("also"):
-        parameters += f"; {r['also']}"
-    if "interval" not in r:
-        return [claim["label"], f"≥ {_sign(r.get('target', 0.0))}", r["verdict"], r["measured"], "—", "—", beam,
-                parameters], over
-    return [claim["label"], f"≥ {_sign(r['target'])}", r["verdict"], f"{_sign(r['diff'])} vs {claim['baseline']}",
-            f"{_interval(*r['interval'])}, p = {r['p']:.3f}", seeds_cell, beam, parameters], over
-
-
-EVIDENCE_HEADER = ["| method | target: Δ BLEU | verdict | Δ BLEU | 95 % interval over test sentences | "
-                   "95 % interval over seeds | beam | parameters | seeds | evidence |",
-                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-
-
-def evidence_table(ledger: str, tables: Dict, claims: List[Dict], seeds: Sequence[int], test: str, cache: Dict,
-                   claims_path: str = "claims", link=lambda page: page) -> List[str]:
-    """The README's evidence table: per claim its target, its verdict by the rule, the difference with both
-    intervals (test sentences resampled for the trained models: the paired bootstrap; training seeds: Welch), the
-    beam of the row (and of its baseline where it differs), its parameters against the baseline (and against
-    ``also_against``), the seeds and the page."""
-    lines, notes = list(EVIDENCE_HEADER), []
-    for claim in claims:
-        cells, over = evidence_row(ledger, tables, claim, seeds, test, cache, claims_path)
-        lines.append("| " + " | ".join(cells + [over, f"[{claim['page'][:-3]}]({link(claim['page'])})"]) + " |")
-        if " vs " in cells[6]:
-            notes.append(_beam_note(tables[claim["table"]], claim, seeds, test))
-    return lines + ([""] + notes if notes else [])
-
-
-def _beam_note(rows: Dict[str, Dict[int, Dict]], claim: Dict, seeds: Sequence[int], test: str) -> str:
-    """A sentence for a claim whose row decodes with another beam than its baseline: the row's score at the
-    baseline's beam where its records hold one (``decodes``), else that none does."""
-    kept = keep_seeds(rows, seeds)
-    row, base = kept[claim["row"]], kept[claim["baseline"]]
-    beam, other = (next(iter(runs.values())).get("decoding", {}).get("beam") for runs in (row, base))
-    at_other = [((r.get("decodes") or {}).get(test) or {}).get(str(other)) for r in row.values()]
-    text = f"- {claim['label']} decodes with beam {beam}, its baseline {claim['baseline']} with beam {other}"
-    if at_other and all(v is not None for v in at_other):
-        return text + f"; at beam {other} the row's mean is {sum(at_other) / len(at_other):.2f}."
-    return text + f"; no committed record decodes the row at beam {other}, so Δ mixes the method with the beam."

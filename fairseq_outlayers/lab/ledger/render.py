@@ -5,26 +5,24 @@ One table per ``table`` of the records; one line per row: the test score per see
 difference from the row's baseline and the p-value of the paired bootstrap test (``analysis.compare`` on the
 hypotheses and references kept in the ledger), the extra test sets, parameter counts, epochs, updates, speed and
 the device; with ``figures``, the plots of ``plots`` (learning curves, score against trained parameters) as SVG
-files named in the Markdown. ``converged_figures`` gives the same means to ``make demo``'s table. The numbers
-come from ``analysis``; this module only writes them.
+files named in the Markdown. The numbers come from ``analysis``; this module only writes them. The claims'
+verdicts are ``claims``'s, the one-line answers (``compare_line``, ``converged_figures``) ``lookups``'s.
 
 The tables, their plots and ``compare_line`` keep to the protocol's seeds (``seeds``, 1-3 by default), so a figure
 quoted from them stays what it was when a row later gets more seeds; records of further seeds (run to test a
 difference at the seed level) get a table of their own under each table (``further_seeds``), where every recorded
 seed counts, and ``compare_line(..., seeds=None)`` counts them all too.
 """
-import math
 import re
 import shlex
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import plots
 from fairseq_outlayers.lab.ledger import records as rec
 from fairseq_outlayers.lab.ledger.analysis import (DEFAULT_SEEDS, _word_params, capped_runs, compare, group,
                                                    keep_seeds, mean_pm_sd, patience_waits, retrained_seeds,
                                                    seed_scores, step_effect, stop_losses)
-from fairseq_outlayers.lab.ledger.stats import N_SAMPLES, SEED, mean_sd, seeds_for_power
+from fairseq_outlayers.lab.ledger.stats import N_SAMPLES, SEED, mean_sd
 
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:
@@ -34,20 +32,6 @@ def _fmt(value: Optional[float], digits: int = 2) -> str:
 def _count_vs(count: int, baseline: Optional[int]) -> str:
     """``1,760,543 (-37.1 %)``: a parameter count and its relative difference from the baseline's."""
     return f"{count:,}" + (f" ({100.0 * (count - baseline) / baseline:+.1f} %)" if baseline else "")
-
-
-def _power(system: Sequence[float], baseline: Sequence[float]) -> str:
-    """'; N seeds a row would find ...': how many seeds a row the seed-level test would need to find the difference
-    of the two rows' seed means four times in five (two-sided, 5 % level; ``seeds_for_power``) at their pooled
-    seed standard deviation."""
-    (m1, s1), (m2, s2) = mean_sd(system), mean_sd(baseline)
-    spread = math.sqrt((s1 * s1 + s2 * s2) / 2.0)
-    if m1 == m2 or spread == 0.0:
-        return ""
-    n = seeds_for_power(m1 - m2, spread)
-    need = "more than 10000" if n is None else str(n)
-    return (f"; {need} seeds a row would find a true difference of {abs(m1 - m2):.2f} four times in five at this "
-            f"seed spread ({spread:.2f})")
 
 
 def _seed_list(seeds: Sequence[int]) -> str:
@@ -373,68 +357,9 @@ def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: D
     return lines + [""]
 
 
-def compare_line(ledger: str, name: str, other: str, test: str = "test2016",
-                 seeds: Optional[Sequence[int]] = DEFAULT_SEEDS) -> str:
-    """One line: row ``name`` against row ``other`` (any two rows of one table, not only a row and its baseline),
-    the per-seed scores, means, Δ and the paired bootstrap p-value, over the records of ``seeds`` (None: every
-    recorded seed); ``ledger compare`` prints it."""
-    grouped = {t: keep_seeds(rows, seeds) for t, rows in group(rec.read_records(ledger)).items()}
-    tables = [(t, rows) for t, rows in grouped.items() if name in rows and other in rows]
-    if not tables:
-        known = sorted({row for rows in grouped.values() for row in rows})
-        raise OutlayersConfigError(f"no table of '{ledger}' has records of both '{name}' and '{other}'; rows "
-                                   f"with records: {', '.join(known) or 'none'}")
-    table_name, rows = tables[0]
-
-    def side(row):
-        runs = {s: r["test"][test]["sacrebleu"] for s, r in sorted(rows[row].items()) if test in r["test"]}
-        if not runs:
-            return f"{row} (no {test} score)"
-        if len(runs) == 1:
-            (seed, value), = runs.items()
-            return f"{row} {value:.2f} (seed {seed})"
-        return (f"{row} {' / '.join(f'{v:.2f}' for v in runs.values())} (seeds {', '.join(map(str, runs))}: "
-                f"{mean_pm_sd(list(runs.values()))})")
-
-    c = compare(ledger, rows, name, other, test)
-    if "why" in c:
-        return f"{table_name}, {test}: {side(name)} vs {side(other)}: not compared ({c['why']})"
-    files = (f"; the rows were trained with different files, so the difference mixes them with the methods: "
-             f"{'; '.join(c['files'])}" if c["files"] else "")
-    if c.get("identical"):
-        same = "the same row" if name == other else "identical translations"
-        return (f"{table_name}, {test}: {side(name)} vs {side(other)}: identical ({same}: every test sentence "
-                f"translated the same over seeds {', '.join(map(str, c['seeds']))}): Δ 0.00, p = 1 (no difference "
-                "to test)" + files)
-    low, high = c["interval"]
-    welch = ("" if c["welch"] is None else
-             f"; over seeds p = {c['welch']['p']:.3f} (Welch t = {c['welch']['t']:+.2f}, df {c['welch']['df']:.1f})"
-             + _power(seed_scores(rows, name, test), seed_scores(rows, other, test)))
-    return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
-            f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], p = {c['p']:.3f} "
-            f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED}){welch}"
-            + files)
-
-
-def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:
-    """{method: ["33.10 ± 0.40 (3 seeds, TABLE)", ...]}: the ledger's figure for each method over the protocol's
-    seeds, for make demo."""
-    out: Dict[str, List[str]] = {}
-    for table_name, rows in group(rec.read_records(ledger)).items():
-        rows = keep_seeds(rows, DEFAULT_SEEDS)
-        for name, runs in rows.items():
-            values = [r["test"][test]["sacrebleu"] for r in runs.values() if test in r["test"]]
-            if values:
-                method = next(iter(runs.values())).get("method") or name
-                mean, sd = mean_sd(values)
-                spread = "" if sd is None else f" ± {sd:.2f}"
-                n = len(values)
-                out.setdefault(method, []).append(
-                    f"{mean:.2f}{spread} ({n} seed{'s' if n > 1 else ''}, {table_name}/{name})")
-    return out
-
-
-# the claims and their verdicts (docs/results/claims.json) live in claims.py; these names are read from here too
+# the claims and their verdicts (docs/results/claims.json) live in claims.py, the ledger's one-line answers in
+# lookups.py; these names are read from here too
+from fairseq_outlayers.lab.ledger.lookups import compare_line, converged_figures  # noqa: E402,F401
 from fairseq_outlayers.lab.ledger.claims import (  # noqa: E402,F401
     SAVINGS, VERDICT_RULE, VERDICT_WORDS, _ranges, _sign, claim_result, claim_target, claims_section, claims_table,
     further_result, further_verdicts, read_claims)
