@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Sentence lengths of the user documents: README.md at most 40 words a sentence, docs/*.md at most 60.
+"""Sentence lengths of the user documents: README.md at most 40 words a sentence; docs/*.md, the lab notebooks
+(docs/notes/*.md) and the benchmark pages (docs/benchmarks/*.md) at most 60.
 
-    python scripts/check_sentences.py                  # README.md and docs/*.md with their limits
+    python scripts/check_sentences.py                  # README.md, docs/*.md, notes and benchmarks, their limits
     python scripts/check_sentences.py --max 30 FILE    # any files, one limit
     python scripts/check_sentences.py --top 5          # also list each file's five longest sentences
 
@@ -18,7 +19,7 @@ import sys
 from typing import Iterator, List, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LIMITS = (("README.md", 40), ("docs/*.md", 60))
+LIMITS = (("README.md", 40), ("docs/*.md", 60), ("docs/notes/*.md", 60), ("docs/benchmarks/*.md", 60))
 
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _END = re.compile(r"(?<=[.?!])[*_)\"']*\s+(?=[A-Z0-9`\"'(\[*_])")
@@ -91,9 +92,10 @@ def check(path: str, limit: int, top: int = 0) -> List[str]:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/*.md)")
+    parser.add_argument("files", nargs="*", help="Markdown files (default: README.md, docs/*.md, docs/notes/*.md "
+                        "and docs/benchmarks/*.md)")
     parser.add_argument("--max", type=int, help="the limit for the files given (default: 40 for README.md, "
-                        "60 for docs/*.md)")
+                        "60 for the others)")
     parser.add_argument("--top", type=int, default=0, help="also print each file's N longest sentences")
     args = parser.parse_args(argv)
     if args.files:
