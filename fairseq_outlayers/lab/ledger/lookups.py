@@ -71,7 +71,7 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016",
 
 def converged_figures(ledger: str, test: str = "test2016") -> Dict[str, List[str]]:
     """{method: ["33.10 ± 0.40 (3 seeds, TABLE)", ...]}: the ledger's figure for each method over the protocol's
-    seeds, for make demo."""
+    seeds. (``make demo``'s table takes its converged figures from ``lab.compare.ledger_figures``.)"""
     out: Dict[str, List[str]] = {}
     for table_name, rows in group(rec.read_records(ledger)).items():
         rows = keep_seeds(rows, DEFAULT_SEEDS)
