@@ -2,8 +2,6 @@
 
 In this file:
 
-* ``built_from_checkpoint``: fairseq passes ``from_checkpoint`` to ``models.build_model`` but not on to a legacy
-  model's ``build_model``; the new-run checks need it.
 * ``restore_path`` / ``checkpoint_model_args``: the checkpoint ``fairseq-train`` will load (fairseq's rule in
   ``checkpoint_utils.load_checkpoint``), read before fairseq reads it, so a resume is checked before any data.
 * ``keep_bf16_off_the_tpu`` / ``release_bf16_from_tpu`` / ``check_training_precision``: ``options.py`` sets
@@ -39,19 +37,6 @@ from fairseq_outlayers.errors import OutlayersConfigError
 
 logger = logging.getLogger(__name__)
 NOTE = "bf16 without a TPU: fairseq's implied --tpu is switched off; training in bfloat16 on this device"
-
-
-def built_from_checkpoint() -> bool:
-    """True while fairseq rebuilds a model from a checkpoint (``checkpoint_utils.load_model_ensemble_and_task``).
-    fairseq 0.12 gives ``from_checkpoint`` to ``fairseq.models.build_model`` only: it is read from that call."""
-    from fairseq import models
-
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is models.build_model.__code__:
-            return bool(frame.f_locals.get("from_checkpoint", False))
-        frame = frame.f_back
-    return False  # built directly (tests, benchmarks): a new model
 
 
 def root_option(args, section, name, default=None):

@@ -13,8 +13,10 @@ They are recorded in the model's arguments, so every checkpoint carries them, an
   ``check_resume_options``).
 
 A difference is an error naming both sides; ``--outlayers-allow-mismatch`` (training) or
-``--model-overrides "{'outlayers_allow_mismatch': True}"`` (decoding) turns it into a warning. Checkpoints written
-before fingerprints existed are not checked, except by the dictionary hashes that a pairing recorded in them.
+``--model-overrides "{'outlayers_allow_mismatch': True}"`` (decoding) turns it into a warning. What a checkpoint
+recorded no fingerprint of is not checked (a pairing's dictionary hashes stand in for those of its dictionaries).
+Every build records its dictionaries' fingerprints, so a model's arguments that hold some when a build starts are a
+checkpoint's (``core.built_from_checkpoint``).
 """
 import hashlib
 import logging
@@ -65,6 +67,13 @@ def recorded(args) -> dict:
         if key not in out and getattr(args, old, None) and getattr(args, "shared_private_counts", None):
             out[key] = {"sha256": getattr(args, old), "path": None}
     return out
+
+
+def kept(args, key: str) -> bool:
+    """Whether ``args`` are a checkpoint's that recorded the file of option ``key`` (its dest): what the model read
+    from that file is in the checkpoint, so a model rebuilt from it does not read the file again (it may be gone).
+    A new run records its files only once its model is built (``seam_checks.check_resume``)."""
+    return key in recorded(args)
 
 
 def record(args, key: str, fp: dict):

@@ -217,6 +217,16 @@ def random_unit_vectors(n: int, dim: int, seed: int) -> torch.Tensor:
     return torch.nn.functional.normalize(vecs, dim=-1).float()
 
 
+def write_example_vectors(src_dict, tgt_dict, path: str, dim: int = 16, seed: int = 0):
+    """A small valid ``--target-vectors`` file: a random ``dim``-dimensional vector for every target word (fillers
+    left out), as word2vec text (``Option.example``: what the registry-driven tests train with)."""
+    words = [w for w in tgt_dict.symbols[tgt_dict.nspecial:] if not FILLER.match(w)]
+    rows = np.random.default_rng(seed).standard_normal((len(words), dim))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{len(words)} {dim}\n")
+        f.writelines(w + " " + " ".join(f"{v:.6f}" for v in row) + "\n" for w, row in zip(words, rows))
+
+
 def load_target_table(dictionary, path: str, min_coverage: float = 0.5, expected_dim: Optional[int] = None,
                       center: bool = False) -> TargetTable:
     """Align the vectors in ``path`` to a fairseq ``Dictionary``; see the module docstring for the rules."""

@@ -1,10 +1,11 @@
-"""docs/architecture.md, "Adding a method", followed to the letter: the files it prints (an output layer, a
-criterion and a set of embeddings, each with its test and doc page) are written into a temporary copy of the
-package, its tests and its docs, and nothing else there changes. In that copy the new methods' own tests pass (the
-maths against float64 references, training runs), and so do the package's tests that read the registries (option
-ranges, the unused-option check, the options listing, the leaves rule, the generated blocks of the docs, the
-length of the docs pages) and the sentence check of the docs. The copy is removed afterwards; this process never
-imports it."""
+"""docs/architecture.md, "Adding a method", followed to the letter: the files it prints (two output layers, one of
+them reading a file, a criterion and a set of embeddings, each with its test and doc page) are written into a
+temporary copy of the package, its tests and its docs, and nothing else there changes. In that copy the new
+methods' own tests pass (the maths against float64 references, training runs; the file-reading layer trained by
+fairseq-train, decoded by fairseq-generate without its file, and a resume with another file refused in one line),
+and so do the package's tests that read the registries (option ranges, the unused-option check, the options
+listing, the leaves rule, the resume of every layer, the generated blocks of the docs, the length of the docs
+pages) and the sentence check of the docs. The copy is removed afterwards; this process never imports it."""
 import os
 import re
 import shutil
@@ -22,10 +23,12 @@ REGISTRY_TESTS = ["declares_its_range", "seam_options_parse", "bad_float", "crit
                   "pages_are_short", "every_generated_block"]
 #: the files the section prints
 NEW_FILES = ["docs/factorised-embedding.md", "docs/focal-cross-entropy.md", "docs/scaled-cosine.md",
-             "fairseq_outlayers/criterions/focal_cross_entropy.py", "fairseq_outlayers/models/factorised.py",
-             "fairseq_outlayers/models/scaled_cosine.py", "fairseq_outlayers/modules/cosine_softmax.py",
-             "fairseq_outlayers/modules/factorised_embedding.py", "tests/test_factorised_embedding.py",
-             "tests/test_focal_cross_entropy.py", "tests/test_scaled_cosine.py"]
+             "docs/unigram-prior.md", "fairseq_outlayers/criterions/focal_cross_entropy.py",
+             "fairseq_outlayers/models/factorised.py", "fairseq_outlayers/models/scaled_cosine.py",
+             "fairseq_outlayers/models/unigram_prior.py", "fairseq_outlayers/modules/cosine_softmax.py",
+             "fairseq_outlayers/modules/factorised_embedding.py", "fairseq_outlayers/modules/prior_softmax.py",
+             "tests/test_factorised_embedding.py", "tests/test_focal_cross_entropy.py", "tests/test_scaled_cosine.py",
+             "tests/test_unigram_prior.py"]
 
 
 def section_files():
@@ -72,13 +75,15 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
             ["tests/test_option_checks.py", "tests/test_options_listing.py", "tests/test_core.py",
              "tests/test_fused_cross_entropy.py", "tests/test_sampled_softmax.py", "tests/test_resume_every_layer.py",
              "tests/test_docs_blocks.py", "-k",
-             " or ".join(["scaled_cosine", "focal_cross_entropy", "factorised_embedding"] + REGISTRY_TESTS + [
-                 "(resume_and_two_processes and (scaled or focal or factorised))"])],
+             " or ".join(["scaled_cosine", "focal_cross_entropy", "factorised_embedding", "unigram_prior"]
+                                  + REGISTRY_TESTS + ["(resume_and_two_processes and (scaled or focal or factorised "
+                                                      "or unigram))"])],
             cwd=root, env=env, timeout=1200)
         run([sys.executable, os.path.join("scripts", "check_sentences.py")], cwd=root, env=env)
         # the registry-driven lists name the new methods and their options, with their defaults
         listing = run([sys.executable, "-m", "fairseq_outlayers", "options"], cwd=root, env=env).stdout
         assert "--output-layer scaled-cosine: " in listing and "--embeddings factorised: " in listing
+        assert "--prior-counts FILE" in listing and "(default: the counts of the target dictionary)" in listing
         assert "--criterion focal_cross_entropy: " in listing
         assert re.search(r"--cosine-scale S .*\[default: 10", listing) and "--cosine-dim K" in listing, listing
         assert re.search(r"--embed-factor-dim K .*\[default: 16\]", listing), listing
@@ -90,7 +95,11 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
                 (["--output-layer", "scaled-cosine", "--cosine-scale", "1000"], "--cosine-scale must be in (0, 100]"),
                 (["--output-layer", "continuous", "--criterion", "focal_cross_entropy"],
                  "--criterion focal_cross_entropy scores a softmax over the vocabulary, but --output-layer continuous"),
-                (["--embeddings", "factorised", "--embed-factor-dim", "0"], "--embed-factor-dim must be a positive")):
+                (["--embeddings", "factorised", "--embed-factor-dim", "0"], "--embed-factor-dim must be a positive"),
+                (["--output-layer", "unigram-prior", "--prior-counts", "absent.txt"],
+                 "--prior-counts absent.txt: no such file"),
+                (["--output-layer", "softmax", "--prior-counts", "absent.txt"], "--prior-counts needs --output-layer "
+                 "unigram-prior")):
             proc = run([tool("outlayers-train"), os.path.join(root, "no-data"), "--arch", "outlayers_transformer"]
                        + extra, cwd=root, env=env, check=False)
             assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -333,6 +333,30 @@ def test_a_build_runs_the_architecture_function_once(tiny_bin, arch, monkeypatch
     assert len(calls) == 1
 
 
+def test_a_model_rebuilt_from_a_checkpoint_is_told_from_a_new_run(tiny_bin, tmp_path, monkeypatch):
+    """A build from a command line runs a new run's checks; fairseq's rebuild of a checkpoint
+    (``load_model_ensemble_and_task``, what fairseq-generate calls) does not, and reads no file again: told from
+    the arguments, which hold the fingerprints of the checkpoint's build, not from the call stack."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_outlayers.models import core
+    from harness import REPO, train
+
+    train(tiny_bin, str(tmp_path), max_update=1)
+    calls = []
+    real = core.check_new_run
+    monkeypatch.setattr(core, "check_new_run", lambda args: calls.append(args) or real(args))
+    build_model(tiny_bin, TINY_TRANSFORMER)
+    assert len(calls) == 1
+    [model], cfg, _ = checkpoint_utils.load_model_ensemble_and_task([str(tmp_path / "checkpoint_last.pt")],
+                                                                   arg_overrides={"data": tiny_bin})
+    assert len(calls) == 1 and core.built_from_checkpoint(cfg.model) and model.outlayers_args is cfg.model
+    assert not core.built_from_checkpoint(argparse.Namespace(output_layer="softmax"))
+    for name in ("models/core.py", "fairseq_compat.py"):
+        with open(os.path.join(REPO, "fairseq_outlayers", name), encoding="utf-8") as f:
+            assert "_getframe" not in f.read(), name
+
+
 def test_every_preset_is_registered_from_presets_py():
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 

@@ -13,6 +13,7 @@ import torch
 
 from fairseq_outlayers import model_args
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.target_vectors import TargetTable, load_target_table, write_example_vectors
 from fairseq_outlayers.value_checks import Range
 from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
                                                          TargetVectorEmbedding)
@@ -37,7 +38,7 @@ OPTIONS = (
     Option("--target-vectors", None, metavar="FILE",
            help="continuous output layer: word vectors of the target language (word2vec/fastText .vec text, or a "
            ".bin model read with gensim); unit-normalised, aligned to the target dictionary, frozen and saved in the "
-           "checkpoint", file="its target-vector table"),
+           "checkpoint", file="its target-vector table", example=write_example_vectors),
     Option("--continuous-dim", None, type=int, metavar="M", range=Range(1, integer=True),
            help="continuous output layer: dimension m of the target vectors; when given it must match the file",
            default_text="read from --target-vectors"),
@@ -73,9 +74,6 @@ TABLE_OPTIONS = {"target_vectors_center": lambda a: bool(a.target_vectors_center
 def target_table(args, task):
     """The aligned unit target table: from ``--target-vectors`` for a new model, or an empty table of the right
     shape for a model rebuilt from a checkpoint (its state dict fills it)."""
-    # imported here so that ``python -m fairseq_outlayers.tools.vectors`` does not find it imported by the package
-    from fairseq_outlayers.target_vectors import TargetTable, load_target_table
-
     dictionary = task.target_dictionary
     if getattr(args, FROM_CHECKPOINT, False) and getattr(args, "continuous_dim", None):
         n = len(dictionary)

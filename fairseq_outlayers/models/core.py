@@ -13,7 +13,7 @@ criterions call) is answered by the output layer. The options are in ``models/se
 import contextlib
 import logging
 
-from fairseq_outlayers import fairseq_compat
+from fairseq_outlayers import fairseq_compat, fingerprints
 from fairseq_outlayers.errors import OutlayersConfigError
 
 from .registry import get_embedding_spec, get_output_layer_spec
@@ -25,12 +25,21 @@ logger = logging.getLogger(__name__)
 def start_build(args, task):
     """The seams' checks; for a new training run (not a model rebuilt from a checkpoint) its options too, before
     any data is read. Returns whether this is a new run (``finish_build`` needs it)."""
-    new_run = not fairseq_compat.built_from_checkpoint()
+    new_run = not built_from_checkpoint(args)
     fairseq_compat.release_bf16_from_tpu(args, task)
     if new_run:
         check_new_run(args)
     check_seams(args, task)
     return new_run
+
+
+def built_from_checkpoint(args) -> bool:
+    """Whether ``args`` are the model arguments of a checkpoint, at the start of a build. Every build records the
+    fingerprints of its dictionaries in them (``fingerprints.check_dictionaries``), and fairseq saves them with the
+    model and hands them back to ``build_model`` when it loads it; a command line's arguments have none. fairseq
+    0.12 gives ``from_checkpoint=True`` to ``task.build_model`` (``checkpoint_utils.load_model_ensemble_and_task``),
+    but a legacy model's ``build_model`` never receives it."""
+    return bool(fingerprints.recorded(args))
 
 
 def finish_build(model, args, new_run):

@@ -29,7 +29,8 @@ class Option:
     when the options are parsed. ``store_true``: a flag (argparse's ``store_true``), off unless given. ``file``: the
     option names a file read when training starts, and says what the checkpoint keeps of it ("its target-vector
     table"); the core records the file's fingerprint, and a resume with another file is refused
-    (``fingerprints.check_resume``)."""
+    (``fingerprints.check_resume``). ``example(src_dict, tgt_dict, path)``, with ``file``: writes a small valid file
+    for two dictionaries, what the registry-driven tests train with."""
     flag: str
     default: Any = None
     help: str = ""
@@ -40,6 +41,7 @@ class Option:
     range: Any = None
     default_text: Optional[str] = None
     file: Optional[str] = None
+    example: Optional[Callable] = None
 
     @property
     def dest(self) -> str:

@@ -6,6 +6,7 @@ checkpoint: options of a seam that is not selected, option ranges, the criterion
 checkpoint a resume will load. Both raise a one-line ``OutlayersConfigError`` that names the option and the fix.
 """
 import argparse
+import os
 
 from fairseq_outlayers import fairseq_compat, fingerprints
 from fairseq_outlayers.data_checks import check_binarised_data
@@ -79,6 +80,15 @@ def check_new_run(args):
     check_option_values(args)
     check_criterion(args)
     fairseq_compat.check_training_precision(args)
+    check_files(args)
+
+
+def check_files(args):
+    """Every file that an option of the selected seams names (``Option.file``) exists."""
+    for dest, option in file_options(selected_specs(args)).items():
+        path = getattr(args, dest, None)
+        if path and not os.path.isfile(path):
+            raise OutlayersConfigError(f"{option.flag} {path}: no such file")
 
 
 def check_resume(args):

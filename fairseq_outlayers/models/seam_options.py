@@ -40,11 +40,9 @@ def add_core_args(parser):
     )
     parser.add_argument("--output-bias", action="store_true",
                         help="learn a per-word bias in softmax/tied output layers (fairseq's default has none)")
-    names = ["a dictionary"] + [o.flag for o in file_options(all_specs()).values()]
-    files = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
     parser.add_argument("--outlayers-allow-mismatch", action="store_true",
-                        help=f"resume or decode although {files} file differs from the checkpoint's (a "
-                        "warning instead of an error; the checkpoint's tables are kept)")
+                        help="resume or decode although a dictionary, or a file that a method's option names, differs "
+                        "from the checkpoint's (a warning instead of an error; the checkpoint's tables are kept)")
     for spec in all_specs():
         if spec.add_args is not None:
             spec.add_args(parser)

@@ -13,7 +13,8 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.output_layer import lookup_table
 from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
 from fairseq_outlayers.word_pairs.corpus import special_indices
-from fairseq_outlayers.word_pairs.pairs import index_maps, lambdas_from_string, read_pairing
+from fairseq_outlayers.word_pairs.pairs import (index_maps, lambdas_from_string, read_pairing,
+                                                write_example_pairing)
 
 from .registry import Option, get_output_layer_spec, register_embeddings
 
@@ -24,7 +25,8 @@ DEFAULT_LAMBDAS = "0.9,0.7,0.5"
 OPTIONS = (
     Option("--pairing", None, metavar="PATH",
            help="shared-private: pairing file from python -m fairseq_outlayers.tools.pairing (read at training; "
-           "stored in the checkpoint)", file="its pairing (index maps)"),
+           "stored in the checkpoint)", file="its pairing (index maps)",
+           example=write_example_pairing),
     Option("--shared-private-lambdas", DEFAULT_LAMBDAS, metavar="LM,WF,UR",
            help="shared-private: share of the d features shared by a pair of each category (lexical meaning, same "
            "word form, unrelated), each in [0, 1]"),

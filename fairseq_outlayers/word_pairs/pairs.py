@@ -139,6 +139,15 @@ def pair_identical(src_dict, tgt_dict) -> Pairing:
     return pairing
 
 
+def write_example_pairing(src_dict, tgt_dict, path: str):
+    """A small valid ``--pairing`` file with pairs of all three categories: every third word pair by frequency
+    rank aligned (A = 1), then same word forms, then the rest (``Option.example``: what the registry-driven tests
+    train with)."""
+    src, tgt = (_frequency_order(vocabulary(d)) for d in (src_dict, tgt_dict))
+    probs = {x: {y: 1.0} for x, y in list(zip(src, tgt))[::3]}
+    write_pairing(path, pair_dictionaries(src_dict, tgt_dict, probs, info={"aligner": "example"}), overwrite=True)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # file format
 
