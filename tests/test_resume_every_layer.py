@@ -25,7 +25,6 @@ import sys
 from typing import List, NamedTuple
 
 import forkserver
-import numpy as np
 import pytest
 import torch
 
@@ -89,23 +88,24 @@ def registry_cases() -> List[Case]:
     return cases
 
 
-def file_flags(case: Case) -> List[str]:
-    """The options of the case's specs that name a file (``Option.file``, read from the registries)."""
+def file_options(case: Case) -> dict:
+    """{flag: Option} of the case's specs' options that name a file (``Option.file``, read from the registries)."""
     from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
-    from fairseq_outlayers.models.seam_options import file_options
+    from fairseq_outlayers.models.seam_options import file_options as of_specs
 
     specs = [OUTPUT_LAYER_REGISTRY[case.layer], EMBEDDING_REGISTRY[case.embeddings]]
-    return sorted(o.flag for o in file_options(specs).values())
+    return {o.flag: o for o in of_specs(specs).values()}
 
 
-def case_args(case: Case, files: dict) -> List[str]:
-    """The training options of a case: layer, embeddings, criterion, and the files its options need."""
+def case_args(case: Case, files, data: str) -> List[str]:
+    """The training options of a case: layer, embeddings, criterion, and the files its options name, each
+    written by its ``Option.example`` for the dictionaries of ``data`` (``files(option, data)`` gives the path)."""
     args = ["--output-layer", case.layer, "--embeddings", case.embeddings, "--criterion", case.criterion,
             "--required-batch-size-multiple", "1", "--disable-validation"]  # no validation: faster, same weights
-    for flag in file_flags(case):
-        if flag not in files:
-            pytest.fail(f"{flag} names a file (Option.file) that case_files does not write: add a sample one")
-        args += [flag, files[flag]]
+    for flag, option in sorted(file_options(case).items()):
+        if option.example is None:
+            pytest.fail(f"{flag} names a file (Option.file) but declares no Option.example to write a sample one")
+        args += [flag, files(option, data)]
     from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
 
     config = CRITERION_DATACLASS_REGISTRY.get(case.criterion)
@@ -116,21 +116,22 @@ def case_args(case: Case, files: dict) -> List[str]:
 
 
 @pytest.fixture(scope="module")
-def case_files(tiny_raw, tiny_bin, tmp_path_factory):
-    """Target vectors (m = 16, every target word) and a pairing file for the tiny corpus."""
+def case_files(tmp_path_factory):
+    """``files(option, data)``: the sample file of a file option, written once by its ``Option.example`` for the
+    dictionaries of the tiny corpus ``data``."""
     from fairseq.data import Dictionary
 
-    from harness import pairing_file
+    folder, written = tmp_path_factory.mktemp("case_files"), {}
 
-    folder = tmp_path_factory.mktemp("case_files")
-    d = Dictionary.load(os.path.join(tiny_bin, "dict.en.txt"))
-    rng = np.random.default_rng(0)
-    words = [w for w in d.symbols[d.nspecial:] if not w.startswith("madeupword")]
-    vec = folder / "en.vec"
-    vec.write_text(f"{len(words)} 16\n" + "".join(w + " " + " ".join(f"{v:.6f}" for v in rng.standard_normal(16))
-                                                  + "\n" for w in words))
-    return {"--target-vectors": str(vec),
-            "--pairing": pairing_file(tiny_raw, tiny_bin, str(folder / "pairs.txt"))}
+    def files(option, data):
+        key = (option.flag, data)
+        if key not in written:
+            src, tgt = (Dictionary.load(os.path.join(data, f"dict.{lang}.txt")) for lang in ("de", "en"))
+            written[key] = str(folder / f"{option.dest}-{len(written)}")
+            option.example(src, tgt, written[key])
+        return written[key]
+
+    return files
 
 
 #: runs fairseq-train (as outlayers-train) once per argument list, in this one interpreter
@@ -148,8 +149,8 @@ def case_data(case: Case, tiny_bin, tiny_bin_joined) -> str:
 
 
 def straight_args(case, data, save, files, max_update=3, extra=()):
-    return train_args(data, save, TINY_TRANSFORMER, case_args(case, files) + ["--update-freq", "2"] + list(extra),
-                      max_update=max_update)
+    return train_args(data, save, TINY_TRANSFORMER,
+                      case_args(case, files, data) + ["--update-freq", "2"] + list(extra), max_update=max_update)
 
 
 def load(save: str) -> dict:
@@ -213,7 +214,7 @@ def _finish(procs, timeout=600):
 def distributed_args(case, data, save, files, port, rank, world_size=2):
     """One rank of a gloo run started by hand (fairseq's launcher assumes CUDA), with half the batch of the
     single process's two micro-batches."""
-    return train_args(data, save, TINY_TRANSFORMER, case_args(case, files), max_update=3) + [
+    return train_args(data, save, TINY_TRANSFORMER, case_args(case, files, data), max_update=3) + [
         "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
         "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-world-size", str(world_size),
         "--distributed-no-spawn", "--distributed-rank", str(rank)]
