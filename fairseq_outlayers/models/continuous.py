@@ -109,6 +109,7 @@ def decoding_options(args, task):
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
                        options=OPTIONS, selects={"tie_input_to_target_vectors": "target-vectors"},
                        shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS, softmax_type=False,
+                       decode_scale="continuous_score_scale",
                        export="it scores words by the vMF density or cosine of a predicted vector, which a stock "
                        "decoder's softmax over one linear map cannot compute")
 def build_continuous(args, task, decoder_embed_tokens, input_dim):

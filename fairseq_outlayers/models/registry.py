@@ -127,6 +127,9 @@ class OutputLayerSpec(SeamSpec):
     # ``softmax_type = False`` (``criterion_trains``)
     softmax_type: bool = True
     selects: Dict[str, str] = field(default_factory=dict)  # {dest: NAME}: the option, set, selects --embeddings NAME
+    # the dest of the decoding option that a ledger row's "# decodes: B@S" sets to S (``--model-overrides``); None:
+    # the layer has no such scale, and those decodes are not made for it
+    decode_scale: Optional[str] = None
 
 
 @dataclass

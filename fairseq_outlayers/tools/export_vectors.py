@@ -12,6 +12,8 @@ import logging
 import os
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
+from fairseq_outlayers.models.seam_options import all_specs, file_options
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
 
 logger = logging.getLogger(__name__)
@@ -19,17 +21,19 @@ logger = logging.getLogger(__name__)
 
 def model_matrix(model, matrix: str):
     """(V, d) float tensor: the output layer's word rows or the decoder's input embeddings."""
-    decoder = model.decoder
+    decoder, args = model.decoder, getattr(model, "outlayers_args", None)
     if matrix == "input":
         weight = getattr(getattr(decoder, "embed_tokens", None), "weight", None)
         if weight is None:
-            raise OutlayersConfigError("this model's decoder input embeddings have no weight matrix (e.g. "
-                                       "--embeddings target-vectors: export the vectors it was given instead)")
+            embeddings = getattr(args, "embeddings", "?")
+            raise OutlayersConfigError(f"this model's decoder input embeddings (--embeddings {embeddings}) have no "
+                                       "weight matrix: export the vectors they were built from instead")
         return weight.detach().float()
     layer = getattr(decoder, "output_projection", None)
     if layer is None or not hasattr(layer, "target_weights"):
-        raise OutlayersConfigError(f"--matrix output needs a softmax-type output layer (softmax, tied, joint, "
-                                   f"fixed); this model's is {type(layer).__name__}: use --matrix input")
+        softmax = ", ".join(sorted(n for n, spec in OUTPUT_LAYER_REGISTRY.items() if spec.softmax_type))
+        raise OutlayersConfigError(f"--matrix output needs a softmax-type output layer ({softmax}); this model's is "
+                                   f"--output-layer {getattr(args, 'output_layer', '?')}: use --matrix input")
     return layer.target_weights(None)[0].detach().float()
 
 
@@ -40,14 +44,14 @@ def exportable(dictionary, index: int) -> bool:
 
 def model_inputs(cfg) -> list:
     """The paths a loaded model's configuration names as its inputs: the data directories (``task.data``, one or
-    several joined by ``os.pathsep``), the pairing file and the target vectors."""
+    several joined by ``os.pathsep``) and the files its options name (``Option.file``, read from the registries)."""
     def get(section, key):
         value = getattr(getattr(cfg, section, None), key, None) if cfg is not None else None
         return value if isinstance(value, str) and value else None
 
     data = get("task", "data")
-    return (data.split(os.pathsep) if data else []) + [p for p in (get("model", "pairing"),
-                                                                    get("model", "target_vectors")) if p]
+    files = [get("model", dest) for dest in file_options(all_specs())]
+    return (data.split(os.pathsep) if data else []) + [p for p in files if p]
 
 
 def export_target_vectors(checkpoint: str, output: str, matrix: str = "output", data=None, force=False) -> int:

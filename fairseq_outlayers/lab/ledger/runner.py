@@ -340,11 +340,12 @@ def _valid_bleu(row: LedgerRow, ckpt: str, run_dir: str, prep: Preparation, beam
 
 def add_decodes(row: LedgerRow, record: Dict, s: Settings) -> Dict:
     """``record`` with the row's ``# decodes:`` it lacks on the main test set (sacreBLEU under ``decodes``), made
-    from the tested checkpoint while it is in ``--work``; a decode with a score scale only for continuous outputs.
-    The record file is rewritten (atomically) when one is added."""
+    from the tested checkpoint while it is in ``--work``; a decode with a score scale only for an output layer that
+    declares one (``decode_scale``). The record file is rewritten (atomically) when one is added."""
     test = s.test_name
-    continuous = "continuous" in _option_value(record["options"], "--output-layer")
-    wanted = [(b, sc) for b, sc in row.decodes if sc is None or continuous]
+    scaled = any(sc is not None for _, sc in row.decodes)
+    scale_option = decode_scale(record["options"]) if scaled else None
+    wanted = [(b, sc) for b, sc in row.decodes if sc is None or scale_option]
     have = (record.get("decodes") or {}).get(test, {})
     missing = [(b, sc) for b, sc in wanted if decode_key(b, sc) not in have]
     if not missing:
@@ -366,7 +367,7 @@ def add_decodes(row: LedgerRow, record: Dict, s: Settings) -> Dict:
     added = dict(have)
     for beam, scale in missing:
         key = decode_key(beam, scale)
-        extra = direction + (["--model-overrides", repr({"continuous_score_scale": scale})] if scale else [])
+        extra = direction + (["--model-overrides", repr({scale_option: scale})] if scale else [])
         scores, _, _, _ = evaluate(prep, row.data_bin, ckpt, os.path.join(run_dir, f"eval-{test}-beam{key}"), ref,
                                    None, beam, s.lenpen, s.batch_size, extra=extra, env=s.env)
         added[key] = scores["sacrebleu"]
@@ -374,6 +375,14 @@ def add_decodes(row: LedgerRow, record: Dict, s: Settings) -> Dict:
     record = dict(record, decodes=dict(record.get("decodes") or {}, **{test: added}))
     write_text(records.record_path(s.ledger, row.name, record["seed"]), json.dumps(record, indent=2) + "\n")
     return record
+
+
+def decode_scale(options: List[str]) -> Optional[str]:
+    """The option a "B@S" decode sets: the output layer's ``decode_scale`` in the registry, or None."""
+    from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY  # loads torch: only for such decodes
+
+    spec = OUTPUT_LAYER_REGISTRY.get(_option_value(options, "--output-layer"))
+    return spec.decode_scale if spec is not None else None
 
 
 def _option_value(options: List[str], flag: str) -> str:
