@@ -138,8 +138,8 @@ def _exported(case: Case, tiny_raw, tiny_bin, tiny_bin_joined, tmp_path):
     return ours, runs, ct2_dir, checkpoint
 
 
-#: CTranslate2 in a new Python, never in the test process: its thread pools would be copied half-locked into every
-#: command the harness later forks from this process (a fairseq-train of the next case hung there)
+#: CTranslate2 translates in a new Python: its thread pools stay out of the test process, which runs fairseq's
+#: programs of later tests
 CT2 = r"""
 import json, sys
 import ctranslate2
@@ -315,10 +315,13 @@ def test_the_joint_layer_without_its_non_linearity_folds_exactly(tiny_bin):
 
 
 def test_a_layer_that_declares_nothing_is_refused(tiny_bin, monkeypatch):
+    """Refused in one line; docs/serving.md's generated table says so in the same words."""
     monkeypatch.setattr(OUTPUT_LAYER_REGISTRY["tied"], "export", None)
     task, model = build_model(tiny_bin, extra=["--output-layer", "tied"])
-    with pytest.raises(ExportRefused, match=r"^--output-layer tied declares no export"):
+    with pytest.raises(ExportRefused, match=r"^--output-layer tied declares no export") as refused:
         exporter.build_stock(model, model.outlayers_args, task)
+    export, how = _export_rows()[("--output-layer", "tied")]
+    assert export == "not declared" and how.endswith(str(refused.value).replace("--output-layer tied ", "it "))
 
 
 def test_an_lstm_with_a_deeper_decoder_is_refused(tiny_bin):
@@ -414,23 +417,42 @@ def test_the_written_checkpoint_holds_only_plain_types(tied_checkpoint, tmp_path
     assert ours & set(state["cfg"]["model"]) == set()
 
 
+def _export_rows():
+    """{(flag, name): [export, how]} of the ``exports`` block, rendered from the registries as docs/serving.md's."""
+    from fairseq_outlayers.lab.option_blocks import _exports_block
+
+    rows = {}
+    for line in _exports_block(None, []):
+        if line.startswith("| `--"):
+            options, export, how = line[2:-2].split(" | ")
+            flag = options[1:].split(" ", 1)[0]
+            for name in options.replace(f"`{flag} ", "`").split(", "):
+                assert (flag, name.strip("`")) not in rows, line
+                rows[(flag, name.strip("`"))] = [export, how]
+    return rows
+
+
 def test_the_serving_page_lists_every_seam_as_the_registries_declare_it():
-    """docs/serving.md's table: a row per output layer and embedding; "no" exactly for those that declare a
-    reason, with the reason."""
+    """docs/serving.md's table is the generated block ``exports``, equal to its render from the registries (so a
+    layer added to a registry needs no hand edit): a row per output layer and embedding of the package; "yes"
+    with the function's name for a function, "no" with the reason for a sentence."""
+    from fairseq_outlayers.lab import docs
     from harness import REPO
 
-    with open(os.path.join(REPO, "docs", "serving.md"), encoding="utf-8") as f:
-        rows = [line.split(" | ") for line in f if line.startswith("| `--output-layer") or
-                line.startswith("| `--embeddings")]
-    for flag, registry in (("--output-layer", OUTPUT_LAYER_REGISTRY), ("--embeddings", EMBEDDING_REGISTRY)):
-        for name, spec in _ours(registry).items():
-            row = [r for r in rows if r[0].startswith(f"| `{flag}") and f"`{name}`" in r[0].replace(
-                f"`{flag} ", "`")]
-            assert len(row) == 1, (flag, name)
-            if isinstance(spec.export, str):
-                assert row[0][1] == "no" and row[0][2].rstrip(" |\n") in spec.export, (name, row)
-            else:
-                assert callable(spec.export) and row[0][1] != "no", (name, row)
+    page = os.path.join(REPO, "docs", "serving.md")
+    assert "<!-- generated: exports -->" in docs.read_document(page)
+    assert docs.stale([page], docs.Context(REPO)) == []
+    rows = _export_rows()
+    expected = {(flag, name): spec for flag, registry in (("--output-layer", OUTPUT_LAYER_REGISTRY),
+                                                          ("--embeddings", EMBEDDING_REGISTRY))
+                for name, spec in _ours(registry).items()}
+    assert set(rows) == set(expected)
+    for key, spec in expected.items():
+        export, how = rows[key]
+        if isinstance(spec.export, str):
+            assert export == "no" and how == spec.export.replace("|", "\\|"), (key, rows[key])
+        else:
+            assert callable(spec.export) and export == "yes" and how.startswith(f"`{spec.export.__name__}`: "), key
 
 
 def test_a_model_whose_options_are_a_dictconfig_exports(tiny_bin):

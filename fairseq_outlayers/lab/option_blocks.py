@@ -1,8 +1,10 @@
 """The documents' blocks rendered from the code: ``options`` (the registries' options, as ``outlayers-options``
-prints them), ``cli`` (a console command's argparse parser) and ``archs`` (every ``--arch`` of the package). The
+prints them), ``cli`` (a console command's argparse parser), ``archs`` (every ``--arch`` of the package) and
+``exports`` (how each output layer and embedding of the package exports, as its registration declares it). The
 help and docstrings they copy are held to the docs' rules by the tests (tests/test_evidence_table.py).
 """
-from typing import List
+import re
+from typing import Dict, List, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
 
@@ -14,8 +16,6 @@ def _cell(text: str) -> str:
 def _seam_row(flags: str, default: str, help_text: str):
     """A seam option whose choices are the registered methods, without the list: a layer added to the registry
     leaves the docs as they are (``outlayers-options`` and the method pages name each one)."""
-    import re
-
     if "{" not in flags:
         return flags, default, help_text
     head = help_text.split(": ", 1)[0]
@@ -84,3 +84,44 @@ def _archs_block(ctx, args: List[str]) -> List[str]:
     return (["Generated from the registries (`outlayers-options presets` prints the same).", "",
              "| `--arch` | model |", "| --- | --- |"]
             + [f"| `{name}` | {_cell(doc)} |" for name, doc in arch_sections()])
+
+
+def _first_sentence(doc: str) -> str:
+    """The first sentence of a docstring, on one line, with reST's double backticks as Markdown's single ones."""
+    text = " ".join((doc or "").split()).replace("``", "`")
+    return re.split(r"(?<=[.?!])\s+(?=[A-Z`(])", text, maxsplit=1)[0]
+
+
+def export_cells(export) -> Tuple[str, str]:
+    """(export, how) of a registration's ``export``: a function exports (how: its name and the first sentence of
+    its docstring), a sentence says why not, and nothing declared is refused as ``outlayers-export`` says."""
+    from fairseq_outlayers.tools.export import NOT_DECLARED
+
+    if callable(export):
+        summary = _first_sentence(export.__doc__)
+        summary = summary[:1].lower() + summary[1:] if summary[1:2].islower() else summary  # "The" -> "the"
+        return "yes", f"`{export.__name__}`: {summary or 'a function of the built module'}"
+    if isinstance(export, str):
+        return "no", export
+    return "not declared", f"`outlayers-export` refuses it: it {NOT_DECLARED}"
+
+
+def _exports_block(ctx, args: List[str]) -> List[str]:
+    """Every output layer and embedding of the package, in the registries' order, with how it exports
+    (``SeamSpec.export``); entries that export alike share a row."""
+    import fairseq_outlayers  # noqa: F401  (registers the methods)
+    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+
+    if args:
+        raise OutlayersConfigError(f"an exports block takes no arguments, not '{' '.join(args)}'")
+    lines = ["Generated from the registries (`export=` of each registration).", "",
+             "| option | export | how |", "| --- | --- | --- |"]
+    for flag, registry in (("--output-layer", OUTPUT_LAYER_REGISTRY), ("--embeddings", EMBEDDING_REGISTRY)):
+        rows: Dict[Tuple[str, str], List[str]] = {}
+        for name, spec in registry.items():
+            if spec.build.__module__.startswith("fairseq_outlayers."):  # not an entry a test or a plugin adds
+                rows.setdefault(export_cells(spec.export), []).append(name)
+        for (export, how), names in rows.items():
+            options = ", ".join([f"`{flag} {names[0]}`"] + [f"`{n}`" for n in names[1:]])
+            lines.append(f"| {options} | {export} | {_cell(how)} |")
+    return lines

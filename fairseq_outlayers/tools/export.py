@@ -36,6 +36,8 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 TOLERANCE = 1e-4
 #: files of the data directory that a user needs beside the model to translate raw text
 DATA_EXTRAS = ("bpecodes",)
+#: the refusal of an entry whose registration declares no ``export`` (after the entry's option and name)
+NOT_DECLARED = "declares no export (its registration has no export=...)"
 
 
 # -- the stock model ------------------------------------------------------------------------------------------
@@ -55,7 +57,7 @@ def _family(model):
 def _declared(spec, what: str, module, *extra):
     """What the registry entry ``spec`` declares for ``module``; a refusal in one line naming ``what``."""
     if spec.export is None:
-        raise ExportRefused(f"{what} declares no export (its registration has no export=...)")
+        raise ExportRefused(f"{what} {NOT_DECLARED}")
     if isinstance(spec.export, str):
         raise ExportRefused(f"{what} cannot be exported: {spec.export}")
     try:
