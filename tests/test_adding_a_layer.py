@@ -1,11 +1,13 @@
 """docs/architecture.md, "Adding a method", followed to the letter: the files it prints (two output layers, one of
 them reading a file, a criterion and a set of embeddings, each with its test and doc page) are written into a
-temporary copy of the package, its tests and its docs, and nothing else there changes. In that copy the new
+temporary copy of the package, its tests and its docs, and nothing else there changes by hand: the docs renderer
+rewrites one block, the export table of docs/serving.md, which then names the new methods. In that copy the new
 methods' own tests pass (the maths against float64 references, training runs; the file-reading layer trained by
 fairseq-train, decoded by fairseq-generate without its file, and a resume with another file refused in one line),
 and so do the package's tests that read the registries (option ranges, the unused-option check, the options
-listing, the leaves rule, the resume of every layer, the generated blocks of the docs, the length of the docs
-pages) and the sentence check of the docs. The copy is removed afterwards; this process never imports it."""
+listing, the leaves rule, the resume of every layer, the generated blocks of the docs, the export table, the
+length of the docs pages) and the sentence check of the docs. The copy is removed afterwards; this process never
+imports it."""
 import os
 import re
 import shutil
@@ -20,7 +22,7 @@ BLOCK = re.compile(r"```(?:python|markdown)\n(?:# |<!-- )([\w./-]+\.(?:py|md))(?
 REGISTRY_TESTS = ["declares_its_range", "seam_options_parse", "bad_float", "criterion_options_parse",
                   "every_seam_and_method", "every_package_criterion", "are_leaves", "declared_once", "names_no_method",
                   "share_a_name", "criterion_equals_label_smoothed", "ratio_one_equals_full_softmax",
-                  "pages_are_short", "every_generated_block"]
+                  "pages_are_short", "every_generated_block", "serving_page_lists_every_seam"]
 #: the files the section prints
 NEW_FILES = ["docs/factorised-embedding.md", "docs/focal-cross-entropy.md", "docs/scaled-cosine.md",
              "docs/unigram-prior.md", "fairseq_outlayers/criterions/focal_cross_entropy.py",
@@ -70,11 +72,19 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
             with open(target, "w", encoding="utf-8") as f:
                 f.write(text)
         env = {"PYTHONPATH": root}
+        # the docs renderer adds the new methods to the export table of docs/serving.md, and changes nothing else
+        rendered = run([sys.executable, "-m", "fairseq_outlayers.lab.docs"], cwd=root, env=env).stdout
+        assert rendered.splitlines() == ["docs/serving.md: block 'exports' rewritten"], rendered
+        with open(os.path.join(root, "docs", "serving.md"), encoding="utf-8") as f:
+            serving = f.read()
+        assert re.search(r"^\| `--output-layer softmax`.*, `unigram-prior` \| yes \| `folded_linear`: ", serving, re.M)
+        for row in ("`--output-layer scaled-cosine`", "`--embeddings factorised`"):
+            assert f"| {row} | not declared | `outlayers-export` refuses it: it declares no export" in serving, row
         new_tests = [path for path in NEW_FILES if path.startswith("tests/")]
         run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + new_tests +
             ["tests/test_option_checks.py", "tests/test_options_listing.py", "tests/test_core.py",
              "tests/test_fused_cross_entropy.py", "tests/test_sampled_softmax.py", "tests/test_resume_every_layer.py",
-             "tests/test_docs_blocks.py", "-k",
+             "tests/test_docs_blocks.py", "tests/test_export.py", "-k",
              " or ".join(["scaled_cosine", "focal_cross_entropy", "factorised_embedding", "unigram_prior"]
                                   + REGISTRY_TESTS + ["(resume_and_two_processes and (scaled or focal or factorised "
                                                       "or unigram))"])],

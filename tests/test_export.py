@@ -435,7 +435,7 @@ def _export_rows():
 def test_the_serving_page_lists_every_seam_as_the_registries_declare_it():
     """docs/serving.md's table is the generated block ``exports``, equal to its render from the registries (so a
     layer added to a registry needs no hand edit): a row per output layer and embedding of the package; "yes"
-    with the function's name for a function, "no" with the reason for a sentence."""
+    with the function's name for a function, "no" with the reason for a sentence, "not declared" for neither."""
     from fairseq_outlayers.lab import docs
     from harness import REPO
 
@@ -451,6 +451,8 @@ def test_the_serving_page_lists_every_seam_as_the_registries_declare_it():
         export, how = rows[key]
         if isinstance(spec.export, str):
             assert export == "no" and how == spec.export.replace("|", "\\|"), (key, rows[key])
+        elif spec.export is None:  # a layer added without export= (docs/architecture.md's scaled-cosine)
+            assert export == "not declared" and how.endswith(f"it {exporter.NOT_DECLARED}"), (key, rows[key])
         else:
             assert callable(spec.export) and export == "yes" and how.startswith(f"`{spec.export.__name__}`: "), key
 
