@@ -29,6 +29,8 @@ import argparse
 import re
 import sys
 
+from fairseq_outlayers.outfiles import atomic_write, is_input
+
 SEG = re.compile(r'<seg id="?[^">]*"?>\s*(.*?)\s*</seg>\s*$')
 DROP = {"2014": ("<url>", "<talkid>", "<keywords>"),
         "2017": ("<url>", "<talkid>", "<keywords>", "<speaker>", "<reviewer", "<translator", "<doc", "</doc>")}
@@ -58,8 +60,6 @@ def read_lines(prog, path):
 
 def write_lines(path, lines):
     """Write ``lines`` to ``path`` atomically: a step killed half-way leaves the old file or none."""
-    from fairseq_outlayers.outfiles import atomic_write
-
     with atomic_write(path) as f:
         for line in lines:
             f.write(line + "\n")
@@ -67,8 +67,6 @@ def write_lines(path, lines):
 
 def check_not_inputs(prog, args):
     """Every file a step writes is none of the files it reads (an output given as an input would replace it)."""
-    from fairseq_outlayers.outfiles import is_input
-
     also = list(args.also or []) if getattr(args, "also", None) else []
     inputs = [getattr(args, k, None) for k in ("inp", "src", "tgt")] + also[:2]
     outputs = [getattr(args, k, None) for k in ("out", "out_src", "out_tgt", "out_every", "out_rest")] + also[2:]

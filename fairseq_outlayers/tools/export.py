@@ -24,7 +24,11 @@ from typing import Dict, Optional
 
 import torch
 
+from fairseq_outlayers.checkpoint_safety import check_finite, load_trained, read
 from fairseq_outlayers.errors import ExportRefused, OutlayersConfigError, one_line_errors
+from fairseq_outlayers.models.lstm import OutlayersLSTMModel
+from fairseq_outlayers.models.registry import get_embedding_spec, get_output_layer_spec
+from fairseq_outlayers.models.transformer import OutlayersTransformerModel
 
 logger = logging.getLogger("fairseq_outlayers.export")
 
@@ -43,9 +47,6 @@ NOT_DECLARED = "declares no export (its registration has no export=...)"
 # -- the stock model ------------------------------------------------------------------------------------------
 def _family(model):
     """'transformer' or 'lstm': the stock fairseq model that holds this package's model of that architecture."""
-    from fairseq_outlayers.models.lstm import OutlayersLSTMModel
-    from fairseq_outlayers.models.transformer import OutlayersTransformerModel
-
     if isinstance(model, OutlayersTransformerModel):
         return "transformer"
     if isinstance(model, OutlayersLSTMModel):
@@ -69,8 +70,6 @@ def _declared(spec, what: str, module, *extra):
 def seam_tensors(model, args) -> Dict[str, Optional[torch.Tensor]]:
     """The plain tensors of the two seams, as the registries declare them: the source and target embedding
     tables and the output projection's weight and bias."""
-    from fairseq_outlayers.models.registry import get_embedding_spec, get_output_layer_spec
-
     embeddings = get_embedding_spec(args.embeddings)
     layer = get_output_layer_spec(args.output_layer)
     what = f"--embeddings {embeddings.name}"
@@ -316,9 +315,6 @@ def _replace(tmp: str, out: str):
 
 def load(checkpoint: str, data_dir: Optional[str] = None):
     """(model, model options, task, checkpoint state) through the package's safe loader."""
-    import fairseq_outlayers  # noqa: F401  (registers the models and allow-lists checkpoint classes)
-    from fairseq_outlayers.checkpoint_safety import check_finite, load_trained, read
-
     state = read(checkpoint)
     check_finite(checkpoint, state)
     model, _cfg, task = load_trained(checkpoint, data_dir)

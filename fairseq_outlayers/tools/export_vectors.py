@@ -11,6 +11,7 @@ its dictionaries must exist (``--data`` when it moved since training).
 import logging
 import os
 
+from fairseq_outlayers.checkpoint_safety import load_trained
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
 from fairseq_outlayers.models.seam_options import all_specs, file_options
@@ -57,8 +58,6 @@ def model_inputs(cfg) -> list:
 def export_target_vectors(checkpoint: str, output: str, matrix: str = "output", data=None, force=False) -> int:
     """Write the vectors; returns the number of rows written."""
     check_output_path(output, force, inputs=[checkpoint, data], option="OUTPUT")
-    import fairseq_outlayers  # noqa: F401  (registers the models and allow-lists checkpoint classes)
-    from fairseq_outlayers.checkpoint_safety import load_trained
 
     model, cfg, task = load_trained(checkpoint, data)
     # the files the model was built from (its data directory with the dictionaries, a pairing file, target

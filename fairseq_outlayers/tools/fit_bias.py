@@ -16,6 +16,8 @@ import json
 import os
 import sys
 
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import check_output_dir
 from fairseq_outlayers.value_checks import Range
 
 #: Adam moves each bias by about --lr per update, and a fitted bias is a few nats: larger steps only oscillate
@@ -53,8 +55,6 @@ def main(argv=None):
         parser.error(f"--out '{args.out}' exists; give another name (nothing is overwritten)")
     if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         parser.error(f"--out '{args.out}': its directory does not exist")
-    from fairseq_outlayers.errors import OutlayersConfigError
-    from fairseq_outlayers.outfiles import check_output_dir
 
     try:
         check_output_dir(args.out, "--out")  # a file can be created there: checked before the fit (minutes)

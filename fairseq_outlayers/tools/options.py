@@ -13,6 +13,9 @@ import dataclasses
 import sys
 from typing import List, Optional, Tuple
 
+from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, OutputLayerSpec
+from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS, add_core_args, apply_defaults
+
 #: one printed option: (flags, default as text, help)
 Option = Tuple[str, str, str]
 
@@ -50,9 +53,6 @@ def _parser_options(add_args, defaults: Optional[argparse.Namespace] = None, ski
 
 def seam_options() -> List[Option]:
     """The options of the two seams themselves (``--output-layer``, ``--embeddings``, ...), without the methods'."""
-    from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS, add_core_args
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
-
     method_flags = set()
     for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
         method_flags.update(flags.split(" ")[0].rstrip(",") for flags, _, _ in _spec_options(spec))
@@ -65,8 +65,6 @@ def _spec_options(spec) -> List[Option]:
     """A registered output layer's or embedding method's own options, with the defaults it applies."""
     if spec.add_args is None:
         return []
-    from fairseq_outlayers.models.seam_options import apply_defaults
-    from fairseq_outlayers.models.registry import OutputLayerSpec
 
     is_layer = isinstance(spec, OutputLayerSpec)
     defaults = argparse.Namespace(output_layer=spec.name if is_layer else "softmax",
@@ -85,8 +83,6 @@ def _spec_options(spec) -> List[Option]:
 
 def method_sections() -> List[Tuple[str, str, List[Option]]]:
     """(title, help, options) per registered output layer, then per embedding method."""
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
-
     out = []
     for spec in OUTPUT_LAYER_REGISTRY.values():
         out.append((f"--output-layer {spec.name}", spec.help, _spec_options(spec)))
@@ -106,8 +102,6 @@ def _package_models():
 
 def model_sections() -> List[Tuple[str, str, List[Option]]]:
     """The options a package model adds to the fairseq model it extends, besides the seams' and methods'."""
-    from fairseq_outlayers.models.seam_options import add_core_args
-
     core = argparse.ArgumentParser(add_help=False)
     add_core_args(core)
     core_flags = {a.option_strings[0] for a in core._actions if a.option_strings}
@@ -209,8 +203,6 @@ def chosen(sections, words: List[str], heading: str = "", names=None):
 
 def render(words: Optional[List[str]] = None) -> str:
     """The whole listing, or the sections ``words`` pick (:func:`chosen`)."""
-    import fairseq_outlayers  # noqa: F401  (registers the models, methods and criterions)
-
     def wanted(*texts):
         return not words or any(w.lower() in t.lower() for w in words for t in texts)
 

@@ -16,6 +16,11 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
+from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task, read
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
+from fairseq_outlayers.outfiles import atomic_write
+
 CHUNK = 8192
 BIAS_KEY = "decoder.output_projection.bias"
 
@@ -29,9 +34,6 @@ def load(checkpoint: str, data: Optional[str] = None):
     """(model in eval mode and in float32, task, cfg) of a checkpoint, its data directory replaced by ``data`` when
     given (a model saved in half precision, e.g. by ``--memory-efficient-fp16``, is fitted in float32;
     ``put_bias`` stores the bias in the checkpoint's own precision)."""
-    import fairseq_outlayers  # noqa: F401  (registers the package and allow-lists its checkpoints)
-    from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task
-
     overrides = {"data": data} if data else {}
     models, cfg, task = load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
     return models[0].float().eval(), task, cfg
@@ -111,8 +113,6 @@ def fit_scale(layer, feats, targets, epochs: int, lr: float, seed: int = 1):
 def accepts_bias(model, task, cfg) -> bool:
     """Whether a fitted bias can go into this model's output layer: it has a per-word bias (fixed, joint, a layer
     trained with ``--output-bias``) or its kind takes ``--output-bias`` (softmax, tied, tied-all)."""
-    from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
-
     layer = model.decoder.output_projection
     own = dict(layer.named_buffers(recurse=False), **dict(layer.named_parameters(recurse=False)))
     spec = OUTPUT_LAYER_REGISTRY.get(getattr(cfg.model, "output_layer", None))
@@ -147,10 +147,6 @@ def write_checkpoint(checkpoint: str, out_checkpoint: str, bias, accepts: bool, 
     """A copy of ``checkpoint`` with ``bias`` in its output layer, written atomically. The checkpoint is read again
     with the safe (weights-only) loader; with ``model``, the weights read must be the ones the bias was fitted on,
     so a file replaced while the fit ran is refused rather than written with a bias that is not its own."""
-    from fairseq_outlayers.checkpoint_safety import read
-    from fairseq_outlayers.errors import OutlayersConfigError
-    from fairseq_outlayers.outfiles import atomic_write
-
     state = read(checkpoint)
     if model is not None and not same_weights(model, state["model"]):
         raise OutlayersConfigError(f"checkpoint '{checkpoint}' changed while the bias was fitted (its weights are no "

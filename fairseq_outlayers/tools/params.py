@@ -8,6 +8,9 @@ import json
 import os
 import sys
 
+from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task, read
+from fairseq_outlayers.errors import OutlayersConfigError
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="outlayers-params", description=__doc__.strip().splitlines()[0])
@@ -32,11 +35,7 @@ def main(argv=None):
 
     import logging
 
-    import fairseq_outlayers  # noqa: F401  (registers the models before the checkpoint is rebuilt)
-
     logging.getLogger("fairseq_outlayers.models.core").setLevel(logging.WARNING)  # the report is printed below
-    from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task, read
-    from fairseq_outlayers.errors import OutlayersConfigError
     from fairseq_outlayers.parameter_counts import format_parameter_report, parameter_report
 
     overrides = {"data": args.data} if args.data else {}

@@ -9,17 +9,16 @@ apart. The same dictionary, dimension and seed give the same file on every machi
 import logging
 
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
+from fairseq_outlayers.target_vectors import random_unit_vectors
 from fairseq_outlayers.tools.export_vectors import exportable
 from fairseq_outlayers.value_checks import FROZEN_BYTES, NON_NEGATIVE_INT, POSITIVE_INT, check_fits
+from fairseq_outlayers.word_pairs.corpus import load_dictionary
 
 logger = logging.getLogger(__name__)
 
 
 def write_random_vectors(dictionary_path: str, output: str, dim: int, seed: int, force: bool = False) -> int:
     """Write the vectors; returns the number of rows written."""
-    from fairseq_outlayers.word_pairs.corpus import load_dictionary
-    from fairseq_outlayers.target_vectors import random_unit_vectors
-
     check_output_path(output, force, inputs=[dictionary_path], option="OUTPUT")
     dictionary = load_dictionary(dictionary_path)
     rows = [i for i in range(len(dictionary)) if exportable(dictionary, i)]

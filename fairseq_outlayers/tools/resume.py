@@ -18,6 +18,8 @@ import os
 import sys
 from typing import List, Optional
 
+from fairseq_outlayers.errors import OutlayersConfigError, describe_load_error, is_refused
+
 PROG = "fairseq_outlayers"
 
 
@@ -34,8 +36,6 @@ def _option(argv: List[str], name: str) -> Optional[str]:
 def _load(path: str):
     """(state, None) of a checkpoint read with the safe loader (tensors mapped), or (None, the exception)."""
     import torch
-
-    import fairseq_outlayers  # noqa: F401  (allow-lists what fairseq checkpoints pickle)
 
     error = None
     for kwargs in ({"mmap": True}, {}):
@@ -76,7 +76,6 @@ def restore_args(argv: List[str]) -> List[str]:
     last = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.exists(last) or updates(last) is not None:
         return []
-    from fairseq_outlayers.errors import describe_load_error, is_refused
 
     _, error = _load(last)
     if error is not None and is_refused(error):  # not a damaged copy: a file someone else wrote
@@ -190,8 +189,6 @@ def check_resume(args):
         return
     from fairseq.criterions import CRITERION_REGISTRY
 
-    from fairseq_outlayers.errors import OutlayersConfigError
-
     given = {"optimizer": getattr(args, "optimizer", None), "criterion": getattr(args, "criterion", None),
              "precision": precision(lambda name: getattr(args, name, False))}
     criterion_cls = CRITERION_REGISTRY.get(given["criterion"])
@@ -233,8 +230,6 @@ def check_resume_argv(argv: List[str]):
 
 
 def main(argv=None):
-    from fairseq_outlayers.errors import OutlayersConfigError
-
     argv = sys.argv[1:] if argv is None else argv
     extra = restore_args(argv)
     try:

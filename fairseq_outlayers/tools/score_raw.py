@@ -12,14 +12,14 @@ import os
 import sys
 
 from fairseq_outlayers import value_checks as checks
+from fairseq_outlayers.checkpoint_safety import check_decodable
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import _inside, write_text
 
 
 def _check_outputs(out: str, sets, inputs):
     """Each set's folder OUT/NAME, written into, holds none of the command's inputs and lies inside none: one
     line naming both before any work (nothing a command reads is written over)."""
-    from fairseq_outlayers.outfiles import _inside
-
     inputs = list(inputs) + [p for pair in sets.values() for p in pair]
     for name in sorted(sets):
         work = os.path.join(out, name)
@@ -42,13 +42,11 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=checks.POSITIVE_INT, default=128)
     args = parser.parse_args(argv)
     from fairseq_outlayers.tools.evaluation.scoring import evaluate, parse_raw_sets
-    from fairseq_outlayers.outfiles import write_text
     from fairseq_outlayers.tools.rawtext import Preparation
 
     try:
         if not os.path.isfile(args.checkpoint):
             raise OutlayersConfigError(f"--checkpoint '{args.checkpoint}' does not exist")
-        from fairseq_outlayers.checkpoint_safety import check_decodable
 
         check_decodable(args.checkpoint)  # refused, damaged or NaN weights: before any set is prepared
         sets = parse_raw_sets(args.test_set)

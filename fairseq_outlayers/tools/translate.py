@@ -24,8 +24,11 @@ import tempfile
 from typing import List
 
 from fairseq_outlayers import value_checks as checks
+from fairseq_outlayers.checkpoint_safety import check_finite, read
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.tools.evaluation.scoring import binarised_sizes  # noqa: F401  (also this module's name for it)
+from fairseq_outlayers.outfiles import check_output_path, check_work_dir, removed_on_termination, write_text
+from fairseq_outlayers.tools.evaluation.scoring import binarised_sizes, generate, read_generate_output
+from fairseq_outlayers.tools.rawtext import Preparation, binarise, read_text
 
 #: fairseq's default ``--max-source-positions`` of the translation task, which fairseq-generate applies
 TASK_MAX_SOURCE_POSITIONS = 1024
@@ -37,8 +40,6 @@ def source_limit(checkpoint: str) -> int:
     model's ``max_source_positions`` when the checkpoint's configuration gives one, and never more than the task's
     default. Read with the package's safe load, memory-mapped, before the text is prepared: a checkpoint that is
     refused, damaged or holds NaN weights is an ``OutlayersConfigError`` (one line) here."""
-    from fairseq_outlayers.checkpoint_safety import check_finite, read
-
     limit = TASK_MAX_SOURCE_POSITIONS
     state = read(checkpoint, mmap=True)
     check_finite(checkpoint, state)
@@ -72,9 +73,6 @@ def translate_lines(lines, checkpoint, data, work_dir, beam=5, lenpen=1.0, batch
     ``OutlayersConfigError`` naming it before anything is translated; "skip", left out (its translation is "");
     "truncate", cut to its first tokens by fairseq-generate's ``--truncate-source``. ``report(message)`` hears of
     skipped and truncated lines (1-based line numbers)."""
-    from fairseq_outlayers.tools.evaluation.scoring import generate, read_generate_output
-    from fairseq_outlayers.tools.rawtext import Preparation, binarise
-
     if long_lines not in LONG_LINES:
         raise OutlayersConfigError(f"--long-lines must be one of {', '.join(LONG_LINES)}, not '{long_lines}'")
     prep = prep or Preparation.from_data(data)
@@ -145,8 +143,6 @@ def main(argv=None) -> int:
                         "fairseq-generate's output in DIR, a new or empty directory (default: a temporary "
                         "directory, removed on exit and on SIGTERM)")
     args = parser.parse_args(argv)
-    from fairseq_outlayers.outfiles import check_output_path, check_work_dir, removed_on_termination, write_text
-    from fairseq_outlayers.tools.rawtext import read_text
 
     def report(message):
         print(f"translate: {message}", file=sys.stderr)

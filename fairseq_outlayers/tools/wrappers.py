@@ -5,7 +5,11 @@ with one line (``fairseq_outlayers.errors.one_line_errors``). ``outlayers-genera
 import sys
 
 from fairseq_outlayers import USER_DIR
+from fairseq_outlayers.checkpoint_safety import check_decodable
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors
+from fairseq_outlayers.fairseq_compat import atomic_checkpoint_copies, keep_bf16_off_the_tpu
+from fairseq_outlayers.models.seam_checks import check_new_run
+from fairseq_outlayers.outfiles import DISK_ERRORS, check_writable_dir
 from fairseq_outlayers.value_checks import check_decoding_argv
 
 
@@ -54,8 +58,6 @@ def _check_checkpoints(argv):
     errors are one line too (``errors.load_error_message``)."""
     import os
 
-    from fairseq_outlayers.checkpoint_safety import check_decodable
-
     path = _option_value(argv, "--path")
     paths = [p for p in (path or "").split(os.pathsep) if os.path.isfile(p)]
     if paths:
@@ -96,8 +98,6 @@ def _save_error(exc: BaseException):
         return None
     import os
 
-    from fairseq_outlayers.outfiles import DISK_ERRORS
-
     reason = exc.strerror or str(exc)
     folder = os.path.dirname(target) or "."
     fix = "free space in" if exc.errno in DISK_ERRORS else "make sure you can write in"
@@ -120,16 +120,11 @@ def _train(bf16: bool):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from fairseq_outlayers.fairseq_compat import keep_bf16_off_the_tpu
-    from fairseq_outlayers.models.seam_checks import check_new_run
-
     args = options.parse_args_and_arch(options.get_training_parser())
     if bf16:
         keep_bf16_off_the_tpu(args)
         if getattr(args, "use_plasma_view", False):
             raise OutlayersConfigError("--use-plasma-view with bf16 is not supported by outlayers-train; drop it")
-    from fairseq_outlayers.fairseq_compat import atomic_checkpoint_copies
-    from fairseq_outlayers.outfiles import check_writable_dir
 
     check_training_device(args)
     from fairseq_outlayers.tools.resume import check_resume

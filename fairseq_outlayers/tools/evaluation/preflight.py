@@ -17,13 +17,14 @@ import argparse
 import os
 import sys
 
+from fairseq_outlayers.checkpoint_safety import check_decodable
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import is_input
 
 
 def check(args):
     from fairseq_outlayers.tools.evaluation.scoring import parse_raw_sets, read_lines, subset_sentences
     from fairseq_outlayers.tools.evaluation.unknown_words import read_lexicon
-    from fairseq_outlayers.outfiles import is_input
     from fairseq_outlayers.tools.rawtext import read_text
 
     if args.lexicon:
@@ -52,8 +53,6 @@ def check(args):
             raise OutlayersConfigError(f"{path} (an output) is also an input of this command ('{given}'); choose "
                                        "another --out DIR (--force never overwrites an input)")
     if args.checkpoint:  # last, as it reads the file: refused, damaged or NaN weights, before any translation
-        from fairseq_outlayers.checkpoint_safety import check_decodable
-
         check_decodable(args.checkpoint)
 
 

@@ -11,6 +11,9 @@ import os
 import sys
 from collections import Counter
 
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import is_input, write_text
+
 
 def remove_bpe(text):
     """fairseq's --remove-bpe for subword-nmt/fastBPE (the '@@ ' continuation marker)."""
@@ -93,7 +96,6 @@ def main(argv=None):
     out, tgt, raw_ref, rare, ckpt, beam, lenpen, tok_ref = (a.out, a.tgt, a.raw_ref, a.rare_f1, a.checkpoint,
                                                             a.beam, a.lenpen, a.tok_ref)
     lower, replace_unk = a.lowercase == "1", a.replace_unk == "1"
-    from fairseq_outlayers.outfiles import is_input
 
     for name in WRITTEN:  # before any work: a reference or lexicon given inside OUT under a name written here
         given = is_input(os.path.join(out, name), (raw_ref, tok_ref, a.unk_lexicon))
@@ -106,7 +108,6 @@ def main(argv=None):
     replaced, unk_counts, lexicon = 0, Counter(), None
     if replace_unk:
         if a.unk_lexicon:
-            from fairseq_outlayers.errors import OutlayersConfigError
             from fairseq_outlayers.tools.evaluation.unknown_words import read_lexicon
 
             try:
@@ -146,7 +147,6 @@ def main(argv=None):
     if tok_ref:
         ref_tok = read_ref(tok_ref, "--tok-ref")
         tok_origin = tok_ref
-    from fairseq_outlayers.outfiles import write_text  # atomic: a complete file or the previous one
 
     for name, lines in (("hyp.tok", hyp_tok), ("ref.tok", ref_tok), ("hyp.detok", hyp_detok)):
         write_text(os.path.join(out, name), "".join(x + "\n" for x in lines))

@@ -16,7 +16,9 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_outlayers.checkpoint_safety import check_decodable
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.outfiles import write_text
 from fairseq_outlayers.tools.commands import executable, user_dir
 from fairseq_outlayers.tools.rawtext import Preparation, binarise, data_languages, read_text
 
@@ -64,8 +66,6 @@ def generate(data_bin: str, checkpoint: str, results_dir: str, beam: int = 5, le
              env: Optional[Dict[str, str]] = None) -> Tuple[List[str], List[str]]:
     """(the command, the tokenised hypotheses in sentence order); ``env``: variables set for fairseq-generate only.
     A checkpoint that is missing, refused, damaged or holds NaN weights is one line before fairseq-generate runs."""
-    from fairseq_outlayers.checkpoint_safety import check_decodable
-
     check_decodable(checkpoint)
     os.makedirs(results_dir, exist_ok=True)
     cmd = generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset) + [
@@ -162,8 +162,6 @@ def score_subset(data_bin: str, checkpoint: str, hyp_path: str, ref_path: str, b
     ``hyp_path`` (atomically), fairseq-generate's own output to ``HYP_PATH_WITHOUT_EXTENSION.generate/``;
     ``lowercase`` None reads the case from the data directory's ``.done``, ``src``/``tgt`` None the languages from
     its binarised files; ``env``: variables set for fairseq-generate only (the run's GPU: ``gpus.py``)."""
-    from fairseq_outlayers.outfiles import write_text
-
     if (src is None) != (tgt is None):
         found_src, found_tgt = data_languages(data_bin)
         src, tgt = src or found_src, tgt or found_tgt

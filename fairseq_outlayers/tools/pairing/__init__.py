@@ -7,6 +7,8 @@ the pairing file that ``fairseq-train --embeddings shared-private --pairing pair
 from fairseq_outlayers.word_pairs import DEFAULT_THRESHOLD, load_dictionary, pair_dictionaries, read_parallel
 
 from .alignment import estimate_probabilities, read_pharaoh, systran_links
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.word_pairs.corpus import coverage_warnings
 
 __all__ = ["make_pairing"]
 
@@ -15,10 +17,6 @@ def make_pairing(src_text, tgt_text, src_dict_path, tgt_dict_path, aligner="syst
                  direction="forward", threshold=DEFAULT_THRESHOLD, iterations=5, log=None):
     """The whole pipeline as a Python call; returns (Pairing, timings dict with seconds and word counts)."""
     import time
-
-    from fairseq_outlayers.errors import OutlayersConfigError
-
-    from fairseq_outlayers.word_pairs.corpus import coverage_warnings
 
     if log is None:
         import logging

@@ -10,7 +10,11 @@ import argparse
 import sys
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.outfiles import check_output_path
+from fairseq_outlayers.modules.shared_private import closed_form_numel
+from fairseq_outlayers.outfiles import check_output_path, removed_on_termination
+from fairseq_outlayers.tools.pairing import make_pairing
+from fairseq_outlayers.tools.pairing.alignment import add_aligner_options, check_aligner_available
+from fairseq_outlayers.word_pairs import load_dictionary, pair_identical, write_pairing
 
 
 def build_parser():
@@ -23,7 +27,6 @@ def build_parser():
     p.add_argument("--src-dict", required=True, help="source dictionary (data-bin/dict.SRC.txt)")
     p.add_argument("--tgt-dict", required=True, help="target dictionary (data-bin/dict.TGT.txt)")
     p.add_argument("-o", "--output", required=True, help="pairing file to write")
-    from fairseq_outlayers.tools.pairing.alignment import add_aligner_options
 
     add_aligner_options(p, direction="forward")
     p.add_argument("--threshold", type=float, default=0.05,
@@ -38,8 +41,6 @@ def build_parser():
 
 
 def main(argv=None):
-    from fairseq_outlayers.outfiles import removed_on_termination
-
     with removed_on_termination():  # SIGTERM: the aligner's temporary directory is removed too
         return _main(argv)
 
@@ -51,9 +52,6 @@ def _main(argv=None):
 
         return lexicon_main(argv[1:])
     args = build_parser().parse_args(argv)
-    from fairseq_outlayers.word_pairs import write_pairing
-
-    from . import make_pairing
 
     def log(msg):
         print(f"pairing: {msg}", file=sys.stderr)
@@ -68,12 +66,8 @@ def _main(argv=None):
         check_output_path(args.output, args.force, option="-o",
                           inputs=(args.src_text, args.tgt_text, args.src_dict, args.tgt_dict, args.alignment))
         if not args.identical:
-            from .alignment import check_aligner_available
-
             check_aligner_available(args.aligner)
         if args.identical:
-            from fairseq_outlayers.word_pairs import load_dictionary, pair_identical
-
             pairing = pair_identical(load_dictionary(args.src_dict), load_dictionary(args.tgt_dict))
         else:
             if not args.src_text or not args.tgt_text:
@@ -92,7 +86,6 @@ def _main(argv=None):
         print(f"fairseq_outlayers: error: {e}", file=sys.stderr)
         return 1
     print(f"wrote {args.output}:\n{pairing.summary()}")
-    from fairseq_outlayers.modules.shared_private import closed_form_numel
 
     d, vx, vy = args.report_dim, pairing.src_size, pairing.tgt_size
     vanilla = (vx + 2 * vy) * d

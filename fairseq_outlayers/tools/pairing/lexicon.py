@@ -33,8 +33,11 @@ from collections import Counter
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.tools.evaluation.unknown_words import BPE_MARKER
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
+from fairseq_outlayers.tools.evaluation.unknown_words import BPE_MARKER
+from fairseq_outlayers.tools.pairing.alignment import (add_aligner_options, check_aligner_available, read_pharaoh,
+                                                      systran_links)
+from fairseq_outlayers.word_pairs.corpus import load_dictionary, read_parallel
 
 FAIRSEQ_SPECIALS = frozenset({"<s>", "<pad>", "</s>", "<unk>"})
 
@@ -120,9 +123,6 @@ def make_lexicon(src_text: str, tgt_text: str, aligner: str = "systran", alignme
                  direction: str = "both", iterations: int = 5, min_count: int = 1, log=None
                  ) -> Tuple[Lexicon, Dict[str, int]]:
     """The whole pipeline on a line-aligned training corpus (the text exactly as the model reads it)."""
-    from .alignment import read_pharaoh, systran_links
-    from fairseq_outlayers.word_pairs.corpus import read_parallel
-
     corpus = lambda: read_parallel(src_text, tgt_text)  # noqa: E731
     skipped: List[int] = []
     if aligner == "systran":
@@ -165,7 +165,6 @@ def build_parser():
     p.add_argument("--tgt-text", required=True, help="target side, line-aligned with --src-text (tokenised; "
                    "BPE pieces are never lexicon targets)")
     p.add_argument("-o", "--out", "--output", dest="out", required=True, help="lexicon file to write")
-    from fairseq_outlayers.tools.pairing.alignment import add_aligner_options
 
     add_aligner_options(p, direction="both")
     p.add_argument("--min-count", type=int, default=1,
@@ -180,8 +179,6 @@ def build_parser():
 def check_source_units(src_text: str, src_dict_path: str, min_fraction: float = 0.5) -> float:
     """Fraction of --src-text tokens in the source dictionary; an error below ``min_fraction`` (the text is not
     in the units the model reads, e.g. words where the model reads BPE)."""
-    from fairseq_outlayers.word_pairs.corpus import load_dictionary
-
     if not os.path.isfile(src_text):
         raise OutlayersConfigError(f"source text '{src_text}' does not exist; pass the path of an existing file")
     d = load_dictionary(src_dict_path)
@@ -211,7 +208,6 @@ def main(argv=None):
             raise OutlayersConfigError(f"--iterations must be at least 1, got {args.iterations}")
         check_output_path(args.out, args.force, option="--out",
                           inputs=(args.src_text, args.tgt_text, args.src_dict, args.alignment))
-        from fairseq_outlayers.tools.pairing.alignment import check_aligner_available
 
         check_aligner_available(args.aligner)
         if args.src_dict:
