@@ -121,3 +121,30 @@ def test_every_module_command_written_in_the_repository_runs():
         if not runnable:
             broken.append(f"{where}: python -m {module} cannot run")
     assert not broken, "\n".join(broken)
+
+
+def test_no_tool_imports_inside_a_function_what_the_plugin_has_loaded():
+    """Every tool is a module of the package, so ``import fairseq_outlayers`` (which registers the models: torch,
+    fairseq and the plugin's modules) runs before any line of it: no tool can run without torch, and a tool's
+    import of a module the plugin loads belongs at the top of its file, where a function-level one saves nothing."""
+    probe = ("import sys, fairseq_outlayers\n"
+             "print(' '.join(sorted(m for m in sys.modules if m.startswith('fairseq_outlayers'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    loaded = set(out.stdout.strip().splitlines()[-1].split()) - {"fairseq_outlayers"}
+    assert {"fairseq_outlayers.models.registry", "fairseq_outlayers.outfiles", "fairseq_outlayers.errors"} <= loaded
+    late = []
+    for path in package_files():
+        module = module_name(path)
+        if part(module) != "tools":
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        inner = {n.lineno for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        for line, target in imports(path, module):
+            rel = os.path.join(REPO, *target.split("."))
+            is_module = os.path.isfile(rel + ".py") or os.path.isdir(rel)
+            named = target if is_module else target.rsplit(".", 1)[0]  # ``from MODULE import NAME``
+            if line in inner and (named in loaded or target == "fairseq_outlayers"):
+                late.append(f"{os.path.relpath(path, REPO)}:{line} imports {target} inside a function")
+    assert not late, "loaded with the package already; import at the top of the file:\n" + "\n".join(late)
