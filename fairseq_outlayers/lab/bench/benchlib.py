@@ -18,6 +18,7 @@ vocabulary (or the sampled |V'|), m the continuous output size, d_j the joint si
 import contextlib
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -180,9 +181,10 @@ def ratio(a, b):
 
 
 def command_line(script: str, argv=None) -> str:
-    """``python scripts/SCRIPT args...`` as the run was started (``argv`` as given to main, else sys.argv)."""
+    """``python scripts/SCRIPT args...`` as the run was started (``argv`` as given to main, else sys.argv), each
+    argument quoted for the shell where it needs it (spaces, quotes), so that the line can be pasted."""
     args = sys.argv[1:] if argv is None else argv
-    return f"python scripts/{script}" + "".join(" " + a for a in args)
+    return f"python scripts/{script}" + "".join(" " + shlex.quote(a) for a in args)
 
 
 def gflops(flops_per_s: float) -> str:
