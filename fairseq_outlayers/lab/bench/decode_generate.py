@@ -66,9 +66,9 @@ def bleu(hypotheses: List[str], references: List[str], lang: str, lowercase: boo
 
 def checkpoint_updates(path: str) -> Optional[int]:
     """The number of updates a fairseq checkpoint was trained for (None when it does not say)."""
-    import torch
+    from fairseq_outlayers.checkpoint_safety import read
 
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = read(path, mmap=True)
     return (state.get("optimizer_history") or [{}])[-1].get("num_updates")
 
 
