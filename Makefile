@@ -29,11 +29,14 @@ results: install
 	  --rows "configs/demo/*.args configs/continuous/*.args" --out $(RESULTS_OUT) \
 	  --title "Multi30k de-en: every output layer, $(RESULTS_UPDATES) updates, seeds $(RESULTS_SEEDS)"
 
+# every core (pytest-xdist), tests handed out one at a time as workers free up
+XDIST = -n auto --dist worksteal
+
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(XDIST) tests
 
 test-fast: install
-	$(PY) -m pytest -q tests --fast
+	$(PY) -m pytest -q $(XDIST) tests --fast
 
 test-slow: install
-	$(PY) -m pytest -q tests --run-slow
+	$(PY) -m pytest -q $(XDIST) tests --run-slow

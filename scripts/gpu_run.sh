@@ -16,8 +16,8 @@
 #   PY      the Python (default python3); .whl/*.whl, when present, are installed into $SITE (default /tmp/site; see
 #           docs/benchmarks/README.md for the wheels and the command that sends them)
 #
-# The test steps set OUTLAYERS_TEST_DEVICE=cuda, so each command of their tests is a new process: torch refuses
-# CUDA in a fork of a process that has initialised it (tests/forked.py, tests/test_commands_on_cuda.py).
+# The test steps set OUTLAYERS_TEST_DEVICE=cuda. Their commands run in the test process or as new processes, never
+# in a fork, which torch refuses once CUDA is initialised (tests/in_process.py, tests/test_commands_on_cuda.py).
 #
 # Steps (name: what -> file in gpu-results.tar), the tables a user needs most first; each step's file is in
 # $OUT/gpu-results.tar as soon as the step ends (the fused-peers page after each of its tables):

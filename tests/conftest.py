@@ -1,20 +1,18 @@
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
 
 import fairseq_outlayers  # noqa: F401  (registers models; allow-lists checkpoint classes)
-import forkserver
+import in_process
 from harness import DEVICE_ENV, make_corpus, preprocess
 
-# One thread a test process: pytest-xdist runs one worker a core (``-n auto``), and the commands the tests start
-# are forks of it (forked.py) that must not inherit a thread pool.
+# One thread a test process: pytest-xdist runs one worker a core (``make test``: ``-n auto``), and the commands the
+# tests start run in it (in_process.py) or beside it.
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
-# and torch.compile without its pool of compile workers: a fork of a test process that compiled once would wait
-# for ever on the parent's pool (--vmf-compile through a forked fairseq-train hung with a fresh inductor cache)
+# and torch.compile without its pool of compile worker processes, one more process a core would hold
 os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
 
@@ -79,7 +77,7 @@ def fast_tier(request):
             pytest.skip(f"starts a command ({name}): make test runs it")
 
     previous = os.environ.get("OUTLAYERS_TEST_SUBPROCESS")
-    os.environ["OUTLAYERS_TEST_SUBPROCESS"] = "1"  # the harness's forks become subprocesses, and so are skipped
+    os.environ["OUTLAYERS_TEST_SUBPROCESS"] = "1"  # the harness's calls become processes, and so are skipped
     subprocess.Popen = NoCommand
     try:
         yield
@@ -92,15 +90,8 @@ def fast_tier(request):
 
 
 @pytest.fixture
-def served_commands(monkeypatch):
-    """For a test that runs a program of the package in-process (``ledger_main``) which starts ``fairseq-train``
-    beside ``sys.executable``, or ``sys.executable -m ...``: here those are the stand-ins of forkserver.py, so each
-    such command is a fork of a process that has fairseq imported. ``sys.executable`` names the stand-in of
-    Python, as it would name a symbolic link to Python that started it. A test module asks for it with
-    ``pytestmark = pytest.mark.usefixtures("served_commands")``; ``OUTLAYERS_TEST_SUBPROCESS=1`` turns it off."""
-    env = forkserver.environment(dict(os.environ))
-    if not env.get("VENV_BIN"):
-        return
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(sys, "executable", os.path.join(env["VENV_BIN"], "python"))
+def commands_in_process(monkeypatch):
+    """For a test whose code under test starts commands itself (the lab's ledger and compare runners): each command
+    that ``harness.run`` would call in the test process is called there too (``in_process.popen``), the others
+    start as processes. A test module asks for it with ``pytestmark = pytest.mark.usefixtures(...)``."""
+    monkeypatch.setattr(subprocess, "Popen", in_process.popen(subprocess.Popen))

@@ -3,8 +3,8 @@
 ``make_corpus`` writes a small synthetic parallel corpus (a deterministic word-by-word translation with
 reordering, so a model can learn something in a few updates), ``preprocess`` binarises it with
 ``fairseq-preprocess``, ``train`` runs ``fairseq-train --user-dir ...`` for a few updates and ``generate`` runs
-``fairseq-generate`` and parses its hypotheses. Every call runs the real program, in a fork of the test process
-where one can stand in for a new Python (``run``). A user mistake ends fairseq's
+``fairseq-generate`` and parses its hypotheses. Every call runs the real program, called in the test process as
+fairseq's own tests call it (``run``). A user mistake ends fairseq's
 own CLIs with a traceback whose last line is the message, and the package's ``outlayers-train`` /
 ``outlayers-generate`` with that one line: tests of error messages run the latter (``cli=...``).
 
@@ -17,8 +17,7 @@ import subprocess
 import sys
 from typing import Dict, List, Optional
 
-import forked
-import forkserver
+import in_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_outlayers")
@@ -45,24 +44,18 @@ def tool(name: str) -> str:
 
 def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None, check: bool = True,
         timeout: int = 600, input: Optional[str] = None) -> subprocess.CompletedProcess:
-    """``cmd`` in a process of its own. A console script of this venv, or ``python -m MODULE`` / ``python
-    SCRIPT.py``, runs in a fork of the test process (``forked.py``): the same function with the same argv,
-    environment and working directory, without a second start of Python, torch and fairseq. Any other command (a
-    shell script) runs afresh, and the commands it starts are served by forks (``forkserver.py``).
-    ``OUTLAYERS_TEST_SUBPROCESS=1`` starts every command afresh instead."""
+    """``cmd`` run as ``subprocess.run(..., capture_output=True, text=True)`` would run it. A console script of
+    fairseq or this package, ``python -m`` one of their modules or ``python SCRIPT.py`` is called in the test
+    process (``in_process.py``, which says when not); anything else (a shell script, ``python -c``) is a new
+    process. ``OUTLAYERS_TEST_SUBPROCESS=1`` makes every command a new process."""
     full_env = dict(os.environ)
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints without it
     full_env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     full_env.update(env or {})
-    target = forked.target(cmd, BIN, full_env)
-    if target is not None:
-        proc = forked.run(target, cmd, cwd=cwd, env=full_env, timeout=timeout, input=input)
+    function = in_process.program(cmd, BIN, full_env)
+    if function is not None:
+        proc = in_process.call(function, cmd, cwd=cwd, env=full_env, timeout=timeout, input=input)
     else:
-        # a script's own commands (fairseq-train in scripts/train.sh ...) are served by forks too (forkserver.py),
-        # unless the test chose the programs it finds (VENV_BIN, or a PATH not led by this venv)
-        given = env or {}
-        if "VENV_BIN" not in given and given.get("PATH", BIN).split(os.pathsep)[0] == BIN:
-            full_env.update(forkserver.environment(full_env))
         proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
                               input=input)
     if check and proc.returncode != 0:
@@ -71,6 +64,15 @@ def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]]
             f"\n--- stderr ---\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def process_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The environment of a command the tests start as a process of its own (``subprocess.Popen``)."""
+    full = dict(os.environ)
+    full.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints without it
+    full.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    full.update(env or {})
+    return full
 
 
 def pairing_file(raw_dir: str, bin_dir: str, path: str, src: str = "de", tgt: str = "en") -> str:
@@ -189,11 +191,8 @@ def train_distributed(bin_dir: str, save_dir: str, arch_args=None, extra=None, m
         "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
         "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-world-size", str(world_size),
         "--distributed-no-spawn"]
-    env = dict(os.environ)
-    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-    env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
-    env.update(forkserver.environment(env))  # each rank a fork of a process that has fairseq imported
-    procs = [subprocess.Popen(forkserver.command(base, env) + ["--distributed-rank", str(r)], env=env,
+    env = process_env()
+    procs = [subprocess.Popen(base + ["--distributed-rank", str(r)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world_size)]
     outs = []
     for r, p in enumerate(procs):

@@ -23,7 +23,7 @@ def test_checkpoint_needs_only_allow_listed_globals(tiny_bin, tmp_path):
     train(tiny_bin, save, extra=["--output-layer", "tied"], max_update=2)
     path = os.path.join(save, "checkpoint_last.pt")
     # ask a fresh interpreter that has not imported the plugin (this one has already allow-listed the classes):
-    # a new Python, not a fork of this one
+    # a new Python (``python -c`` always is one)
     probe = run([sys.executable, "-c", "import sys, torch; print('\\n'.join("
                  "torch.serialization.get_unsafe_globals_in_checkpoint(sys.argv[1])))", path],
                 env={"OUTLAYERS_TEST_SUBPROCESS": "1"})

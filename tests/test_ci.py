@@ -20,3 +20,29 @@ def test_the_suite_runs_in_an_order_seeded_from_the_commit(tmp_path):
     assert proc.stdout.splitlines() == [
         f"test order: -p randomly --randomly-seed {seed} (commit {commit[:12]})",
         f"make test PYTEST_ADDOPTS=-p randomly --randomly-seed {seed} "]
+
+
+def test_the_tests_run_commands_one_plain_way():
+    """Commands run in the test process or as new processes (``harness.run``, ``in_process.py``): no test module
+    forks the test process, serves commands over a socket or puts stand-in programs on a ``PATH``."""
+    machinery = ("os." + "fork(", "fork" + "server", "SCM" + "_RIGHTS", "send" + "_fds")
+    folder = os.path.join(REPO, "tests")
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                text = f.read()
+            found += [f"{name}: {word}" for word in machinery if word in text]
+    assert not found, found
+
+
+def test_plain_pytest_runs_one_process_that_pdb_can_stop():
+    """``pytest --pdb -p no:xdist`` works as typed: pytest.ini gives no xdist option; ``make test`` adds the
+    workers."""
+    import configparser
+
+    ini = configparser.ConfigParser()
+    ini.read(os.path.join(REPO, "pytest.ini"))
+    assert "-n" not in ini["pytest"]["addopts"].split()
+    with open(os.path.join(REPO, "Makefile"), encoding="utf-8") as f:
+        assert "XDIST = -n auto --dist worksteal" in f.read()

@@ -1,59 +1,80 @@
-"""The tests' commands on CUDA: never a fork of a process that has initialised CUDA, which torch refuses.
+"""The tests' commands on CUDA: no test forks a process, which torch refuses once CUDA is initialised in it.
 
-There is no GPU here, so an initialised CUDA is simulated: ``torch.cuda.is_initialized()`` made to say True, or a
-library list naming the CUDA driver, as ``torch.cuda.is_available()`` leaves it. A command then runs in a new
-Python (``_pytest`` is not imported there, as it is in a fork of a test process)."""
+A command runs in the test process (``in_process.py``) or as a new process (``subprocess``, whose fork is followed
+at once by ``exec``). There is no GPU here, so an initialised CUDA is simulated (``torch.cuda.is_initialized()``
+made to say True) and ``os.fork`` made to fail: training and translating still pass."""
 import os
 import subprocess
 import sys
 
-import forked
-import forkserver
 import pytest
 import torch
-from harness import REPO, run
+from harness import REPO, generate, train
 
-FORKED = "import sys; print('_pytest' in sys.modules)"
-
-
-def started_by_fork(env=None) -> bool:
-    return run([sys.executable, "-c", FORKED], env=env).stdout.strip() == "True"
+REFUSE_FORK = ("import os, torch\n"
+               "torch.cuda.is_initialized = lambda: True\n"
+               "def refused(*args, **kwargs):\n"
+               "    raise AssertionError('os.fork in a process whose CUDA is initialised')\n"
+               "os.fork = refused\n")
 
 
 @pytest.fixture
 def cuda_initialised(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
 
-
-def test_a_command_is_a_new_python_once_cuda_is_initialised(cuda_initialised):
-    assert not started_by_fork()
-    with pytest.raises(RuntimeError, match="this process has initialised CUDA"):
-        forked.run(lambda: None, ["fairseq-train"], None, dict(os.environ), 60, None)
-    assert forkserver.environment(dict(os.environ)) == {}  # a script's commands: no stand-ins either
+    def refused(*args, **kwargs):
+        raise AssertionError("os.fork in a process whose CUDA is initialised")
+    monkeypatch.setattr(os, "fork", refused)
 
 
-def test_the_cuda_driver_loaded_by_is_available_counts(tmp_path, monkeypatch):
-    maps = tmp_path / "maps"
-    maps.write_text("7f00-7f01 r-xp 00000000 08:01 12 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15\n")
-    monkeypatch.setattr(forked, "MAPS", str(maps))
-    assert forked.cuda_initialised() and not started_by_fork()
-
-
-def test_commands_on_cuda_are_new_processes():
-    if os.environ.get(forked.SUBPROCESS_ENV) == "1" or forked.cuda_initialised():
-        pytest.skip("every command starts afresh here anyway")
-    assert started_by_fork()
-    assert not started_by_fork({"OUTLAYERS_TEST_DEVICE": "cuda"})  # as scripts/gpu_run.sh sets it
-    assert not started_by_fork({"OUTLAYERS_CUDA_TEST_DEVICE": "cuda"})
+def test_training_and_translating_never_fork(cuda_initialised, tiny_bin, tmp_path):
+    save = str(tmp_path / "ck")
+    train(tiny_bin, save, max_update=2)
+    _, hyps = generate(tiny_bin, os.path.join(save, "checkpoint_last.pt"))
+    assert len(hyps) == 24
 
 
 def test_the_gpu_tests_train_and_translate_after_cuda_is_initialised(tmp_path):
-    """tests/test_cuda.py as the GPU call runs it, on the CPU, in a test process whose CUDA is initialised from the
-    start: the fork path would refuse its fairseq-train and fairseq-generate, so passing shows none was forked."""
-    code = ("import sys, torch; torch.cuda.is_initialized = lambda: True; import pytest; sys.exit(pytest.main("
-            "['-q', '-n', '0', '-p', 'no:cacheprovider', '--basetemp', sys.argv[1], "
-            "'tests/test_cuda.py::test_every_method_trains_and_generates[softmax-ce-transformer]']))")
+    """tests/test_cuda.py as the GPU call runs it, on the CPU, in a pytest whose CUDA is initialised from the start
+    and whose ``os.fork`` fails."""
+    code = REFUSE_FORK + (
+        "import sys, pytest\n"
+        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '--basetemp', sys.argv[1], "
+        "'tests/test_cuda.py::test_every_method_trains_and_generates[softmax-ce-transformer]']))\n")
     env = dict(os.environ, OUTLAYERS_CUDA_TEST_DEVICE="cpu", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t")], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+#: a test that trains with a breakpoint() in fairseq's training step
+STOPS = '''
+import harness
+
+
+def test_stops(tiny_bin, tmp_path, monkeypatch):
+    from fairseq.trainer import Trainer
+
+    step = Trainer.train_step
+
+    def stopping(self, *args, **kwargs):
+        breakpoint()
+        return step(self, *args, **kwargs)
+    monkeypatch.setattr(Trainer, "train_step", stopping)
+    harness.train(tiny_bin, str(tmp_path / "ck"), max_update=1)
+'''
+
+
+def test_a_training_command_stops_at_a_breakpoint_under_pdb(tmp_path):
+    """``pytest --pdb -p no:xdist``: a ``breakpoint()`` inside fairseq-train stops there and reads the debugger's
+    commands from the terminal (here a pipe)."""
+    (tmp_path / "test_stops.py").write_text(STOPS)
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests"), OMP_NUM_THREADS="1")
+    env.pop("PYTHONBREAKPOINT", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--pdb", "-p", "no:xdist", "-p", "no:randomly",
+                           "-p", "no:cacheprovider", "-p", "conftest", "--rootdir", str(tmp_path),
+                           "--basetemp", str(tmp_path / "t"), str(tmp_path / "test_stops.py")],
+                          cwd=str(tmp_path), env=env, input="p 'stopped in ' + type(self).__name__\nc\n",
+                          capture_output=True, text=True, timeout=600)
+    assert "stopped in Trainer" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -13,7 +13,8 @@ from fairseq_outlayers.lab.ledger import runner
 from fairseq_outlayers.lab.ledger.rows import LedgerRow, merge_args, read_row, row_data_bin
 from harness import REPO
 
-pytestmark = pytest.mark.usefixtures("served_commands")  # commands the runners start: forks (conftest.py)
+pytestmark = pytest.mark.usefixtures("commands_in_process")  # what the runners start: in this process
+
 
 BASE = os.path.join(REPO, "configs", "demo-base.args")
 

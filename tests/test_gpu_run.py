@@ -7,7 +7,6 @@ import subprocess
 import sys
 import tarfile
 
-import forkserver
 import pytest
 from harness import REPO
 
@@ -29,9 +28,7 @@ def driver(tmp_path, python=None, **env):
                 BUDGET="3600")
     full.update(env)
     full.pop("PYTHONPATH", None)
-    # the script's Python commands served by forks of this process (tests/forkserver.py), unless one is given
-    full.update(forkserver.environment(full))
-    full["PY"] = python or os.path.join(full.get("VENV_BIN", bin_dir), "python")
+    full["PY"] = python or os.path.join(bin_dir, "python")
     return subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_run.sh")], cwd=REPO, env=full,
                           capture_output=True, text=True, timeout=900)
 

@@ -19,7 +19,8 @@ from fairseq_outlayers.lab.ledger.rows import protocol_options, read_ledger_row,
 from fairseq_outlayers.lab.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
                                             sentence_stats, welch_t_test)
 
-pytestmark = pytest.mark.usefixtures("served_commands")  # commands the runners start: forks (conftest.py)
+pytestmark = pytest.mark.usefixtures("commands_in_process")  # what the runners start: in this process
+
 
 REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
         "a woman sells fruit at a market .", "children are running on the beach .",

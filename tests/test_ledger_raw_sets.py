@@ -15,7 +15,8 @@ from fairseq_outlayers.lab.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.lab.ledger import records
 from fairseq_outlayers.tools.rawtext import Preparation
 
-pytestmark = pytest.mark.usefixtures("served_commands")  # commands the runners start: forks (conftest.py)
+pytestmark = pytest.mark.usefixtures("commands_in_process")  # what the runners start: in this process
+
 
 
 

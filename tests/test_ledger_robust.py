@@ -22,7 +22,8 @@ from fairseq_outlayers.lab.ledger.rows import read_ledger_row
 from test_ledger import HYP_A, HYP_B, REFS, fake_record, one_row_table
 from test_readers_hypothesis import corrupted
 
-pytestmark = pytest.mark.usefixtures("served_commands")  # commands the runners start: forks (conftest.py)
+pytestmark = pytest.mark.usefixtures("commands_in_process")  # what the runners start: in this process
+
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

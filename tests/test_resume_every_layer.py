@@ -8,8 +8,8 @@ every set of embeddings and every criterion of the package, on the CPU.
 
 The cases are read from the registries (``registry_cases``), so a new output layer, embedding or criterion is
 covered without editing this file. Each case trains 3 updates straight, then 1 update and a resume to 3, the three
-runs in one process (``RUNS``), while the two ranks train, each process a fork (``forkserver.py``); the straight run is the
-reference of both checks. ``--update-freq 2`` makes every update two micro-batches, so the draws a criterion makes
+runs in the test process, while the two ranks train, each a process of its own; the straight run is the reference
+of both checks. ``--update-freq 2`` makes every update two micro-batches, so the draws a criterion makes
 per micro-batch are covered too. The ranks meet on a port chosen free when the test runs, and every run writes
 under the test's own tmp_path, so cases can run side by side (pytest-xdist).
 
@@ -18,17 +18,14 @@ the checkpoint saved at the end of an epoch does not continue exactly under fair
 tied layer trained 2 + 2 updates with ``--update-freq 2`` ends 6.1e-3 away from 4 updates in one run (its third
 update already scores another loss, 6.195 against 6.225), and so does fairseq's own ``--arch transformer
 --share-decoder-input-output-embed`` without the plugin, to the same figures; 1 + 2 updates end bit-identical."""
-import json
 import os
 import subprocess
-import sys
 from typing import List, NamedTuple
 
-import forkserver
 import pytest
 import torch
 
-from harness import TINY_TRANSFORMER, train_args
+from harness import TINY_TRANSFORMER, process_env, run, tool, train_args
 
 #: criterion options set so that the criterion draws at random on the tiny corpus: at the default ratio (25 % of
 #: a 48-word vocabulary) the batch's own targets already fill the sampled vocabulary and nothing is drawn
@@ -134,16 +131,6 @@ def case_files(tmp_path_factory):
     return files
 
 
-#: runs fairseq-train (as outlayers-train) once per argument list, in this one interpreter
-RUNS = r'''
-import json, sys
-from fairseq_outlayers.tools.wrappers import train
-for argv in json.loads(sys.argv[1]):
-    sys.argv = ["outlayers-train"] + argv
-    train()
-'''
-
-
 def case_data(case: Case, tiny_bin, tiny_bin_joined) -> str:
     return tiny_bin_joined if case.joined else tiny_bin
 
@@ -188,13 +175,8 @@ NOT_EQUAL = {}  # none today: sampled softmax seeds each draw with the batch's i
 
 
 def _start(cmd: List[str]) -> subprocess.Popen:
-    """``cmd`` started beside the others; a fork of a process that has fairseq imported runs it (forkserver.py)."""
-    env = dict(os.environ)
-    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin loads checkpoints without it
-    env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    env.update(forkserver.environment(env))
-    return subprocess.Popen(forkserver.command(cmd, env), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    """``cmd`` started as a process of its own, beside the test process."""
+    return subprocess.Popen(cmd, env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _finish(procs, timeout=600):
@@ -223,18 +205,25 @@ def distributed_args(case, data, save, files, port, rank, world_size=2):
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_resume_and_two_processes_equal_one_uninterrupted_run(case, tiny_bin, tiny_bin_joined, case_files,
                                                               tmp_path):
-    """Three runs in one interpreter (3 updates straight; 1 update, then a resume to 3) while two gloo ranks train
+    """Three runs in the test process (3 updates straight; 1 update, then a resume to 3) while two gloo ranks train
     3 updates with half the batch each; the straight run is the reference of both."""
-    from harness import free_port, tool
+    from harness import free_port
 
     data = case_data(case, tiny_bin, tiny_bin_joined)
     straight, resumed, two = (str(tmp_path / name) for name in ("straight", "resumed", "two"))
     port = free_port()  # chosen when the test runs: cases can run side by side (pytest-xdist)
-    _finish([_start([sys.executable, "-c", RUNS, json.dumps([
-        straight_args(case, data, straight, case_files), straight_args(case, data, resumed, case_files, max_update=1),
-        straight_args(case, data, resumed, case_files)])])] + [
-        _start([tool("fairseq-train")] + distributed_args(case, data, two, case_files, port, rank))
-        for rank in (0, 1)])
+    ranks = [_start([tool("fairseq-train")] + distributed_args(case, data, two, case_files, port, rank))
+             for rank in (0, 1)]
+    try:
+        for args in (straight_args(case, data, straight, case_files),
+                     straight_args(case, data, resumed, case_files, max_update=1),
+                     straight_args(case, data, resumed, case_files)):
+            run([tool("outlayers-train")] + args)
+    except BaseException:
+        for rank in ranks:
+            rank.kill()
+        raise
+    _finish(ranks)
     a, b, c = load(straight), load(resumed), load(two)
     assert (a["optimizer_history"][-1]["num_updates"] == b["optimizer_history"][-1]["num_updates"]
             == c["optimizer_history"][-1]["num_updates"] == 3)

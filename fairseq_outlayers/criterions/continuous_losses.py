@@ -33,7 +33,8 @@ MARGIN_NEGATIVES = ChoiceEnum(["informative", "synthetic"])
 KAPPA_ALARM_SHARE = 0.5
 #: fewer tokens than this in a reduction: no alarm (one tiny batch says little)
 KAPPA_ALARM_MIN_TOKENS = 1000
-#: the warnings of the running criterion: {"low"/"high": message}; each is logged once per process
+#: the warnings of the running criterion: {"low"/"high": message}; each is logged once per run (the criterion,
+#: built once a run, clears them: fairseq's metrics reduce with a static method, which sees no instance)
 _ALARMS = {}
 _WARNED = set()
 
@@ -255,6 +256,8 @@ class VMFNLLCriterion(ContinuousLossCriterion):
         check_values(VMF_RANGES, {"vmf_warmup_updates": vmf_warmup_updates}, self.option_defaults())
         self.warmup_updates = vmf_warmup_updates
         self._warming = False
+        _ALARMS.clear()
+        _WARNED.clear()
         self.variant = variant
         self.released = variant == "released"
         self.released_lambda = vmf_released_lambda
