@@ -565,6 +565,32 @@ def test_tests_name_no_work_item():
             assert found is None, (name, found.group(0))
 
 
+
+#: registration modules of models/ that register a group rather than one name
+GROUP_MODULES = {"baselines": "fairseq's usual embeddings and the softmax baselines"}
+
+
+def test_a_registration_module_is_named_after_what_it_registers():
+    """``models/<name>.py`` registers ``--output-layer``/``--embeddings`` ``<name>`` (``-`` as ``_``), or is a named
+    group (``GROUP_MODULES``)."""
+    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+
+    registered = {}
+    for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
+        module = spec.build.__module__
+        if module.startswith("fairseq_outlayers.models."):
+            registered.setdefault(module.rpartition(".")[2], set()).add(spec.name.replace("-", "_"))
+    assert registered
+    wrong = {module: names for module, names in registered.items()
+             if module not in names and module not in GROUP_MODULES}
+    assert not wrong, f"rename each module after one name it registers: {wrong}"
+
+
+def test_test_files_name_their_subject_first():
+    """``test_<subject>_robust.py``, never ``test_robust_<subject>.py``: a subject's tests sort together."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    assert not [n for n in os.listdir(folder) if n.startswith("test_robust_")]
+
 #: package files allowed over the size limit: a numerical kernel of one job
 OVER_THE_LIMIT = {"modules/bessel.py": "kernel"}
 

@@ -269,7 +269,7 @@ def test_the_defaults_and_the_papers_values_still_parse():
 
 def test_sizes_are_checked_again_against_the_vocabulary_when_built(monkeypatch):
     """At parse time the vocabulary size is unknown; the build checks the |V| x D tables before allocating."""
-    from fairseq_outlayers.models.fixed_targets import check_fixed_args
+    from fairseq_outlayers.models.fixed import check_fixed_args
     from fairseq_outlayers.models.joint import check_joint_args
 
     monkeypatch.setattr(value_checks, "memory_bytes", lambda: 2 ** 30)

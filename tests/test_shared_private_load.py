@@ -2,7 +2,7 @@
 once per word: the placeholder pairs took 8 s to start fairseq-generate at 4,400 words when they did."""
 from fairseq.data import Dictionary
 
-from fairseq_outlayers.models import shared_private_embeddings as spe
+from fairseq_outlayers.models import shared_private as spe
 from fairseq_outlayers.word_pairs import corpus
 
 

@@ -23,7 +23,7 @@ PRESETS = (
     (_T, "outlayers_transformer_small_continuous", outlayers_transformer_small,
      "The small Transformer (3+3 layers, d = 256) with the continuous output layer; add --target-vectors FILE.",
      {"output_layer": "continuous"}, None),
-    # --output-layer fixed (fixed_targets.py)
+    # --output-layer fixed (fixed.py)
     (_T, "outlayers_transformer_fixed", outlayers_transformer,
      "fairseq's base Transformer with the fixed random classifier.",
      {"output_layer": "fixed"}, None),
@@ -52,7 +52,7 @@ PRESETS = (
     (_L, "outlayers_lstm_luong_2x2_joint", outlayers_lstm_luong_2x2,
      "The paper's NMT-joint model: 2+2-layer LSTM, 512-d embeddings and states, joint layer with d_j = 512.",
      {"output_layer": "joint"}, None),
-    # --embeddings shared-private (shared_private_embeddings.py): the output layer defaults to decoder tying (the paper's
+    # --embeddings shared-private (shared_private.py): the output layer defaults to decoder tying (the paper's
     # setting) and may be any layer that ties to the decoder embedding (e.g. joint)
     (_T, "outlayers_transformer_shared_private", outlayers_transformer,
      "Transformer base with shared-private embeddings and decoder weight tying (Liu et al. 2019, Sec. 3.1).",

@@ -195,7 +195,7 @@ def test_output_is_written_atomically(tmp_path, capsys, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the pairing reader used at training time (models/shared_private_embeddings.py calls read_pairing)
+# the pairing reader used at training time (models/shared_private.py calls read_pairing)
 
 
 def _header(n_src=10, n_tgt=10, counts="lm=1 wf=1 ur=0"):
