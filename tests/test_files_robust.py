@@ -91,10 +91,15 @@ def test_params_on_broken_files_prints_one_line(tmp_path, capsys):
     cases = {str(tmp_path / "missing.pt"): "does not exist", str(empty): "is empty (0 bytes)",
              str(text): "cannot be read (UnpicklingError", str(truncated): "cannot be read (",
              str(foreign): "not a fairseq checkpoint", str(tmp_path): "does not exist"}
+    import logging
+
+    core = logging.getLogger("fairseq_outlayers.models.core")
+    level = core.level
     for path, expected in cases.items():
         assert params_main([path]) == 1, path
         line = _one_line_error(capsys.readouterr().err)
         assert expected in line and path in line, line
+        assert core.level == level  # the report's quiet logger is put back: fairseq-train logs its table after
     from fairseq_outlayers.__main__ import main
 
     assert main(["params", str(truncated)]) == 1

@@ -35,10 +35,12 @@ def main(argv=None):
 
     import logging
 
-    logging.getLogger("fairseq_outlayers.models.core").setLevel(logging.WARNING)  # the report is printed below
     from fairseq_outlayers.parameter_counts import format_parameter_report, parameter_report
 
     overrides = {"data": args.data} if args.data else {}
+    core = logging.getLogger("fairseq_outlayers.models.core")
+    level = core.level
+    core.setLevel(logging.WARNING)  # the report is printed below; put back after, for a caller in the same process
     try:
         read(args.checkpoint, mmap=True)  # one line for a damaged, crafted or foreign file
         models, _cfg, _task = load_model_ensemble_and_task([args.checkpoint], arg_overrides=overrides)
@@ -47,6 +49,8 @@ def main(argv=None):
     except FileNotFoundError as e:
         return fail(f"cannot rebuild the model from '{args.checkpoint}': {e}; pass --data DIR with the "
                     "dictionaries used for training")
+    finally:
+        core.setLevel(level)
     report = parameter_report(models[0])
     if args.json:
         print(json.dumps(report, indent=2))
