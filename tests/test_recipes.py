@@ -685,9 +685,23 @@ TINY_LSTM = ["--encoder-embed-dim", "32", "--encoder-hidden-size", "16", "--deco
 
 
 @needs_multi30k  # in the default run (CI): a recipe that stops working fails CI
-@pytest.mark.parametrize("method,dataset", RECIPES)
+def end_to_end_recipes():
+    """Every method on the first dataset, and every dataset with its first method, by default; the other pairs
+    with ``--run-slow`` (``make test-slow``). Each pair's own options are built at its own sizes above by default
+    (``test_every_recipe_builds_at_its_own_sizes``); this test adds train.sh's and evaluate.sh's commands."""
+    methods, datasets, cases = set(), set(), []
+    for method, dataset in RECIPES:
+        first = method not in methods or dataset not in datasets
+        methods.add(method)
+        datasets.add(dataset)
+        cases.append(pytest.param(method, dataset, marks=() if first else pytest.mark.slow,
+                                  id=f"{method}-{dataset}"))
+    return cases
+
+
+@pytest.mark.parametrize("method,dataset", end_to_end_recipes())
 def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, dataset):
-    """Every METHOD x DATASET recipe of train.sh builds its model (presets, method options, criterion), trains
+    """A METHOD x DATASET recipe of train.sh builds its model (presets, method options, criterion), trains
     2 updates on the Multi30k slice (tiny sizes) and evaluate.sh translates with the checkpoint."""
     if method == "shared-private":  # train.sh makes the pairing file with the built-in fast_align
         pytest.importorskip("systran_align", reason=NO_ALIGNER)
