@@ -109,10 +109,11 @@ class TiedReference:
 
 
 def folded_linear(layer: FactorisedSoftmaxOutput):
-    """``(weight, bias)`` with ``F.linear(h, weight, bias) == layer(h)`` for a factorised layer whose ``context`` is
-    affine, ``context(h) = J h + c`` (the identity for softmax and tying; a bias-free projection or a scale for the
-    fixed classifier): ``weight = W J`` and ``bias = W c + b``, folded in float64 and returned in the layer's
-    dtype. The layer must be in evaluation mode (no dropout). ``bias`` is None when the layer has none and c = 0.
+    """One plain linear map, ``(weight, bias)`` with ``F.linear(h, weight, bias) == layer(h)``.
+
+    For a factorised layer whose ``context`` is affine, ``context(h) = J h + c`` (the identity for softmax and
+    tying; a bias-free projection or a scale for the fixed classifier): ``weight = W J`` and ``bias = W c + b``,
+    folded in float64 and returned in the layer's dtype. The layer must be in evaluation mode (no dropout). ``bias`` is None when the layer has none and c = 0.
     With the identity as context the result is the layer's own matrix, bit for bit."""
     if layer.training:
         raise ValueError("folded_linear needs the layer in evaluation mode (model.eval())")
