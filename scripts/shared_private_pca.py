@@ -24,7 +24,7 @@ def load_embeddings(checkpoint: str):
     import torch
 
     from fairseq_outlayers.checkpoint_safety import read
-    from fairseq_outlayers.modules.shared_private import assemble
+    from fairseq_outlayers.modules.shared_private_embedding import assemble
 
     state = read(checkpoint)  # weights-only: a crafted or damaged file is refused with one line
     model, cfg = state["model"], state["cfg"]["model"]

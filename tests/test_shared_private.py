@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from fairseq_outlayers.modules.shared_private import (SharedPrivateEmbedding, SharedPrivateEmbeddings, closed_form_numel,
+from fairseq_outlayers.modules.shared_private_embedding import (SharedPrivateEmbedding, SharedPrivateEmbeddings, closed_form_numel,
                                                       shared_width)
 from harness import REPO, TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
 
@@ -114,7 +114,7 @@ def test_no_stale_embeddings_after_writes_through_data(mode, grad):
     """A pass (source lookup first, as every encoder-decoder pass) without a backward, then the parameters changed
     in place through ``.data`` (what fairseq's optimizers do; ``_version`` does not move): the next pass sees the
     new values on both sides. Within one pass the target matrix is assembled once."""
-    from fairseq_outlayers.modules.shared_private import assemble
+    from fairseq_outlayers.modules.shared_private_embedding import assemble
 
     core = _core()
     getattr(core, mode)()

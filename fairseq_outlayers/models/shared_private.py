@@ -11,7 +11,7 @@ import logging
 from fairseq_outlayers import model_args
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.modules.output_layer import lookup_table
-from fairseq_outlayers.modules.shared_private import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
+from fairseq_outlayers.modules.shared_private_embedding import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
 from fairseq_outlayers.word_pairs.corpus import special_indices
 from fairseq_outlayers.word_pairs.pairs import (index_maps, lambdas_from_string, read_pairing,
                                                 write_example_pairing)
