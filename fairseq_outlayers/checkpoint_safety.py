@@ -122,6 +122,8 @@ def load_model_ensemble_and_task(paths, arg_overrides=None, **kwargs):
     damaged or unsafe checkpoint raised as ``OutlayersConfigError`` with one line."""
     from fairseq import checkpoint_utils
 
+    import fairseq_outlayers.models  # noqa: F401  (the checkpoint's --user-dir is this package, imported already)
+
     install()
     try:
         return checkpoint_utils.load_model_ensemble_and_task(list(paths), arg_overrides=arg_overrides, **kwargs)

@@ -119,7 +119,7 @@ def main(argv=None):
 
     import torch
 
-    import fairseq_outlayers  # noqa: F401  (allow-lists the classes in fairseq checkpoints for a safe load)
+    import fairseq_outlayers.models  # noqa: F401  (allow-lists the classes in fairseq checkpoints for a safe load)
     from fairseq.data import Dictionary
 
     from fairseq_outlayers.checkpoint_safety import read

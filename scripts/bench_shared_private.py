@@ -97,7 +97,7 @@ def main(argv=None):
     import torch
     import torch.nn.functional as F
 
-    import fairseq_outlayers  # noqa: F401
+    import fairseq_outlayers.models  # noqa: F401
     from fairseq_outlayers.word_pairs import load_dictionary, read_pairing
     from fairseq_outlayers.parameter_counts import parameter_report
 

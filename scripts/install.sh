@@ -130,7 +130,7 @@ fi
 "$PY" - <<'PY'
 import sys
 import torch, fairseq, fastBPE, sacrebleu, scipy, sacremoses, gensim, faiss, ctranslate2  # noqa: F401
-import fairseq_outlayers
+import fairseq_outlayers.models  # noqa: F401  (registers the plugin)
 if sys.version_info < (3, 12):
     import systran_align  # noqa: F401
 else:

@@ -110,7 +110,7 @@ def format_tsv(rows: List[dict], k: int) -> str:
 
 
 def load(path: str, data: Optional[str]):
-    import fairseq_outlayers  # noqa: F401  (registers the models; checkpoint allow-list)
+    import fairseq_outlayers.models  # noqa: F401  (registers the models; checkpoint allow-list)
     from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task
 
     if not os.path.exists(path):

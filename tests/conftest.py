@@ -4,7 +4,7 @@ import subprocess
 import pytest
 import torch
 
-import fairseq_outlayers  # noqa: F401  (registers models; allow-lists checkpoint classes)
+import fairseq_outlayers.models  # noqa: F401  (registers models; allow-lists checkpoint classes)
 import in_process
 from harness import DEVICE_ENV, make_corpus, preprocess
 

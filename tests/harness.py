@@ -207,7 +207,7 @@ def train_distributed(bin_dir: str, save_dir: str, arch_args=None, extra=None, m
 
 def softmax_layers() -> List[str]:
     """The package's softmax-type output layers, read from the registry: a new one is tested with the others."""
-    import fairseq_outlayers  # noqa: F401  (registers the layers)
+    import fairseq_outlayers.models  # noqa: F401  (registers the layers)
     from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
 
     return sorted(name for name, spec in OUTPUT_LAYER_REGISTRY.items()

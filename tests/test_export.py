@@ -17,7 +17,7 @@ from typing import List
 import pytest
 import torch
 
-import fairseq_outlayers  # noqa: F401  (registers the seams)
+import fairseq_outlayers.models  # noqa: F401  (registers the seams)
 from fairseq_outlayers.errors import ExportRefused, OutlayersConfigError
 from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
 from fairseq_outlayers.tools import export as exporter

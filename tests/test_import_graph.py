@@ -79,7 +79,7 @@ def test_every_module_belongs_to_a_part_the_folders_show():
 
 
 def test_loading_the_plugin_imports_no_tool_and_no_lab_module():
-    probe = ("import sys, fairseq_outlayers\n"
+    probe = ("import sys, fairseq_outlayers.models\n"
              "print(sorted(m for m in sys.modules if m.startswith(('fairseq_outlayers.tools', 'fairseq_outlayers.lab'))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
@@ -123,28 +123,86 @@ def test_every_module_command_written_in_the_repository_runs():
     assert not broken, "\n".join(broken)
 
 
-def test_no_tool_imports_inside_a_function_what_the_plugin_has_loaded():
-    """Every tool is a module of the package, so ``import fairseq_outlayers`` (which registers the models: torch,
-    fairseq and the plugin's modules) runs before any line of it: no tool can run without torch, and a tool's
-    import of a module the plugin loads belongs at the top of its file, where a function-level one saves nothing."""
-    probe = ("import sys, fairseq_outlayers\n"
-             "print(' '.join(sorted(m for m in sys.modules if m.startswith('fairseq_outlayers'))))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
-    loaded = set(out.stdout.strip().splitlines()[-1].split()) - {"fairseq_outlayers"}
-    assert {"fairseq_outlayers.models.registry", "fairseq_outlayers.outfiles", "fairseq_outlayers.errors"} <= loaded
+def top_level_imports(path: str, module: str):
+    """The package modules a file imports when it is loaded (imports outside any function)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    inner = {n.lineno for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return [(line, target) for line, target in imports(path, module) if line not in inner], inner
+
+
+def as_module(target: str):
+    """``target`` as a module of the package (``from M import NAME`` names M), or None when it is none."""
+    for name in (target, target.rsplit(".", 1)[0]):
+        rel = os.path.join(REPO, *name.split("."))
+        if os.path.isfile(rel + ".py") or os.path.isdir(rel):
+            return name
+    return None
+
+
+def loads(names) -> set:
+    """Every package module that importing ``names`` loads: their parents, their top-level imports, and for
+    ``fairseq_outlayers.models`` (which imports its folder and the criterions by name) all of those files."""
+    files = {module_name(p): p for p in package_files()}
+    seen, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in files:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        if name == "fairseq_outlayers.models":
+            todo += [m for m in files if m.startswith(("fairseq_outlayers.models.", "fairseq_outlayers.criterions"))]
+        todo += [m for _line, t in top_level_imports(files[name], name)[0] if (m := as_module(t))]
+    return seen
+
+
+def test_no_tool_imports_inside_a_function_what_it_has_loaded_already():
+    """A tool's function-level import of a module its top-level imports load already saves nothing: it belongs at
+    the top of the file. A lazy import that keeps torch or a heavy tool out of a light command stays."""
     late = []
     for path in package_files():
         module = module_name(path)
         if part(module) != "tools":
             continue
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
-        inner = {n.lineno for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        top, inner = top_level_imports(path, module)
+        loaded = loads([module])
         for line, target in imports(path, module):
-            rel = os.path.join(REPO, *target.split("."))
-            is_module = os.path.isfile(rel + ".py") or os.path.isdir(rel)
-            named = target if is_module else target.rsplit(".", 1)[0]  # ``from MODULE import NAME``
-            if line in inner and (named in loaded or target == "fairseq_outlayers"):
+            named = as_module(target)
+            if line in inner and named in loaded:
                 late.append(f"{os.path.relpath(path, REPO)}:{line} imports {target} inside a function")
-    assert not late, "loaded with the package already; import at the top of the file:\n" + "\n".join(late)
+    assert not late, "loaded by the file's own imports already; import at the top of the file:\n" + "\n".join(late)
+
+
+def imports_torch_or_fairseq(path: str) -> bool:
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    inner = {n.lineno for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) and n.lineno not in inner for a in n.names]
+    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level
+              and n.lineno not in inner]
+    return any(name.split(".")[0] in ("torch", "fairseq", "fairseq_cli") for name in names)
+
+
+LIGHT = ("fairseq_outlayers", "fairseq_outlayers.tools.corpus_tools", "fairseq_outlayers.tools.check_parallel",
+         "fairseq_outlayers.outfiles", "fairseq_outlayers.errors")
+
+
+def test_the_package_and_the_recipes_text_tools_load_neither_torch_nor_fairseq():
+    """``import fairseq_outlayers`` is the standard library only, and so are the text tools the preparation
+    scripts start many times; every tool or lab module whose imports reach no plugin model stays as light."""
+    heavy = {module_name(p) for p in package_files() if imports_torch_or_fairseq(p)} | {"fairseq_outlayers.models"}
+    light = [m for m in map(module_name, package_files())
+             if part(m) != "plugin" and not m.endswith("__main__") and not loads([m]) & heavy]
+    assert set(LIGHT[1:3]) <= set(light), light
+    probe = ("import importlib, sys\n"
+             f"for m in {sorted(set(LIGHT) | set(light))!r}:\n"
+             "    importlib.import_module(m)\n"
+             "    assert not {'torch', 'fairseq'} & set(sys.modules), m + ' loads ' + ' '.join(\n"
+             "        sorted({'torch', 'fairseq'} & set(sys.modules)))\n"
+             "print('ok')")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

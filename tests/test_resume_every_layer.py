@@ -54,7 +54,7 @@ def registry_cases() -> List[Case]:
     than ``standard`` with the output layer whose options it reads (``options_from``), else the tied layer (else an
     untied softmax-type layer, for embeddings with no word matrix). Entries
     registered from outside the package (a ``--user-dir`` of a test) are left out: their subprocesses would need it."""
-    import fairseq_outlayers  # noqa: F401  (registers everything)
+    import fairseq_outlayers.models  # noqa: F401  (registers everything)
     from fairseq.criterions import CRITERION_REGISTRY
 
     from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, criterion_trains

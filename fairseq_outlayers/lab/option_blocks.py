@@ -24,7 +24,7 @@ def _seam_row(flags: str, default: str, help_text: str):
 
 
 def _options_block(ctx, args: List[str]) -> List[str]:
-    import fairseq_outlayers  # noqa: F401  (registers the methods and criterions)
+    import fairseq_outlayers.models  # noqa: F401  (registers the methods and criterions)
     from fairseq_outlayers.tools.options import chosen, criterion_sections, method_sections, seam_options
 
     if not args:
@@ -78,7 +78,7 @@ def _cli_block(ctx, args: List[str]) -> List[str]:
 
 def _archs_block(ctx, args: List[str]) -> List[str]:
     """Every ``--arch`` of the package with the first paragraph of its docstring (``outlayers-options presets``)."""
-    import fairseq_outlayers  # noqa: F401
+    import fairseq_outlayers.models  # noqa: F401
     from fairseq_outlayers.tools.options import arch_sections
 
     return (["Generated from the registries (`outlayers-options presets` prints the same).", "",
@@ -109,7 +109,7 @@ def export_cells(export) -> Tuple[str, str]:
 def _exports_block(ctx, args: List[str]) -> List[str]:
     """Every output layer and embedding of the package, in the registries' order, with how it exports
     (``SeamSpec.export``); entries that export alike share a row."""
-    import fairseq_outlayers  # noqa: F401  (registers the methods)
+    import fairseq_outlayers.models  # noqa: F401  (registers the methods)
     from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
 
     if args:

@@ -7,10 +7,16 @@ its output layer or embeddings by adding a file, without editing this one. The o
    the core and their own modules (never an architecture);
 2. the models, ``transformer`` and ``lstm``: their command-line options list every registered seam;
 3. ``presets`` last: the named ``--arch`` presets, the one file that imports both architectures and methods.
+
+Then the criterions. This package is what registers the plugin: ``--user-dir`` imports it (fairseq imports a user
+directory's ``models/``), and so does any module of it a tool loads. First, the checkpoint allow-list.
 """
 import importlib
 import os
 
+from .. import checkpoint_safety
+
+checkpoint_safety.install()
 from . import baselines  # noqa: F401  (standard embeddings; softmax / tied / tied-all output layers)
 
 _HERE = os.path.dirname(__file__)
@@ -22,3 +28,4 @@ for _name in sorted(os.listdir(_HERE)):
         importlib.import_module(f"{__name__}.{_mod}")
 for _mod in _MODELS + _PRESETS:
     importlib.import_module(f"{__name__}.{_mod}")
+from .. import criterions  # noqa: E402,F401  (registers the criterions)

@@ -221,6 +221,8 @@ def check_resume_argv(argv: List[str]):
 
     from fairseq import options
 
+    import fairseq_outlayers.models  # noqa: F401  (fairseq skips a --user-dir already imported: register here)
+
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             args = options.parse_args_and_arch(options.get_training_parser(), list(argv))

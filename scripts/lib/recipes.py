@@ -4,8 +4,8 @@ with the checkout's ``configs/``.
 
     python scripts/lib/recipes.py list | settings METHOD DATASET | args METHOD DATASET [GROUP.KEY=VALUE ...]
 
-The module's file is run on its own (it needs only PyYAML), not imported with the package: train.sh asks three
-times per run, and importing the package would load torch and fairseq each time.
+The module's file is run from this checkout (it needs only PyYAML), so the table is this checkout's even where
+another copy of the package is installed.
 """
 import os
 import runpy

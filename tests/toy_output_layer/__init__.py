@@ -6,7 +6,7 @@ from outside the package": one file for the module and its registration, no file
 edited.
 
 Used as fairseq's user directory (fairseq takes one ``--user-dir``): importing this package imports
-``fairseq_outlayers`` (which registers the models, architectures and criterions) and then registers the toy layer,
+``fairseq_outlayers.models`` (which registers the models, architectures and criterions) and then registers the toy layer,
 so ``--user-dir tests/toy_output_layer --arch outlayers_transformer --output-layer toy-cosine`` works with
 ``fairseq-train`` and ``fairseq-generate`` alike.
 """
@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import fairseq_outlayers  # noqa: F401  (registers the package's models, before the toy joins their registry)
+import fairseq_outlayers.models  # noqa: F401  (registers the package's models, before the toy joins their registry)
 from fairseq_outlayers.models.registry import Option, register_output_layer
 from fairseq_outlayers.modules import FactorisedSoftmaxOutput
 from fairseq_outlayers.value_checks import Range

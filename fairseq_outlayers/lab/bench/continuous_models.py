@@ -37,6 +37,8 @@ def build(data_dir, arch, method, extra=(), device="cpu"):
     """(task, model, criterion, args) exactly as fairseq-train builds them from its command line, on ``device``."""
     from fairseq import options, tasks
 
+    import fairseq_outlayers.models  # noqa: F401  (fairseq skips a --user-dir already imported: register here)
+
     cli = [data_dir, "--user-dir", USER_DIR, "--task", "translation", "-s", "src", "-t", "tgt", "--arch", arch,
            "--optimizer", "adam", "--lr", "0.0005", "--seed", "1"] + (["--cpu"] if device == "cpu" else [])
     if method == "softmax":

@@ -53,8 +53,10 @@ def main(argv=None):
         raise SystemExit("usage: python -m fairseq_outlayers.lab.ledger.patience BEST RUNS -- FAIRSEQ-TRAIN-ARGS...")
     from fairseq_cli import train
 
-    # fairseq-train's log format (the ledger reads its logs): importing this package imported fairseq, whose
-    # first log line configured the root logger before fairseq_cli.train's own basicConfig could
+    import fairseq_outlayers.models  # noqa: F401  (fairseq skips a --user-dir already imported: register here)
+
+    # fairseq-train's log format (the ledger reads its logs): importing fairseq logged its first line, which
+    # configured the root logger before fairseq_cli.train's own basicConfig could
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", datefmt="%Y-%m-%d %H:%M:%S",
                         level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stdout, force=True)
     train.should_stop_early.best = float(argv[0])

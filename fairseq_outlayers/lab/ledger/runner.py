@@ -99,7 +99,7 @@ def checkpoint_state(path: str) -> Dict:
     checkpoint (fairseq saves the iterator of the next epoch, position 0, at the end of an epoch)."""
     import torch
 
-    import fairseq_outlayers  # noqa: F401  (allow-lists what fairseq checkpoints hold for weights-only loading)
+    import fairseq_outlayers.models  # noqa: F401  (allow-lists what fairseq checkpoints hold for weights-only loading)
 
     state = torch.load(path, map_location="cpu", weights_only=True)
     extra = state.get("extra_state") or {}
