@@ -24,6 +24,7 @@ import os
 import shlex
 import statistics
 import sys
+import shutil
 import tempfile
 import time
 
@@ -77,6 +78,8 @@ def build(args, method, files):
     """(task, model, criterion) as fairseq-train builds them for ``method`` (cross_entropy unless it names one)."""
     import torch
     from fairseq import options, tasks
+
+    import fairseq_outlayers.models  # noqa: F401  (fairseq skips a --user-dir already imported: register here)
 
     opts = [o.replace("{vec}", files[0]).replace("{pairing}", files[1]).replace("{d}", str(DIMS.get(args.arch, 512)))
             for o in METHODS[method]]
@@ -183,7 +186,10 @@ def main(argv=None):
         return finish_page(args, argv, start, load0, generated, [])
     work = tempfile.mkdtemp(prefix="bench_decode.")
     files = support_files(args.data, work, args.source_lang, args.target_lang)
-    built = {m: build(args, m, files) for m in args.methods}
+    try:
+        built = {m: build(args, m, files) for m in args.methods}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the support files: read by the builds, not needed after
     samples, n = batches(built["softmax"][0], args)
     params = {m: sum(p.numel() for p in b[1].parameters()) for m, b in built.items()}
     train = train_speed(args, built) if args.train_rounds else None

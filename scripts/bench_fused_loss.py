@@ -35,6 +35,7 @@ that the resident-set peak of each step is its own):
 import argparse
 import os
 import platform
+import shutil
 import tempfile
 import time
 
@@ -149,6 +150,8 @@ def build_model(arch: str, vocab: int, device, dtype, extra=()):
     """An outlayers_transformer with a V-word joined dictionary (no data: dictionaries only)."""
     from fairseq import options, tasks
 
+    import fairseq_outlayers.models  # noqa: F401  (fairseq skips a --user-dir already imported: register here)
+
     work = tempfile.mkdtemp(prefix="bench_fused_")
     for lang in ("de", "en"):
         with open(os.path.join(work, f"dict.{lang}.txt"), "w") as f:
@@ -157,9 +160,12 @@ def build_model(arch: str, vocab: int, device, dtype, extra=()):
     argv = [work, "--user-dir", os.path.join(REPO, "fairseq_outlayers"), "--task", "translation", "--source-lang",
             "de", "--target-lang", "en", "--arch", arch, "--output-layer", "tied", "--dropout", "0.0",
             "--criterion", "label_smoothed_cross_entropy"] + list(extra)
-    targs = options.parse_args_and_arch(parser, argv)
-    task = tasks.setup_task(targs)
-    model = task.build_model(targs).to(device, dtype).train()
+    try:
+        targs = options.parse_args_and_arch(parser, argv)
+        task = tasks.setup_task(targs)
+        model = task.build_model(targs).to(device, dtype).train()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the dictionaries: read by the task, not needed after
     return task, model
 
 

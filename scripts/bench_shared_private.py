@@ -23,6 +23,7 @@ import argparse
 import os
 import platform
 import statistics
+import shutil
 import tempfile
 import time
 
@@ -117,8 +118,11 @@ def main(argv=None):
     else:
         src_dict, tgt_dict, pairing = synthetic_data(tmp, args.vocab)
         source = f"synthetic dictionaries of {args.vocab} words"
-    counts = read_pairing(pairing).counts()
-    models = build_models(src_dict, tgt_dict, pairing, args.dim, args.layers, args.lambdas, device)
+    try:
+        counts = read_pairing(pairing).counts()
+        models = build_models(src_dict, tgt_dict, pairing, args.dim, args.layers, args.lambdas, device)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the synthetic pairing file: read, not needed after
 
     B, L = args.sentences, args.length
     src = torch.randint(4, len(src_dict), (B, L))

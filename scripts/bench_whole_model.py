@@ -249,8 +249,10 @@ def child_main(result_path, fairseq_args, profile=None):
 
         from fairseq_cli.train import cli_main
 
+        import fairseq_outlayers.models  # noqa: F401  (fairseq skips a --user-dir already imported: register here)
+
         # fairseq-train's log format, which parse_log reads: its own basicConfig is a no-op when an import of
-        # fairseq (this script's, through the package) has already given the root logger a handler
+        # fairseq has already given the root logger a handler
         logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                             datefmt="%Y-%m-%d %H:%M:%S", level=os.environ.get("LOGLEVEL", "INFO").upper(),
                             stream=sys.stdout, force=True)

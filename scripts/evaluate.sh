@@ -40,7 +40,7 @@
 #                    bpecodes, as scripts/prepare-*.sh leave them), binarised with DATA_BIN's dictionaries and
 #                    translated with the same --beam/--lenpen (and --max-len-a 1.2 --max-len-b 10, not --gen-args);
 #                    writes OUT/testset-NAME/{hyp.detok,scores.json}
-#                    (python -m fairseq_outlayers.tools.score_raw)
+#                    (python -m fairseq_outlayers.tools.evaluation.score_raw)
 #   --gen-args STR   extra fairseq-generate options, e.g. "--max-len-a 1.2 --max-len-b 10" or
 #                    "--model-overrides {'continuous_score_scale':10}"
 # Every sentence of the subset is translated (--required-batch-size-multiple 1: with fairseq's default of 8 and
@@ -134,6 +134,6 @@ PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python "$ROOT/scripts/lib/score_tr
   --rare-f1 "$RARE" --checkpoint "$CKPT" --beam "$BEAM" --lenpen "$LENPEN" --tok-ref "$TOK_REF" --replace-unk "$REPLACE_UNK" \
   --unk-lexicon "$UNK_LEXICON"
 for t in ${TEST_SETS[@]+"${TEST_SETS[@]}"}; do
-  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python -m fairseq_outlayers.tools.score_raw --checkpoint "$CKPT" --data "$DATA_BIN" --out "$OUT" \
+  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python -m fairseq_outlayers.tools.evaluation.score_raw --checkpoint "$CKPT" --data "$DATA_BIN" --out "$OUT" \
     --test-set "testset-$t" --beam "$BEAM" --lenpen "$LENPEN" --batch-size "$BATCH" || die "--test-set '$t' failed"
 done

@@ -397,7 +397,7 @@ NAMING_A_METHOD = {
     "lab/bench/continuous_layer.py": "own", "lab/bench/continuous_loss_timing.py": "own",
     "lab/bench/continuous_models.py": "own", "lab/bench/continuous_probes.py": "own",
     "lab/bench/continuous_report.py": "own", "lab/bench/continuous_tables.py": "own",
-    "tools/export_vectors.py": "own", "tools/random_vectors.py": "own", "tools/vectors.py": "own",
+    "tools/vectors.py": "own",
     "tools/pairing/__init__.py": "own", "tools/pairing/__main__.py": "own", "word_pairs/__init__.py": "own",
     "modules/nn_search.py": "own",
     "modules/continuous_output.py": "own (imported by the layer's registration and its criterions)",
@@ -499,7 +499,7 @@ def test_the_tools_and_the_lab_read_a_method_from_the_registries(monkeypatch):
     file option (``Option.file``) among a model's inputs; both follow a layer registered later."""
     from fairseq_outlayers.lab.ledger.runner import decode_scale
     from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY, Option, register_output_layer
-    from fairseq_outlayers.tools.export_vectors import model_inputs
+    from fairseq_outlayers.tools.vectors import model_inputs
 
     scaled = sorted(n for n, spec in OUTPUT_LAYER_REGISTRY.items() if spec.decode_scale)
     assert scaled and decode_scale(["--output-layer", scaled[0]]) == OUTPUT_LAYER_REGISTRY[scaled[0]].decode_scale

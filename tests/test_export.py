@@ -75,7 +75,7 @@ def _files(case: Case, tmp_path, raw: str, bin_dir: str) -> List[str]:
         return case.extra
     spec = EMBEDDING_REGISTRY[case.embeddings]
     if spec.options_from:  # the vectors of the output layer it borrows its options from
-        from fairseq_outlayers.tools.random_vectors import write_random_vectors
+        from fairseq_outlayers.tools.vectors import write_random_vectors
 
         path = str(tmp_path / "vectors.vec")
         write_random_vectors(os.path.join(bin_dir, "dict.en.txt"), path, 16, 1, False)
@@ -279,7 +279,7 @@ REFUSED = [(name, spec.export) for name, spec in sorted(_ours(OUTPUT_LAYER_REGIS
 
 @pytest.mark.parametrize("name,reason", REFUSED, ids=[n for n, _ in REFUSED])
 def test_a_layer_that_declares_a_reason_is_refused_with_it(name, reason, tiny_bin, tmp_path):
-    from fairseq_outlayers.tools.random_vectors import write_random_vectors
+    from fairseq_outlayers.tools.vectors import write_random_vectors
 
     extra = ["--output-layer", name]
     if not OUTPUT_LAYER_REGISTRY[name].softmax_type:  # a layer that predicts vectors: random ones, and a loss for them

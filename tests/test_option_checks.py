@@ -533,7 +533,8 @@ def test_outlayers_train_resume_with_another_joint_dim(tiny_bin, tmp_path):
 # ---- the package's tools: every size and number option typed, so argparse refuses a bad value in one line ---------
 def _tool_mains():
     from fairseq_outlayers.lab import compare
-    from fairseq_outlayers.tools import score_raw, synthetic
+    from fairseq_outlayers.tools import synthetic
+    from fairseq_outlayers.tools.evaluation import score_raw
 
     return {"compare": compare.main, "score_raw": score_raw.main, "synthetic": synthetic.main,
             "tune_continuous_decoding": load_script("tune_continuous_decoding.py").main,

@@ -166,7 +166,7 @@ def test_export_never_writes_over_the_dictionary_it_reads(trained, tiny_bin, tmp
 
 
 def test_score_raw_never_writes_among_its_inputs(trained, tiny_bin, tmp_path, capsys):
-    from fairseq_outlayers.tools.score_raw import main
+    from fairseq_outlayers.tools.evaluation.score_raw import main
 
     out = tmp_path / "out"
     (out / "t").mkdir(parents=True)

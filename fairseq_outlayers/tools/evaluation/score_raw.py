@@ -1,6 +1,6 @@
 """Score a checkpoint on raw test sets, each prepared with the training data's own tokeniser, case and BPE.
 
-    python -m fairseq_outlayers.tools.score_raw --checkpoint CKPT --data DATA_BIN \\
+    python -m fairseq_outlayers.tools.evaluation.score_raw --checkpoint CKPT --data DATA_BIN \\
         --test-set flickr2017=test_2017_flickr.de,test_2017_flickr.en [NAME=SRC,REF ...] --out DIR
 
 For each set: OUT/NAME/hyp.detok (the translations) and OUT/NAME/scores.json (sacreBLEU with its signature,
@@ -31,7 +31,7 @@ def _check_outputs(out: str, sets, inputs):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fairseq_outlayers.tools.score_raw",
+    parser = argparse.ArgumentParser(prog="python -m fairseq_outlayers.tools.evaluation.score_raw",
                                      description=__doc__.strip().splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--data", required=True, help="the data directory the checkpoint was trained on")
