@@ -134,6 +134,7 @@ if [ -n "$SMOKE" ]; then  # the same commands at sizes a CPU runs in seconds
     PRECISIONS="fp32 bf16"
     [ "$DEVICE" = cuda ] && PRECISIONS="fp32 fp16 amp bf16 mebf16"
     WM_METHODS=(--methods softmax "continuous, vmf_nll")
+    WM_MORE=(--methods softmax)  # whole-bf16 and whole-more: the same script as whole-model, one method is enough
     # torch.compile on a CPU is slow and tests/test_vmf.py checks it there: the smoke run leaves it out
     PREC_FORM="fp32" TESTS="cuda and (log_cm or sampled_vocabulary or float64_reference) and not compiled"
     PEER_SIZES="256x32x1000 256x32x3000" PEER_ARGS="--rounds 1 --blocks 65536 262144" PEER_LIMIT=60
@@ -145,6 +146,7 @@ else
     WM_METHODS=(--methods softmax "bound (16-word softmax)" "continuous, vmf_nll" tied "joint d_j = d"
                 "softmax, fused loss" fixed "tied, fused loss" "joint d_j = d, fused loss" "continuous, cosine"
                 "softmax, 25 % sampled" shared-private "continuous, vmf_nll --vmf-compile")
+    WM_MORE=("${WM_METHODS[@]}")
     PREC_FORM="fp16" TESTS="(test_cuda and (bf16 or log_cm)) or on_cuda" ALL_K=()
     # the realistic width and batch first, so that a step cut short has them
     PEER_SIZES="8192x512x32000 8192x512x50000 8192x512x128000 8192x512x256000 8192x256x32000 8192x256x50000
@@ -210,11 +212,11 @@ step shared-private 60 30 -- $PY scripts/bench_shared_private.py --device "$DEVI
     --output "$RES/shared_private_cuda.md" --force
 step whole-bf16 200 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" --vocab $VOCABS --arch "$ARCH" \
     --precision bf16 --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" \
-    --run-timeout 90 --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda_bf16.md" --force
+    --run-timeout 90 --workers 4 "${WM_MORE[@]}" --output "$RES/whole_model_cuda_bf16.md" --force
 step whole-more 240 90 -- $PY scripts/bench_whole_model.py --device "$DEVICE" \
     --vocab $([ -n "$SMOKE" ] && echo 3000 || echo 128000) --arch "$ARCH" --precision "$PREC_FORM" \
     --max-tokens "$TOK" --updates "$UPD" --warmup-updates "$WARM" --log-interval "$LOGI" --run-timeout 90 \
-    --workers 4 "${WM_METHODS[@]}" --output "$RES/whole_model_cuda_more.md" --force
+    --workers 4 "${WM_MORE[@]}" --output "$RES/whole_model_cuda_more.md" --force
 step cuda-tests-all 300 120 -- env OUTLAYERS_CUDA_TEST_DEVICE="$DEVICE" OUTLAYERS_TEST_DEVICE="$DEVICE" \
     $PY -m pytest -q -p no:cacheprovider $([ -z "$SMOKE" ] && $PY -c "import xdist" 2>/dev/null && printf '%s' '-n 8') \
     tests/test_cuda.py \
