@@ -4,7 +4,7 @@ in memory. A failed check is one line that names the option, the value given, th
     MARGIN = Range(0, 2, low_open=True, why="a gap between two cosines is at most 2")
     MARGIN.check("--margin", value)                         # OutlayersConfigError when out of range
     parser.add_argument("--k", type=Range(1, integer=True))  # argparse: "argument --k: must be ..."
-    check_fits("--joint-dim", n, per_unit=16 * 1024, what="its projections", fix="use --joint-dim 512")
+    check_fits("--decoder-embed-dim", n, per_unit=16 * V, what="the output matrix", fix="use 512")
 
 NaN and infinities are outside every range; so are booleans and, for ``integer`` ranges, fractions.
 """

@@ -214,8 +214,8 @@ def test_every_scoring_path_says_why_a_checkpoint_is_refused(tiny_bin, tiny_raw,
                                                               kind):
     """tune_continuous_decoding.py, translate, score_raw and evaluate.sh's preflight: the package's line, before
     any decoding, not fairseq-generate's last line of torch's boilerplate."""
-    from fairseq_outlayers.tools import score_raw, translate
-    from fairseq_outlayers.tools.evaluation import preflight
+    from fairseq_outlayers.tools import translate
+    from fairseq_outlayers.tools.evaluation import preflight, score_raw
 
     ckpt = checkpoints[kind]
     vocab = torch.load(checkpoints["good"], map_location="cpu")["model"]["decoder.output_projection.bias"].numel()

@@ -159,13 +159,13 @@ def loads(names) -> set:
     return seen
 
 
-def test_no_tool_imports_inside_a_function_what_it_has_loaded_already():
-    """A tool's function-level import of a module its top-level imports load already saves nothing: it belongs at
+def test_no_tool_or_lab_module_imports_inside_a_function_what_it_has_loaded_already():
+    """A tool's or lab module's function-level import of a module its top-level imports load already saves nothing: it belongs at
     the top of the file. A lazy import that keeps torch or a heavy tool out of a light command stays."""
     late = []
     for path in package_files():
         module = module_name(path)
-        if part(module) != "tools":
+        if part(module) == "plugin":
             continue
         top, inner = top_level_imports(path, module)
         loaded = loads([module])

@@ -27,8 +27,9 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab import gpus
 from fairseq_outlayers.lab.fairseq_runs import log
 from fairseq_outlayers.lab.ledger import runner
+from fairseq_outlayers.lab.ledger.records import read_records
 from fairseq_outlayers.lab.ledger.rows import read_ledger_row, read_options
-from fairseq_outlayers.outfiles import write_text
+from fairseq_outlayers.outfiles import check_output_path, write_text
 
 #: the rows' shared options, from the repository root (a checkout: ``make install`` installs it editable)
 DEMO_BASE_FILE = os.path.join("configs", "demo-base.args")
@@ -110,7 +111,6 @@ def ledger_figures(ledger, rows, test="test2016", seeds=(1, 2, 3)):
     Other models and data (the LSTM tables, English -> German) are not shown: the table links to them."""
     if not ledger or not os.path.isdir(ledger):
         return {}
-    from fairseq_outlayers.lab.ledger.records import read_records
     from fairseq_outlayers.lab.ledger.stats import mean_sd
 
     by_row = {}
@@ -237,8 +237,6 @@ def main(argv=None):
     names = [r.name for r in rows]
     if len(set(names)) != len(names):
         parser.error(f"two row files have the same name (after the NN- prefix): {names}")
-    from fairseq_outlayers.outfiles import check_output_path
-
     inputs = [args.data_bin, ref_path, args.ledger] + row_files + [r.data_bin for r in rows]
     os.makedirs(args.out, exist_ok=True)
     try:  # its own tables are rewritten at every run; nothing it reads ever is

@@ -28,7 +28,7 @@ def _options_block(ctx, args: List[str]) -> List[str]:
     from fairseq_outlayers.tools.options import chosen, criterion_sections, method_sections, seam_options
 
     if not args:
-        raise OutlayersConfigError("an options block names at least one word (e.g. joint, vmf_nll, seams)")
+        raise OutlayersConfigError("an options block names at least one word (seams, or a method's or criterion's name)")
     seams = [("--output-layer / --embeddings", "", [_seam_row(*o) for o in seam_options()])] if "seams" in args else []
     words = [w for w in args if w != "seams"]
     sections = seams + (chosen(method_sections() + criterion_sections(), words) if words else [])

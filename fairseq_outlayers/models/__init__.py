@@ -17,7 +17,7 @@ import os
 from .. import checkpoint_safety
 
 checkpoint_safety.install()
-from . import baselines  # noqa: F401  (standard embeddings; softmax / tied / tied-all output layers)
+from . import baselines  # noqa: F401  (the standard embeddings and output layers)
 
 _HERE = os.path.dirname(__file__)
 _MODELS = ("transformer", "lstm")  # stage 2: their options are generated from the registries

@@ -165,7 +165,7 @@ def outlayers_lstm_vmf(args):
 
 def _out_dim(args, dim: int) -> int:
     """The decoder output size: ``dim`` unless given, or the embedding size for an output layer that multiplies
-    the decoder output with the embedding matrix itself (tied, tied-all), reached from the LSTM state through
+    the decoder output with the embedding matrix itself (a tied layer), reached from the LSTM state through
     fairseq's own extra projection (``LSTMDecoder.additional_fc``), as fairseq's tied LSTMs do."""
     if getattr(args, "decoder_out_embed_dim", None) is not None:
         return args.decoder_out_embed_dim

@@ -4,18 +4,57 @@
 that contradict a layer. ``check_new_run`` runs for a new training run only, not for a model rebuilt from a
 checkpoint: options of a seam that is not selected, option ranges, the criterion, the precision, and the
 checkpoint a resume will load. Both raise a one-line ``OutlayersConfigError`` that names the option and the fix.
+
+``check_binarised_data`` (run by ``check_seams``) compares the binarised data with the dictionaries fairseq loaded
+beside it. A replaced ``dict.en.txt`` (another preprocessing run, a copied file) makes fairseq train on ids that
+mean other words or, past the end of the dictionary, fail deep inside torch with an index error. It reads the
+largest token id of each split (a memory-mapped max, no copy) and compares it with the dictionary size.
 """
 import argparse
+import glob
 import os
 
+import numpy as np
+
 from fairseq_outlayers import fairseq_compat, fingerprints
-from fairseq_outlayers.data_checks import check_binarised_data
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.value_checks import check_values
 
 from .seam_options import file_options, given_options, resume_options, selected_specs, spec_options
 from .registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, criterion_trains, declared_criterions,
                        get_embedding_spec, get_output_layer_spec, layers_trained_by)
+
+
+def _max_token_id(bin_path):
+    idx_path = bin_path[: -len(".bin")] + ".idx"
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    if not MMapIndexedDataset.exists(bin_path[: -len(".bin")]):
+        return None
+    index = MMapIndexedDataset.Index(idx_path)
+    data = np.memmap(bin_path, dtype=index.dtype, mode="r")
+    return int(data.max()) if data.size else None
+
+
+def check_binarised_data(task):
+    """Raise OutlayersConfigError if a split of the task's data holds a token id the dictionary lacks."""
+    data = getattr(getattr(task, "cfg", None), "data", None) or getattr(getattr(task, "args", None), "data", None)
+    src, tgt = getattr(task.cfg, "source_lang", None), getattr(task.cfg, "target_lang", None)
+    if not data or not src or not tgt:
+        return
+    for path in str(data).split(os.pathsep):
+        for lang, dictionary in ((src, task.source_dictionary), (tgt, task.target_dictionary)):
+            for bin_path in sorted(glob.glob(os.path.join(path, f"*.{src}-{tgt}.{lang}.bin"))):
+                try:
+                    largest = _max_token_id(bin_path)
+                except (OSError, ValueError):
+                    continue  # not a fairseq mmap dataset: leave it to fairseq
+                if largest is not None and largest >= len(dictionary):
+                    raise OutlayersConfigError(
+                        f"{bin_path} holds token id {largest} but {os.path.join(path, f'dict.{lang}.txt')} has only "
+                        f"{len(dictionary)} entries: that dictionary does not belong to this binarised data; "
+                        "restore the dictionary written by fairseq-preprocess or re-run fairseq-preprocess"
+                    )
 
 
 def layer_names(test) -> str:

@@ -13,7 +13,7 @@ Most layers are *factorised softmax* layers: ``logits = context(h) @ targets(ids
 output matrix for a set of word ids (all of them by default). Writing every softmax-type layer in that form is
 what lets one sampled-softmax criterion (negative sampling) serve all of them: it asks only for the rows it needs.
 
-Layers that share weights with the decoder's input embedding (tying, the joint layer, shared-private) hold a
+Layers that share weights with the decoder's input embedding (tying, the joint layer, an embedding built from others) hold a
 *reference* to the embedding module without registering it as a submodule, so the weight is one tensor, it is
 saved once under the embedding's name and it is counted once.
 """
@@ -79,7 +79,7 @@ class FactorisedSoftmaxOutput(OutputLayer):
     def logit_factors(self, features: torch.Tensor):
         """``(context, weight, bias)`` with ``logits == F.linear(context, weight, bias)``: the (V, d) matrix and
         bias of the whole dictionary and the features mapped into its space, for a loss that never forms the
-        logits (``--criterion fused_cross_entropy``)."""
+        logits (the fused cross-entropy)."""
         weight, bias = self.target_weights(None)
         return self.context(features), weight, bias
 
@@ -94,8 +94,8 @@ class TiedReference:
 
     def _set_tied_embedding(self, embedding: nn.Module):
         # Not fairseq's shared Parameter (output.weight = embed.weight): the tied weight may be computed at every
-        # step (shared-private), and a second registered name would add a key to every checkpoint. So the module
-        # is held unregistered (object.__setattr__ bypasses nn.Module's registration) and its weight is saved,
+        # step (an embedding built from others), and a second registered name would add a key to every checkpoint.
+        # So the module is held unregistered (object.__setattr__ bypasses nn.Module's registration) and its weight is saved,
         # moved and counted once, under the decoder's embedding (tests/test_core.py::test_tied_weight_is_one_tensor).
         object.__setattr__(self, "_tied_embedding", embedding)
 

@@ -1,7 +1,7 @@
 """``outlayers-fit-bias CHECKPOINT --out NEW.pt [--data DIR] [--train-sentences N]``: give a trained model the
 per-word output bias its training left out, fitted from training data with the model frozen.
 
-The step after training with ``--criterion sampled_softmax``: a model trained on a sampled softmax lacks the
+The step after training with negative sampling: a model trained on a sampled softmax lacks the
 frequency prior of the full one (docs/joint-output.md: on Multi30k the fit gives the joint layer trained with 25 %
 negative sampling +1.39 test BLEU over three seeds, tying +1.16; a model trained with the full softmax gains
 nothing). The bias (one value per target word, from 0) is fitted by Adam on the cross-entropy of the first N

@@ -180,16 +180,15 @@ def _format(title: str, text: str, opts: List[Option]) -> List[str]:
 
 
 def _name(title: str) -> str:
-    """The name a section is about: ``--criterion cosine`` -> ``cosine``."""
+    """The name a section is about: ``--criterion NAME`` -> ``name``."""
     parts = title.split()
     return parts[1].lower() if len(parts) > 1 and title.startswith("--") and parts[1][0].isalnum() else ""
 
 
 def chosen(sections, words: List[str], heading: str = "", names=None):
     """The sections ``words`` pick. A word that is a section's name (one of ``names``, by default those of
-    ``sections``) picks only the sections of that name: ``cosine`` is the criterion, not ``--output-layer
-    scaled-cosine``. Any other word picks the sections whose title, or whose group ``heading``, contains it
-    (``vmf``, ``criterion``)."""
+    ``sections``) picks only the sections of that name, not those whose name merely contains it. Any other word
+    picks the sections whose title, or whose group ``heading``, contains it (``criterion``, ``seams``)."""
     names = {_name(s[0]) for s in sections} - {""} if names is None else names
 
     def picks(word, title):

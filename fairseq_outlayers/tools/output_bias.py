@@ -110,9 +110,14 @@ def fit_scale(layer, feats, targets, epochs: int, lr: float, seed: int = 1):
     return fit_on_logits(layer, feats, targets, torch.zeros(()), lambda z, s: z * s.exp(), epochs, lr, seed).exp()
 
 
+def takes_bias() -> str:
+    """The registered output layers that take ``--output-bias``, for a message: "a, b"."""
+    return ", ".join(sorted(name for name, spec in OUTPUT_LAYER_REGISTRY.items() if spec.output_bias))
+
+
 def accepts_bias(model, task, cfg) -> bool:
-    """Whether a fitted bias can go into this model's output layer: it has a per-word bias (fixed, joint, a layer
-    trained with ``--output-bias``) or its kind takes ``--output-bias`` (softmax, tied, tied-all)."""
+    """Whether a fitted bias can go into this model's output layer: it has a per-word bias (its own, or one trained
+    with ``--output-bias``) or its kind takes ``--output-bias`` (``OutputLayerSpec.output_bias``)."""
     layer = model.decoder.output_projection
     own = dict(layer.named_buffers(recurse=False), **dict(layer.named_parameters(recurse=False)))
     spec = OUTPUT_LAYER_REGISTRY.get(getattr(cfg.model, "output_layer", None))
@@ -130,7 +135,7 @@ def put_bias(state: Dict, bias, accepts_bias: bool):
         return
     if not accepts_bias:
         raise ValueError("a fitted bias needs an output layer with a per-word bias or one that takes "
-                         "--output-bias (softmax, tied, tied-all)")
+                         f"--output-bias ({takes_bias()})")
     dtype = next(v.dtype for v in weights.values() if torch.is_floating_point(v))
     weights[BIAS_KEY] = bias.to(dtype)
     from omegaconf import DictConfig, open_dict
@@ -179,7 +184,7 @@ def fit_output_bias(checkpoint: str, out_checkpoint: str, data: Optional[str] = 
     accepts = accepts_bias(model, task, cfg)
     if not accepts:
         raise ValueError(f"{checkpoint}: a fitted bias needs an output layer with a per-word bias or one that takes "
-                         f"--output-bias (softmax, tied, tied-all); this one is "
+                         f"--output-bias ({takes_bias()}); this one is "
                          f"{type(model.decoder.output_projection).__name__} without one")
     layer = model.decoder.output_projection
     train_x, train_y = features(model, task, "train", max_tokens, train_sentences)

@@ -1,8 +1,8 @@
 """A synthetic parallel corpus: the fallback when no real data can be had, and the tests' tiny corpus.
 
 The "translation" is learnable: the target is the source reversed, each word replaced by its own translation;
-the first ``shared_words`` words are identical on both sides (like numbers or names), which gives the
-shared-private pairing a same-word-form category to find.
+the first ``shared_words`` words are identical on both sides (like numbers or names), which gives a
+word pairing a same-word-form category to find.
 
     python -m fairseq_outlayers.tools.synthetic --out DIR --src de --tgt en --splits train:29000 val:1014
 """

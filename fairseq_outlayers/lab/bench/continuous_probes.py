@@ -2,12 +2,11 @@
 fairseq_outlayers.lab.bench.continuous_probes``), the medians over a method's probes, and the loop over (V, H) that
 alternates the methods."""
 import json
-import os
 import statistics
 import subprocess
 import sys
 
-from .continuous_layer import GiB, LAYER_METHODS, MiB, choose_chunks
+from .continuous_layer import GiB, LAYER_METHODS, MiB, choose_chunks, layer_probe
 
 def probe_in_subprocess(args, method, vocab, dim, chunks, steps):
     cmd = [sys.executable, "-m", __name__, method, str(vocab), str(dim), str(chunks), str(steps), str(args.tokens),
@@ -86,8 +85,6 @@ def main(argv=None):
     """One measurement of ``continuous_layer.layer_probe`` in this process, printed as one JSON line:
     ``METHOD V H CHUNKS STEPS TOKENS M THREADS DEVICE``."""
     import torch
-
-    from .continuous_layer import layer_probe
 
     method, vocab, dim, chunks, steps, tokens, m, threads, device = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(int(threads))

@@ -74,7 +74,7 @@ def file_digest(path: str) -> str:
 
 def file_digests(options: List[str]) -> Dict[str, str]:
     """{path: file_digest} of every file a run's options name (the value of a ``--flag`` that is an existing file:
-    ``--pairing``, ``--target-vectors``, ...), by the path as the options give it."""
+    a pairing file, target vectors, ...), by the path as the options give it."""
     return {value: file_digest(value) for flag, value in zip(options, options[1:])
             if flag.startswith("--") and not value.startswith("-") and os.path.isfile(value)}
 

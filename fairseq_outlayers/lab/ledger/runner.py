@@ -41,7 +41,7 @@ from fairseq_outlayers.tools.evaluation.scoring import evaluate
 from fairseq_outlayers.lab.fairseq_runs import log
 from fairseq_outlayers.lab.ledger import records, patience, steps
 from fairseq_outlayers.lab.ledger.rows import LedgerRow, decode_key, row_options
-from fairseq_outlayers.outfiles import write_text
+from fairseq_outlayers.outfiles import check_writable_dir, write_text
 from fairseq_outlayers.tools.commands import executable, user_dir
 from fairseq_outlayers.tools.rawtext import Preparation
 
@@ -151,8 +151,6 @@ def check_before_training(runs: List[Tuple[LedgerRow, int]], s: Settings) -> Lis
     whose data directory now holds other data than its table's records were trained on, or whose named files
     differ from its row's recorded seeds' (an error). Returns the warnings (a named file that differs from another
     row's of the table), once each."""
-    from fairseq_outlayers.outfiles import check_writable_dir
-
     check_writable_dir(s.ledger, "--ledger")
     if os.path.isdir(os.path.join(s.ledger, "refs")):
         check_writable_dir(os.path.join(s.ledger, "refs"), "--ledger (its refs/)")
