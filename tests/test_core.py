@@ -402,7 +402,7 @@ NAMING_A_METHOD = {
     "modules/nn_search.py": "own",
     "modules/continuous_output.py": "own (imported by the layer's registration and its criterions)",
     # generic files that still name a method
-    "models/presets.py": "presets name methods", "tools/options.py": "its --help gives names as examples",
+    "models/presets.py": "presets name methods",
     "lab/ledger/rows.py": "a format example",
 }
 
