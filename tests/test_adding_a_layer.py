@@ -8,12 +8,13 @@ and so do the package's tests that read the registries (option ranges, the unuse
 listing, the leaves rule, the resume of every layer, the generated blocks of the docs, the export table, the
 length of the docs pages) and the sentence check of the docs. The copy is removed afterwards; this process never
 imports it."""
+import json
 import os
 import re
 import shutil
 import sys
 
-from harness import REPO, run, tool
+from harness import REPO, run
 
 DOC = os.path.join(REPO, "docs", "architecture.md")
 #: the fenced blocks of the section whose first line names a file: "# PATH" (Python) or "<!-- PATH -->" (Markdown)
@@ -31,6 +32,26 @@ NEW_FILES = ["docs/factorised-embedding.md", "docs/focal-cross-entropy.md", "doc
              "fairseq_outlayers/modules/factorised_embedding.py", "fairseq_outlayers/modules/prior_softmax.py",
              "tests/test_factorised_embedding.py", "tests/test_focal_cross_entropy.py", "tests/test_scaled_cosine.py",
              "tests/test_unigram_prior.py"]
+
+
+#: runs outlayers-train's entry point on each argv of a JSON list; prints [[exit code, stderr], ...] as JSON
+TRAIN_EACH = r"""
+import contextlib, io, json, sys
+from fairseq_outlayers.tools.wrappers import train
+got = []
+for argv in json.loads(sys.argv[1]):
+    sys.argv, err, code = argv, io.StringIO(), 0
+    with contextlib.redirect_stderr(err):
+        try:
+            train()
+        except SystemExit as e:  # what the interpreter does with it: a message goes to stderr, with status 1
+            code = e.code
+            if isinstance(code, str):
+                err.write(code + "\n")
+                code = 1
+    got.append([code, err.getvalue()])
+print(json.dumps(got))
+"""
 
 
 def section_files():
@@ -98,21 +119,25 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
         assert re.search(r"--cosine-scale S .*\[default: 10", listing) and "--cosine-dim K" in listing, listing
         assert re.search(r"--embed-factor-dim K .*\[default: 16\]", listing), listing
         assert re.search(r"--focal-gamma .*\[default: 2", listing), listing
-        for extra, message in (
-                (["--output-layer", "softmax", "--cosine-scale", "3"], "--cosine-scale needs --output-layer "
-                 "scaled-cosine; --output-layer softmax would ignore it"),
-                (["--output-layer", "scaled-cosine", "--cosine-dim", "0"], "--cosine-dim must be a positive integer"),
-                (["--output-layer", "scaled-cosine", "--cosine-scale", "1000"], "--cosine-scale must be in (0, 100]"),
-                (["--output-layer", "continuous", "--criterion", "focal_cross_entropy"],
-                 "--criterion focal_cross_entropy scores a softmax over the vocabulary, but --output-layer continuous"),
-                (["--embeddings", "factorised", "--embed-factor-dim", "0"], "--embed-factor-dim must be a positive"),
-                (["--output-layer", "unigram-prior", "--prior-counts", "absent.txt"],
-                 "--prior-counts absent.txt: no such file"),
-                (["--output-layer", "softmax", "--prior-counts", "absent.txt"], "--prior-counts needs --output-layer "
-                 "unigram-prior")):
-            proc = run([tool("outlayers-train"), os.path.join(root, "no-data"), "--arch", "outlayers_transformer"]
-                       + extra, cwd=root, env=env, check=False)
-            assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        cases = [
+            (["--output-layer", "softmax", "--cosine-scale", "3"], "--cosine-scale needs --output-layer "
+             "scaled-cosine; --output-layer softmax would ignore it"),
+            (["--output-layer", "scaled-cosine", "--cosine-dim", "0"], "--cosine-dim must be a positive integer"),
+            (["--output-layer", "scaled-cosine", "--cosine-scale", "1000"], "--cosine-scale must be in (0, 100]"),
+            (["--output-layer", "continuous", "--criterion", "focal_cross_entropy"],
+             "--criterion focal_cross_entropy scores a softmax over the vocabulary, but --output-layer continuous"),
+            (["--embeddings", "factorised", "--embed-factor-dim", "0"], "--embed-factor-dim must be a positive"),
+            (["--output-layer", "unigram-prior", "--prior-counts", "absent.txt"],
+             "--prior-counts absent.txt: no such file"),
+            (["--output-layer", "softmax", "--prior-counts", "absent.txt"], "--prior-counts needs --output-layer "
+             "unigram-prior")]
+        # every case through outlayers-train's entry point, in one process of the copy (one start, not seven)
+        argvs = [["outlayers-train", os.path.join(root, "no-data"), "--arch", "outlayers_transformer"] + extra
+                 for extra, _ in cases]
+        got = json.loads(run([sys.executable, "-c", TRAIN_EACH, json.dumps(argvs)], cwd=root, env=env)
+                         .stdout.strip().splitlines()[-1])
+        for (extra, message), (code, stderr) in zip(cases, got):
+            assert code not in (0, None) and message in stderr and "Traceback" not in stderr, (extra, stderr)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     assert not os.path.exists(root)

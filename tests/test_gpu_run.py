@@ -49,7 +49,7 @@ def test_every_step_runs_and_a_second_call_runs_none_again(tmp_path):
     got = members(tmp_path)
     assert set(FILES) <= got, sorted(set(FILES) - got)
     table = (tmp_path / "state" / "results" / "precision_gpu.md").read_text()
-    assert "| softmax-fused |" in table and "| vmf |" in table and "| shared-private |" in table
+    assert "| vmf |" in table  # one method at smoke size (tests/test_bench_precision.py sweeps more)
     starts = [log.index(f"START {step} ") for step in STEPS if step != "precision"]  # beside cuda-tests
     assert starts == sorted(starts), "the steps ran out of order"
     peers = (tmp_path / "state" / "results" / "fused_loss_peers_cuda.md").read_text()
