@@ -562,6 +562,26 @@ def test_tests_name_no_work_item():
             assert found is None, (name, found.group(0))
 
 
+def test_user_documents_name_no_work_item():
+    """The README, the docs (results, benchmarks and notes included), the configs' row descriptions and every text
+    the package prints name no work item of this project ("issue N"): a reader cannot look it up."""
+    import re
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pattern = re.compile(r"(?<!fairseq )\b[Ii]ssues? #?\d+")  # fairseq's own issues may be cited
+    found = []
+    for top in ("docs", "configs", "fairseq_outlayers", "scripts"):
+        for root, dirs, files in os.walk(os.path.join(repo, top)):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__", "runs")]  # records keep what they were run with
+            for name in files:
+                if name.endswith((".md", ".args", ".yaml", ".py", ".sh")):
+                    with open(os.path.join(root, name), encoding="utf-8") as f:
+                        found += [f"{os.path.relpath(os.path.join(root, name), repo)}: {m.group(0)}"
+                                  for m in pattern.finditer(f.read())]
+    with open(os.path.join(repo, "README.md"), encoding="utf-8") as f:
+        found += [f"README.md: {m.group(0)}" for m in pattern.finditer(f.read())]
+    assert not found, found
+
 
 #: registration modules of models/ that register a group rather than one name
 GROUP_MODULES = {"baselines": "fairseq's usual embeddings and the softmax baselines"}

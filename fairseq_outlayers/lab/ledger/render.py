@@ -327,6 +327,8 @@ def shared_options(options: Sequence[Sequence[str]]) -> List[str]:
 #: modules that records' descriptions run (``python -m MODULE``) as they were when the run was made, and the
 #: command that does it now
 MOVED = {"fairseq_outlayers.pairing": "outlayers-pairing"}
+#: a planning reference a record's description may hold ("(issue N, item M)" with numbers): not on a user's page
+WORK_ITEM = re.compile(r"\s*\(issue \d+(?:, item \d+)?\)")
 
 
 def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: Dict[str, Dict[int, Dict]],
@@ -342,6 +344,7 @@ def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: D
     for module, new in MOVED.items():  # a record's description is kept as it was run; a moved command is named
         description = re.sub(rf"python -m {re.escape(module)}\b(?!\.)", lambda m: f"{m.group(0)} (now `{new}`)",
                              description)
+    description = WORK_ITEM.sub("", description)
     if description and description[-1] not in ".!?":
         description += "."
     common = set(_option_groups(shared))
