@@ -5,9 +5,8 @@ rewrites one block, the export table of docs/serving.md, which then names the ne
 methods' own tests pass (the maths against float64 references, training runs; the file-reading layer trained by
 fairseq-train, decoded by fairseq-generate without its file, and a resume with another file refused in one line),
 and so do the package's tests that read the registries (option ranges, the unused-option check, the options
-listing, the leaves rule, the resume of every layer, the generated blocks of the docs, the export table, the
-length of the docs pages) and the sentence check of the docs. The copy is removed afterwards; this process never
-imports it."""
+listing, the leaves rule, the resume of every layer, the export table, the length of the docs pages) and the
+sentence check of the docs. The copy is removed afterwards; this process never imports it."""
 import json
 import os
 import re
@@ -23,7 +22,9 @@ BLOCK = re.compile(r"```(?:python|markdown)\n(?:# |<!-- )([\w./-]+\.(?:py|md))(?
 REGISTRY_TESTS = ["declares_its_range", "seam_options_parse", "bad_float", "criterion_options_parse",
                   "every_seam_and_method", "every_package_criterion", "are_leaves", "declared_once", "names_no_method",
                   "share_a_name", "criterion_equals_label_smoothed", "ratio_one_equals_full_softmax",
-                  "pages_are_short", "every_generated_block", "serving_page_lists_every_seam"]
+                  "pages_are_short", "serving_page_lists_every_seam"]
+# not test_every_generated_block: the renderer's run in the copy rewrites one block and finds every other one
+# current, so a second full check would repeat its work
 #: the files the section prints
 NEW_FILES = ["docs/factorised-embedding.md", "docs/focal-cross-entropy.md", "docs/scaled-cosine.md",
              "docs/unigram-prior.md", "fairseq_outlayers/criterions/focal_cross_entropy.py",
