@@ -104,19 +104,22 @@ if ! command -v outlayers-train >/dev/null 2>&1 && [ -d "$SITE" ]; then
     $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$STATE/pkg" . \
         >>"$LOG" 2>&1 && mkdir -p "$SITE/bin" && cp -n "$STATE"/pkg/bin/* "$SITE/bin/" 2>/dev/null
 fi
+# the versions, and the one import check: the plugin registers (fairseq_outlayers.models), not only the package
+VERSIONS=$($PY -c "import sys, torch, fairseq, fairseq_outlayers.models; print('python', sys.version.split()[0], \
+'torch', torch.__version__, 'CUDA', torch.version.cuda, 'fairseq', fairseq.__version__, 'GPU', \
+torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')" 2>&1)
+IMPORTS=$?
 {
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     git log --oneline -1 2>/dev/null
-    $PY -c "import sys, torch, fairseq, fairseq_outlayers; print('python', sys.version.split()[0], 'torch', \
-torch.__version__, 'CUDA', torch.version.cuda, 'fairseq', fairseq.__version__, 'GPU', \
-torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')"
+    echo "$VERSIONS" | grep -v " | INFO | \|^INFO:" | tail -n 5
     $PY -c "import cut_cross_entropy as c; print('cut-cross-entropy', getattr(c, '__version__', 'installed'))" \
         2>/dev/null || echo "cut-cross-entropy: not installed (the fused loss uses torch's linear_cross_entropy)"
     $PY -c "import liger_kernel.transformers as l; from importlib.metadata import version as v; \
 print('liger-kernel', v('liger-kernel'))" 2>/dev/null || echo "liger-kernel: not installed or does not import"
     command -v outlayers-train >/dev/null && echo "outlayers-train: $(command -v outlayers-train)"
 } 2>&1 | tee -a "$LOG"
-if ! $PY -c "import fairseq, fairseq_outlayers" >/dev/null 2>&1; then
+if [ "$IMPORTS" -ne 0 ]; then
     say "STOP: fairseq or the package does not import (see above); nothing else can run"
     pack
     exit 1

@@ -9,14 +9,12 @@ its output layer or embeddings by adding a file, without editing this one. The o
 3. ``presets`` last: the named ``--arch`` presets, the one file that imports both architectures and methods.
 
 Then the criterions. This package is what registers the plugin: ``--user-dir`` imports it (fairseq imports a user
-directory's ``models/``), and so does any module of it a tool loads. First, the checkpoint allow-list.
+directory's ``models/``), and so does any module of it a tool loads. Last, the checkpoint allow-list.
 """
 import importlib
 import os
 
 from .. import checkpoint_safety
-
-checkpoint_safety.install()
 from . import baselines  # noqa: F401  (the standard embeddings and output layers)
 
 _HERE = os.path.dirname(__file__)
@@ -29,3 +27,5 @@ for _name in sorted(os.listdir(_HERE)):
 for _mod in _MODELS + _PRESETS:
     importlib.import_module(f"{__name__}.{_mod}")
 from .. import criterions  # noqa: E402,F401  (registers the criterions)
+
+checkpoint_safety.install()
