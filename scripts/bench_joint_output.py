@@ -96,7 +96,7 @@ class Config:
         import torch
         import torch.nn.functional as F
 
-        from fairseq_outlayers.criterions.sampled_softmax import sample_vocabulary, sampled_softmax_loss
+        from fairseq_outlayers.modules.negative_sampling import sample_vocabulary
 
         self.optimizer.zero_grad(set_to_none=False)
         self.features.grad = None
@@ -106,7 +106,8 @@ class Config:
         else:
             self.gen.manual_seed(seed)
             ids, remapped = sample_vocabulary(self.targets, self.vocab, ratio, pad=1, generator=self.gen)
-            loss, _ = sampled_softmax_loss(self.layer.sampled_logits(self.features, ids), remapped, 0.0)
+            # the sampled-softmax criterion's loss at label smoothing 0: cross-entropy over V'
+            loss = F.cross_entropy(self.layer.sampled_logits(self.features, ids).float(), remapped, reduction="sum")
             v_sampled = ids.numel()
         loss.backward()
         self.optimizer.step()
@@ -149,7 +150,10 @@ def memory_worker(spec: dict) -> dict:
     high-water mark after a ratio is that ratio's peak on the CPU)."""
     import torch
 
-    import fairseq_outlayers.criterions.sampled_softmax  # noqa: F401  (imports fairseq: before the baseline)
+    # every module a step needs, imported before the baseline (pure torch: no fairseq)
+    import fairseq_outlayers.modules.joint_output  # noqa: F401
+    import fairseq_outlayers.modules.negative_sampling  # noqa: F401
+    import fairseq_outlayers.modules.softmax  # noqa: F401
 
     device = torch.device(spec["device"])
     cuda = device.type == "cuda"

@@ -6,7 +6,7 @@
     python scripts/bench_whole_model.py --device cpu       # the CPU table: tiny model, V = 50k, fp32, 2,048 tokens
 
 One generated corpus per vocabulary size V (Zipf-distributed words ``w0 .. w{V-5}``, one dictionary for source and
-target, binarised by ``fairseq-preprocess`` with that dictionary, so every row sees the same batches). Each
+target, binarised by fairseq-preprocess's ``main`` in this process with that dictionary, so every row sees the same batches). Each
 method is one ``fairseq-train`` process (``fairseq_cli.train.cli_main``, the function behind the console script,
 in a child process that reads the peak memory when it returns): ``--arch`` (default ``outlayers_transformer``,
 the base Transformer), the method's ``--output-layer``/``--criterion``, ``--max-tokens``, ``--max-update``,
@@ -142,14 +142,11 @@ def write_corpus(directory, vocab, n_sentences, seed=1, min_len=10, max_len=40, 
     bins = {}
     for name, tgt_lang, tgt_dict in (("bin", "tgt", "dict.txt"), ("bin-bound", "bound", "dict.bound.txt")):
         out = os.path.join(directory, name)
-        cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", tgt_lang,
-               "--trainpref", os.path.join(text, "train"), "--validpref", os.path.join(text, "valid"),
-               "--destdir", out, "--srcdict", os.path.join(text, "dict.txt"),
-               "--tgtdict", os.path.join(text, tgt_dict), "--workers", str(workers)]
         t0 = time.time()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"fairseq-preprocess failed for {name}:\n{proc.stderr[-2000:]}")
+        binarise(["--source-lang", "src", "--target-lang", tgt_lang,
+                  "--trainpref", os.path.join(text, "train"), "--validpref", os.path.join(text, "valid"),
+                  "--destdir", out, "--srcdict", os.path.join(text, "dict.txt"),
+                  "--tgtdict", os.path.join(text, tgt_dict), "--workers", str(workers)])
         log(f"V={vocab}: {name} binarised in {time.time() - t0:.1f} s", flush=True)
         bins[name] = out
     vec = os.path.join(directory, "vectors.vec")
@@ -162,6 +159,27 @@ def write_corpus(directory, vocab, n_sentences, seed=1, min_len=10, max_len=40, 
             f.writelines(f"{words[start + i]} " + " ".join(map(str, row)) + "\n"
                          for i, row in enumerate(block.tolist()))
     return bins["bin"], bins["bin-bound"], {"vec": vec, "pairing": write_identical_pairing(bins["bin"])}
+
+
+def binarise(argv):
+    """``fairseq-preprocess argv`` in this process: fairseq's own parser and ``main``, without a second start of
+    Python, torch and fairseq. Its INFO lines are left out, and the log file it opens in the destination is closed."""
+    import logging
+
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    args = options.get_preprocessing_parser().parse_args(argv)
+    logger, before = preprocess.logger, list(preprocess.logger.handlers)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        preprocess.main(args)
+    finally:
+        logger.setLevel(level)
+        for handler in [h for h in logger.handlers if h not in before]:
+            logger.removeHandler(handler)
+            handler.close()
 
 
 def write_identical_pairing(data):

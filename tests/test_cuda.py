@@ -176,7 +176,7 @@ def test_compiled_vmf_losses_on_device_match_eager_log_cm():
 
 def test_sampled_vocabulary_on_device():
     """Negatives drawn with a device generator: every target and pad kept, the remap exact, seeded draws equal."""
-    from fairseq_outlayers.criterions.sampled_softmax import sample_vocabulary
+    from fairseq_outlayers.modules.negative_sampling import sample_vocabulary
 
     targets = torch.tensor([[5, 17, 17, 1], [90, 2, 1, 1]], device=DEVICE)
     draws = []

@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fairseq_outlayers.criterions.sampled_softmax import (SampledSoftmaxCriterion, mix_seed, sample_vocabulary,
-                                                          sampled_softmax_loss, sampling_correction)
+from fairseq_outlayers.criterions.sampled_softmax import SampledSoftmaxCriterion, sampled_softmax_loss
+from fairseq_outlayers.modules.negative_sampling import mix_seed, sample_vocabulary, sampling_correction
 from fairseq_outlayers.errors import OutlayersConfigError
 from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, layer_data, logged_losses, softmax_layers, train
 

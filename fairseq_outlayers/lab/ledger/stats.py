@@ -107,34 +107,46 @@ def paired_bootstrap_test(system: Dict[int, np.ndarray], baseline: Dict[int, np.
         # read its smallest p-value, 1 / (resamples + 1). Two identical systems are reported as identical.
         return {"diff": 0.0, "p": 1.0, "seeds": seeds, "interval": (0.0, 0.0), "identical": True}
 
-    def difference(idx):
-        # the observed scores from exact (float64) sums, as sacreBLEU scores a corpus; the resamples from float32
-        # sums, as its bootstrap does
-        pick = (lambda a: a.astype(np.float64)) if idx is None else (lambda a: a[idx])
-        sys_mean = sum(bleu_from_stats(pick(system[s]).sum(0)) for s in seeds) / len(seeds)
-        base_mean = sum(bleu_from_stats(pick(baseline[s]).sum(0)) for s in seeds) / len(seeds)
-        return sys_mean - base_mean
-
-    observed = difference(None)
-    idxs = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
-    # every resample's float32 sums at once, per seed and system, summed in the order ``a[idx].sum(0)`` sums
-    # (row after row), in blocks that bound the memory to about 40 MB
-    block = max(1, (10_000_000 // max(1, n * 10)))
-
-    def resampled_sums(a):
-        return np.concatenate([a[idxs[i:i + block]].sum(1) for i in range(0, n_samples, block)])
-
-    sys_sums = [resampled_sums(system[s]) for s in seeds]
-    base_sums = [resampled_sums(baseline[s]) for s in seeds]
-    signed = np.array([sum(bleu_from_stats(sums[k]) for sums in sys_sums) / len(seeds)
-                       - sum(bleu_from_stats(sums[k]) for sums in base_sums) / len(seeds)
-                       for k in range(n_samples)])
+    # the observed scores from exact (float64) sums, as sacreBLEU scores a corpus; the resamples from float32 sums,
+    # as its bootstrap does
+    observed = (sum(bleu_from_stats(system[s].astype(np.float64).sum(0)) for s in seeds) / len(seeds)
+                - sum(bleu_from_stats(baseline[s].astype(np.float64).sum(0)) for s in seeds) / len(seeds))
+    sys_bleu = [resampled_bleu(system[s], n_samples, seed) for s in seeds]
+    base_bleu = [resampled_bleu(baseline[s], n_samples, seed) for s in seeds]
+    # per resample: the mean over the seeds of each system, summed seed after seed (as ``sum`` over floats does)
+    signed = sum(sys_bleu) / len(seeds) - sum(base_bleu) / len(seeds)
     diffs = np.abs(signed)
     centred = diffs - diffs.mean()
     p = (np.sum(centred > abs(observed)).item() + 1) / (n_samples + 1)
     tail = 100.0 * (1.0 - level) / 2.0
     interval = (float(np.percentile(signed, tail)), float(np.percentile(signed, 100.0 - tail)))
     return {"diff": observed, "p": p, "seeds": seeds, "interval": interval, "identical": False}
+
+
+#: the resampled BLEU scores of a run (its sentence statistics, the resample count and seed), kept for the next
+#: comparison of the same run in this process: a table compares one baseline with many systems
+_RESAMPLED: Dict[Tuple[bytes, str, Tuple[int, ...], int, int], np.ndarray] = {}
+_DRAWS: Dict[Tuple[int, int, int], np.ndarray] = {}
+
+
+def resampled_bleu(stats: np.ndarray, n_samples: int = N_SAMPLES, seed: int = SEED) -> np.ndarray:
+    """The corpus BLEU of each bootstrap resample of one run's sentence statistics (float64, ``n_samples``). The
+    draw of resample k is the same for every run of ``n`` sentences (numpy ``default_rng(seed).choice``, as
+    sacreBLEU draws), and its statistics are float32 sums in the order ``stats[idx].sum(0)`` sums (row after row),
+    as sacreBLEU's bootstrap sums them."""
+    key = (stats.tobytes(), stats.dtype.str, stats.shape, n_samples, seed)
+    if key not in _RESAMPLED:
+        n = len(stats)
+        if (n, n_samples, seed) not in _DRAWS:
+            _DRAWS.clear()  # one corpus at a time, as a table reads it
+            _DRAWS[(n, n_samples, seed)] = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
+        idxs = _DRAWS[(n, n_samples, seed)]
+        block = max(1, (10_000_000 // max(1, n * 10)))  # about 40 MB of resampled statistics at a time
+        sums = np.concatenate([stats[idxs[i:i + block]].sum(1) for i in range(0, n_samples, block)])
+        if len(_RESAMPLED) >= 4096:
+            _RESAMPLED.clear()
+        _RESAMPLED[key] = np.array([bleu_from_stats(row) for row in sums], dtype=np.float64)
+    return _RESAMPLED[key]
 
 
 def welch_t_test(system: Sequence[float], baseline: Sequence[float]) -> Optional[Dict]:
