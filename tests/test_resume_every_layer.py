@@ -7,19 +7,24 @@ every set of embeddings and every criterion of the package, on the CPU.
   why and checks that the two still differ).
 
 The cases are read from the registries (``registry_cases``), so a new output layer, embedding or criterion is
-covered without editing this file. Each case trains 3 updates straight, then 1 update and a resume to 3, the three
-runs in the test process, while the two ranks train, each a process of its own; the straight run is the reference
-of both checks. ``--update-freq 2`` makes every update two micro-batches, so the draws a criterion makes
-per micro-batch are covered too. The ranks meet on a port chosen free when the test runs, and every run writes
-under the test's own tmp_path, so cases can run side by side (pytest-xdist).
+covered without editing this file. Each case's resume test trains 3 updates straight, then 1 update and a resume to
+3, the three runs in the test process. The data-parallel test takes every case in one pair of rank processes (one
+start of Python, torch and fairseq per rank, not per case), while the test process trains each case's reference.
+``--update-freq 2`` makes every update two micro-batches, so the draws a criterion makes per micro-batch are
+covered too. The ranks meet on a port chosen free when the test runs, and every run writes under the test's own
+tmp_path, so the tests can run side by side (pytest-xdist).
 
 The resume is in the middle of an epoch (an epoch of the tiny corpus is 4 batches, 2 updates). A run resumed from
 the checkpoint saved at the end of an epoch does not continue exactly under fairseq 0.12, whatever the model: the
 tied layer trained 2 + 2 updates with ``--update-freq 2`` ends 6.1e-3 away from 4 updates in one run (its third
 update already scores another loss, 6.195 against 6.225), and so does fairseq's own ``--arch transformer
 --share-decoder-input-output-embed`` without the plugin, to the same figures; 1 + 2 updates end bit-identical."""
+import json
 import os
 import subprocess
+import sys
+import threading
+import time
 from typing import List, NamedTuple
 
 import pytest
@@ -174,23 +179,20 @@ CASES = registry_cases()
 NOT_EQUAL = {}  # none today: sampled softmax seeds each draw with the batch's index over all ranks
 
 
-def _start(cmd: List[str]) -> subprocess.Popen:
-    """``cmd`` started as a process of its own, beside the test process."""
-    return subprocess.Popen(cmd, env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _finish(procs, timeout=600):
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, f"{' '.join(p.args[:4])}... failed ({p.returncode}):\n{out[-4000:]}"
-    return outs
+#: one gloo rank for every case in turn: fairseq-train's entry point on each argv of a JSON file, in one process
+#: (one start of Python, torch and fairseq per rank, not per case). The process group the first case initialises
+#: serves the others: fairseq's ``distributed_init`` keeps one that is initialised.
+RANK_EACH = r"""
+import json, sys
+from fairseq_cli.train import cli_main
+for case, argv in json.load(open(sys.argv[1])):
+    print("CASE", case, flush=True)
+    sys.argv = ["fairseq-train"] + argv
+    cli_main()
+"""
+#: ``OUTLAYERS_TEST_CASES="a b"``: the data-parallel test takes only the cases whose id holds one of these words
+#: (the adding-a-layer test runs it for its new methods only); every case by default
+CASES_ENV = "OUTLAYERS_TEST_CASES"
 
 
 def distributed_args(case, data, save, files, port, rank, world_size=2):
@@ -202,44 +204,104 @@ def distributed_args(case, data, save, files, port, rank, world_size=2):
         "--distributed-no-spawn", "--distributed-rank", str(rank)]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_resume_and_two_processes_equal_one_uninterrupted_run(case, tiny_bin, tiny_bin_joined, case_files,
-                                                              tmp_path):
-    """Three runs in the test process (3 updates straight; 1 update, then a resume to 3) while two gloo ranks train
-    3 updates with half the batch each; the straight run is the reference of both."""
-    from harness import free_port
-
-    data = case_data(case, tiny_bin, tiny_bin_joined)
-    straight, resumed, two = (str(tmp_path / name) for name in ("straight", "resumed", "two"))
-    port = free_port()  # chosen when the test runs: cases can run side by side (pytest-xdist)
-    ranks = [_start([tool("fairseq-train")] + distributed_args(case, data, two, case_files, port, rank))
-             for rank in (0, 1)]
+def run_ranks(jobs, folder, timeout=900) -> None:
+    """Two rank processes, each training every ``[case, argv]`` of its list in ``jobs`` in turn; their output goes
+    to ``folder/rank-R.log``. When one rank fails, the other (waiting for it in a collective) is stopped, and the
+    error names the case and ends with the failing rank's log."""
+    procs, logs = [], []
+    for rank, rank_jobs in enumerate(jobs):
+        spec, log = os.path.join(folder, f"rank-{rank}.json"), os.path.join(folder, f"rank-{rank}.log")
+        with open(spec, "w") as f:
+            json.dump(rank_jobs, f)
+        with open(log, "w") as out:  # a file, not a pipe: a dozen trainings' logs would fill a pipe's buffer
+            procs.append(subprocess.Popen([sys.executable, "-c", RANK_EACH, spec], env=process_env(), stdout=out,
+                                          stderr=subprocess.STDOUT))
+        logs.append(log)
+    deadline = time.monotonic() + timeout
     try:
-        for args in (straight_args(case, data, straight, case_files),
-                     straight_args(case, data, resumed, case_files, max_update=1),
-                     straight_args(case, data, resumed, case_files)):
-            run([tool("outlayers-train")] + args)
-    except BaseException:
-        for rank in ranks:
-            rank.kill()
-        raise
-    _finish(ranks)
-    a, b, c = load(straight), load(resumed), load(two)
-    assert (a["optimizer_history"][-1]["num_updates"] == b["optimizer_history"][-1]["num_updates"]
-            == c["optimizer_history"][-1]["num_updates"] == 3)
-    # resumed: every weight, buffer and Adam moment bit-identical
+        while time.monotonic() < deadline:
+            codes = [p.poll() for p in procs]  # every rank polled (``any`` would stop at the first running one)
+            if all(c == 0 for c in codes) or any(c not in (None, 0) for c in codes):
+                break
+            time.sleep(0.2)
+    finally:
+        stopped = set()
+        for rank, p in enumerate(procs):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+                stopped.add(rank)
+    # the rank that failed by itself first: the one stopped here only waited for it
+    for rank, (p, log) in sorted(enumerate(zip(procs, logs)), key=lambda item: item[0] in stopped):
+        if p.returncode != 0:
+            with open(log, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            case = ([line.split()[1] for line in text.splitlines() if line.startswith("CASE ")] or ["?"])[-1]
+            how = "stopped after the time limit" if rank in stopped else f"failed ({p.returncode})"
+            raise AssertionError(f"rank {rank} {how} in case {case}:\n{text[-4000:]}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_resume_equals_one_uninterrupted_run(case, tiny_bin, tiny_bin_joined, case_files, tmp_path):
+    """3 updates straight; 1 update, then a resume to 3: every weight, buffer and Adam moment bit-identical. The
+    three runs are in the test process."""
+    data = case_data(case, tiny_bin, tiny_bin_joined)
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    for args in (straight_args(case, data, straight, case_files),
+                 straight_args(case, data, resumed, case_files, max_update=1),
+                 straight_args(case, data, resumed, case_files)):
+        run([tool("outlayers-train")] + args)
+    a, b = load(straight), load(resumed)
+    assert a["optimizer_history"][-1]["num_updates"] == b["optimizer_history"][-1]["num_updates"] == 3
     assert b["extra_state"]["train_iterator"] == a["extra_state"]["train_iterator"]
     problems = differences(a["model"], b["model"], "model") + differences(
         a["last_optimizer_state"], b["last_optimizer_state"], "optimizer")
     assert not problems, "resume:\n" + "\n".join(problems)
     trained = [k for k, v in a["model"].items() if v.is_floating_point()]
     assert trained and a["last_optimizer_state"]["state"]  # a real comparison: weights and Adam moments exist
-    # data-parallel: every weight and buffer within float tolerance
-    problems = differences(a["model"], c["model"], "model", atol=1e-5, rtol=1e-4)
-    if case.criterion in NOT_EQUAL:
-        assert problems, f"{case.criterion} is data-parallel-exact now: remove it from NOT_EQUAL"
-    else:
-        assert not problems, "two processes:\n" + "\n".join(problems)
+
+
+def test_two_processes_equal_one_process_for_every_case(tiny_bin, tiny_bin_joined, case_files, tmp_path):
+    """Every case: two gloo ranks train 3 updates with half the batch each, against one process with ``--update-freq
+    2`` (run here, in the test process, while the ranks train): every weight and buffer within float tolerance."""
+    from harness import free_port
+
+    words = os.environ.get(CASES_ENV, "").split()
+    cases = [c for c in CASES if not words or any(w in c.id for w in words)]
+    assert cases, f"{CASES_ENV}={' '.join(words)} matches no case"
+    port = free_port()  # chosen when the test runs: tests can run side by side (pytest-xdist)
+    saves = {c.id: str(tmp_path / c.id) for c in cases}
+    jobs = [[[c.id, distributed_args(c, case_data(c, tiny_bin, tiny_bin_joined), saves[c.id] + "-two", case_files,
+                                     port, rank)] for c in cases] for rank in (0, 1)]
+    failure = []
+
+    def ranks_then_note():
+        try:
+            run_ranks(jobs, str(tmp_path))
+        except BaseException as err:  # raised again in the test's own thread
+            failure.append(err)
+
+    ranks = threading.Thread(target=ranks_then_note)
+    ranks.start()
+    try:
+        for c in cases:
+            run([tool("outlayers-train")] + straight_args(c, case_data(c, tiny_bin, tiny_bin_joined), saves[c.id],
+                                                          case_files))
+    finally:
+        ranks.join()
+    if failure:
+        raise failure[0]
+    problems = {}
+    for c in cases:
+        a, two = load(saves[c.id]), load(saves[c.id] + "-two")
+        assert a["optimizer_history"][-1]["num_updates"] == two["optimizer_history"][-1]["num_updates"] == 3, c.id
+        found = differences(a["model"], two["model"], "model", atol=1e-5, rtol=1e-4)
+        if c.criterion in NOT_EQUAL:
+            if not found:
+                problems[c.id] = [f"{c.criterion} is data-parallel-exact now: remove it from NOT_EQUAL"]
+        elif found:
+            problems[c.id] = found
+    assert not problems, "two processes:\n" + "\n".join(f"{k}: {v}" for k, v in problems.items())
 
 
 def test_the_cases_cover_every_registry_entry():
