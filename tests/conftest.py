@@ -28,6 +28,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: real-data or long runs, skipped unless --run-slow")
+    config.addinivalue_line("markers", "long: a test of 20 s or more in the default suite, started first")
     device = config.getoption("--device")
     if device:
         if device == "cuda" and not torch.cuda.is_available():
@@ -36,6 +37,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # the long tests first, in the (random) order they have among themselves: with two workers, a minute-long test
+    # started last would leave one core idle while it ends (pytest-randomly shuffles before this hook runs)
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="slow test: run with --run-slow")

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 
+import pytest
 from harness import REPO, run
 
 DOC = os.path.join(REPO, "docs", "architecture.md")
@@ -79,6 +80,7 @@ def copy_checkout(root):
     shutil.copy(os.path.join(REPO, "scripts", "check_sentences.py"), os.path.join(root, "scripts"))
 
 
+@pytest.mark.long
 def test_the_files_of_the_doc_make_working_methods(tmp_path):
     files = section_files()
     assert sorted(files) == NEW_FILES

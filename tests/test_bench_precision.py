@@ -90,6 +90,7 @@ def test_a_stopped_sweep_writes_the_table_of_what_finished(bench, tmp_path, monk
     assert "Outside the tolerance: none." in text and "Runs that failed" not in text
 
 
+@pytest.mark.long
 def test_synthetic_sweep_runs_every_kind_of_method_with_the_package_not_installed(bench, tmp_path):
     """A real sweep (3 updates) in a subprocess, as on a machine where the package is only on PYTHONPATH: another
     working directory, no venv on PATH. softmax, shared-private (synthetic pairing) and vmf (synthetic vectors) in

@@ -248,12 +248,14 @@ LAYER_CASES = [c for c in CASES if c.embeddings == "standard" and c.arch[1] != "
 OTHER_CASES = [c for c in CASES if c not in LAYER_CASES]
 
 
+@pytest.mark.long
 def test_every_exportable_output_layer_translates_as_the_package_does(tiny_raw, tiny_bin, tiny_bin_joined, tmp_path):
     assert {c.layer for c in LAYER_CASES} == {name for name, spec in _ours(OUTPUT_LAYER_REGISTRY).items()
                                              if callable(spec.export)}
     _run_cases(LAYER_CASES, tiny_raw, tiny_bin, tiny_bin_joined, tmp_path)
 
 
+@pytest.mark.long
 def test_every_exportable_embedding_and_the_lstm_translate_as_the_package_does(tiny_raw, tiny_bin, tiny_bin_joined,
                                                                                tmp_path):
     _run_cases(OTHER_CASES, tiny_raw, tiny_bin, tiny_bin_joined, tmp_path)
