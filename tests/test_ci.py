@@ -46,3 +46,28 @@ def test_plain_pytest_runs_one_process_that_pdb_can_stop():
     assert "-n" not in ini["pytest"]["addopts"].split()
     with open(os.path.join(REPO, "Makefile"), encoding="utf-8") as f:
         assert "XDIST = -n auto --dist worksteal" in f.read()
+
+
+def test_the_long_tests_start_first_in_their_random_order():
+    """``@pytest.mark.long`` moves a test to the front, after pytest-randomly's shuffle (the hook in conftest.py): the
+    others keep their random order, and so do the long ones among themselves."""
+    from conftest import pytest_collection_modifyitems
+
+    class Item:
+        def __init__(self, name, long):
+            self.name, self.long = name, long
+
+        def get_closest_marker(self, name):
+            return object() if name == "long" and self.long else None
+
+        def add_marker(self, marker):
+            pass
+
+    class Config:
+        @staticmethod
+        def getoption(name):
+            return True  # --run-slow: no skip marker added
+
+    items = [Item("a", False), Item("b", True), Item("c", False), Item("d", True), Item("e", False)]
+    pytest_collection_modifyitems(Config, items)
+    assert [i.name for i in items] == ["b", "d", "a", "c", "e"]
