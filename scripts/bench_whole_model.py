@@ -163,13 +163,17 @@ def write_corpus(directory, vocab, n_sentences, seed=1, min_len=10, max_len=40, 
 
 def binarise(argv):
     """``fairseq-preprocess argv`` in this process: fairseq's own parser and ``main``, without a second start of
-    Python, torch and fairseq. Its INFO lines are left out, and the log file it opens in the destination is closed."""
+    Python, torch and fairseq. Its INFO lines are left out, and the log file it opens in the destination is closed.
+    One worker once CUDA is initialised here (the table's device name does it), so that nothing forks this process."""
     import logging
 
+    import torch
     from fairseq import options
     from fairseq_cli import preprocess
 
     args = options.get_preprocessing_parser().parse_args(argv)
+    if torch.cuda.is_initialized():  # fairseq's worker pool forks this process: torch refuses CUDA in such a fork
+        args.workers = 1
     logger, before = preprocess.logger, list(preprocess.logger.handlers)
     level = logger.level
     logger.setLevel(logging.WARNING)

@@ -119,3 +119,21 @@ def test_tiny_cpu_run_trains_every_method(bench, tmp_path):
         assert f"| 256 | fp32 | 256 | {method} | " in text and "failed" not in text
     rows = [line for line in text.splitlines() if line.startswith("| 256 | fp32 | 256 |")]
     assert all(int(line.split("|")[-2].strip().replace(",", "")) > 100 for line in rows)  # aten ops, profiled
+
+
+def test_the_corpus_is_binarised_without_a_fork_once_cuda_is_initialised(bench, tmp_path, monkeypatch):
+    """The GPU call names the device (which initialises CUDA) before it writes the corpora; fairseq-preprocess's
+    worker pool would then fork a process whose CUDA is initialised. Simulated on the CPU: ``os.fork`` fails."""
+    import os
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("os.fork in a process whose CUDA is initialised")
+
+    monkeypatch.setattr(os, "fork", refused)
+    data, bound, files = bench.write_corpus(str(tmp_path), 64, 40, workers=4, log=lambda *a, **k: None)
+    assert os.path.exists(os.path.join(data, "train.src-tgt.tgt.bin"))
+    assert os.path.exists(os.path.join(bound, "dict.bound.txt")) and os.path.exists(files["pairing"])
