@@ -122,7 +122,7 @@ def main(argv=None):
     import fairseq_outlayers.models  # noqa: F401  (allow-lists the classes in fairseq checkpoints for a safe load)
     from fairseq.data import Dictionary
 
-    from fairseq_outlayers.checkpoint_safety import read
+    from fairseq_outlayers.core.checkpoint_safety import read
 
     state = read(args.checkpoint)  # weights-only: a crafted or damaged file is refused with one line
     try:

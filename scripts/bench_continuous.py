@@ -14,7 +14,7 @@ Three measurements, each against the softmax baseline in the same run, reported 
    ``--output-layer continuous --criterion vmf_nll``, on synthetic batches with a word-level target dictionary
    of ``--model-vocab`` words: ``task.train_step`` (forward, loss, backward) + fairseq's Adam step.
 0. **The vMF loss against the cosine loss** (in-process, no layer): one forward + backward of every ``vmf_nll``
-   variant's per-token loss (``modules/vmf_losses.py``, the criterion's defaults) on ``--tokens`` x m float32
+   variant's per-token loss (``vmf_losses.py``, the criterion's defaults) on ``--tokens`` x m float32
    predictions, against ``cosine_loss``: the aten operations that torch's profiler counts (on CUDA also the
    kernels launched) and the median time, both as ratios to cosine; also the time on ``--dispatch-tokens`` rows
    (8), where dispatching the operations is the cost, as on a GPU that waits for its host. ``--compile-log-cm``

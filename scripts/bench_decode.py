@@ -59,7 +59,7 @@ def support_files(data, work, src, tgt, dim=300):
     from fairseq.data import Dictionary
 
     from fairseq_outlayers.lab.bench.continuous_layer import random_unit_table
-    from fairseq_outlayers.word_pairs.pairs import pair_dictionaries, write_pairing
+    from fairseq_outlayers.methods.shared_private.word_pairs.pairs import pair_dictionaries, write_pairing
 
     sd, td = (Dictionary.load(os.path.join(data, f"dict.{lang}.txt")) for lang in (src, tgt))
     pairing = os.path.join(work, "pairing.txt")

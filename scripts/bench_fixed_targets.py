@@ -32,8 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
-from fairseq_outlayers.modules.fixed_random import FixedRandomOutput  # noqa: E402
-from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput  # noqa: E402
+from fairseq_outlayers.methods.fixed.fixed_random import FixedRandomOutput  # noqa: E402
+from fairseq_outlayers.methods.baselines.softmax import LearnedSoftmaxOutput  # noqa: E402
 
 METHODS = ("softmax", "fixed")
 MiB = 2.0 ** 20

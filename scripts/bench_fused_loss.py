@@ -61,8 +61,8 @@ def zipf_targets(n: int, vocab: int, generator):
 def build_layer(name: str, vocab: int, dim: int):
     import torch.nn as nn
 
-    from fairseq_outlayers.modules.joint_output import JointOutputLayer
-    from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput
+    from fairseq_outlayers.methods.joint.joint_output import JointOutputLayer
+    from fairseq_outlayers.methods.baselines.softmax import LearnedSoftmaxOutput
 
     embedding = nn.Embedding(vocab, dim, padding_idx=PAD)
     nn.init.normal_(embedding.weight, 0.0, dim ** -0.5)
@@ -77,7 +77,7 @@ def layer_loss(impl: str, layer, features, target, eps: float):
     import torch.nn.functional as F
     from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 
-    from fairseq_outlayers.modules.linear_cross_entropy import linear_cross_entropy
+    from fairseq_outlayers.losses.linear_cross_entropy import linear_cross_entropy
 
     if impl == "plain":
         lprobs = F.log_softmax(layer(features).float(), dim=-1)
@@ -173,7 +173,7 @@ def model_rows(args, vocab: int, device):
     import torch
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
-    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
+    from fairseq_outlayers.losses.fused_cross_entropy import FusedCrossEntropyCriterion
 
     rows = []
     gen = torch.Generator().manual_seed(1)
@@ -265,7 +265,7 @@ def main(argv=None):
         return peers_main(parser, args, argv)
     import torch
 
-    from fairseq_outlayers.modules.linear_cross_entropy import cce_available
+    from fairseq_outlayers.losses.linear_cross_entropy import cce_available
 
     benchlib.check_device(parser, args.device)
     benchlib.check_output(args.output, args.force)
@@ -333,7 +333,7 @@ def peers_main(parser, args, argv):
         "# The fused loss against its peers: time, memory and error", "",
         f"Command: `{ENV}{benchlib.command_line('bench_fused_loss.py', argv)}`.", "",
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(start))}; commit "
-        f"{benchlib.git_commit(REPO, 'fairseq_outlayers/modules/linear_cross_entropy.py')}; device {name}; "
+        f"{benchlib.git_commit(REPO, 'fairseq_outlayers/losses/linear_cross_entropy.py')}; device {name}; "
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s).", "",
         "One step: forward and backward of the summed, label-smoothed loss, padding (5 % of the targets) ignored, "
         "float32. x (N × d), W (V × d) and b all need gradients. Each round runs every row once, in a rotated order; "

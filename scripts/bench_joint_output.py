@@ -61,8 +61,8 @@ def max_rss_mib() -> float:
 def build_layer(model: str, vocab: int, dim: int, joint_dim: int, device):
     import torch.nn as nn
 
-    from fairseq_outlayers.modules.joint_output import JointOutputLayer
-    from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput, TiedSoftmaxOutput
+    from fairseq_outlayers.methods.joint.joint_output import JointOutputLayer
+    from fairseq_outlayers.methods.baselines.softmax import LearnedSoftmaxOutput, TiedSoftmaxOutput
 
     embedding = nn.Embedding(vocab, dim, padding_idx=1)
     nn.init.normal_(embedding.weight, 0.0, dim ** -0.5)
@@ -96,7 +96,7 @@ class Config:
         import torch
         import torch.nn.functional as F
 
-        from fairseq_outlayers.modules.negative_sampling import sample_vocabulary
+        from fairseq_outlayers.losses.negative_sampling import sample_vocabulary
 
         self.optimizer.zero_grad(set_to_none=False)
         self.features.grad = None
@@ -151,9 +151,9 @@ def memory_worker(spec: dict) -> dict:
     import torch
 
     # every module a step needs, imported before the baseline (pure torch: no fairseq)
-    import fairseq_outlayers.modules.joint_output  # noqa: F401
-    import fairseq_outlayers.modules.negative_sampling  # noqa: F401
-    import fairseq_outlayers.modules.softmax  # noqa: F401
+    import fairseq_outlayers.methods.joint.joint_output  # noqa: F401
+    import fairseq_outlayers.losses.negative_sampling  # noqa: F401
+    import fairseq_outlayers.methods.baselines.softmax  # noqa: F401
 
     device = torch.device(spec["device"])
     cuda = device.type == "cuda"

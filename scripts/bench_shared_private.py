@@ -34,7 +34,7 @@ def synthetic_data(tmp: str, vocab: int):
     """Two dictionaries of ``vocab`` words and a pairing file for them; returns (src_dict, tgt_dict, pairing)."""
     from fairseq.data import Dictionary
 
-    from fairseq_outlayers.word_pairs import pair_dictionaries, write_pairing
+    from fairseq_outlayers.methods.shared_private.word_pairs import pair_dictionaries, write_pairing
 
     shared = [str(i) for i in range(max(1, vocab // 100))]  # same word form on both sides, like numbers
     dicts = []
@@ -99,7 +99,7 @@ def main(argv=None):
     import torch.nn.functional as F
 
     import fairseq_outlayers.models  # noqa: F401
-    from fairseq_outlayers.word_pairs import load_dictionary, read_pairing
+    from fairseq_outlayers.methods.shared_private.word_pairs import load_dictionary, read_pairing
     from fairseq_outlayers.parameter_counts import parameter_report
 
     torch.set_num_threads(args.threads)

@@ -190,7 +190,7 @@ def write_identical_pairing(data):
     """The shared-private pairing file of a corpus whose source and target share one dictionary."""
     from fairseq.data import Dictionary
 
-    from fairseq_outlayers.word_pairs.pairs import pair_identical, write_pairing
+    from fairseq_outlayers.methods.shared_private.word_pairs.pairs import pair_identical, write_pairing
 
     path = os.path.join(data, "pairing.txt")
     src, tgt = (Dictionary.load(os.path.join(data, f"dict.{lang}.txt")) for lang in ("src", "tgt"))

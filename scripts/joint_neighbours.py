@@ -111,7 +111,7 @@ def format_tsv(rows: List[dict], k: int) -> str:
 
 def load(path: str, data: Optional[str]):
     import fairseq_outlayers.models  # noqa: F401  (registers the models; checkpoint allow-list)
-    from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task
+    from fairseq_outlayers.tools.checkpoints import load_model_ensemble_and_task
 
     if not os.path.exists(path):
         raise OutlayersConfigError(f"checkpoint '{path}' does not exist; pass --path to a fairseq checkpoint")

@@ -23,8 +23,8 @@ def load_embeddings(checkpoint: str):
     """(source matrix, target matrix, {category: [(src index, tgt index), ...]}, model args) from a checkpoint."""
     import torch
 
-    from fairseq_outlayers.checkpoint_safety import read
-    from fairseq_outlayers.modules.shared_private_embedding import assemble
+    from fairseq_outlayers.core.checkpoint_safety import read
+    from fairseq_outlayers.methods.shared_private.embedding import assemble
 
     state = read(checkpoint)  # weights-only: a crafted or damaged file is refused with one line
     model, cfg = state["model"], state["cfg"]["model"]

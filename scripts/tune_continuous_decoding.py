@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 from fairseq_outlayers import value_checks
-from fairseq_outlayers.checkpoint_safety import check_decodable
+from fairseq_outlayers.core.checkpoint_safety import check_decodable
 from fairseq_outlayers.tools.evaluation.scoring import score_subset
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import atomic_write, check_output_path

@@ -208,7 +208,7 @@ def train_distributed(bin_dir: str, save_dir: str, arch_args=None, extra=None, m
 def softmax_layers() -> List[str]:
     """The package's softmax-type output layers, read from the registry: a new one is tested with the others."""
     import fairseq_outlayers.models  # noqa: F401  (registers the layers)
-    from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.core.registry import OUTPUT_LAYER_REGISTRY
 
     return sorted(name for name, spec in OUTPUT_LAYER_REGISTRY.items()
                   if spec.softmax_type and spec.build.__module__.startswith("fairseq_outlayers."))
@@ -216,7 +216,7 @@ def softmax_layers() -> List[str]:
 
 def layer_data(layer: str, bin_dir: str, joined_bin_dir: str) -> str:
     """The tiny corpus a layer trains on: the joined-dictionary one when the layer needs it."""
-    from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.core.registry import OUTPUT_LAYER_REGISTRY
 
     return joined_bin_dir if OUTPUT_LAYER_REGISTRY[layer].requires_joined_dictionary else bin_dir
 

@@ -1,4 +1,4 @@
-"""bf16 without a TPU: fairseq 0.12 sets --tpu for --bf16; the package takes it back (fairseq_outlayers.fairseq_compat).
+"""bf16 without a TPU: fairseq 0.12 sets --tpu for --bf16; the package takes it back (fairseq_outlayers.core.fairseq_compat).
 
 On the CPU fairseq trains a bf16 model too (the Trainer converts the model, FP16Optimizer keeps float32 master
 weights without loss scaling), so the whole path runs here; tests/test_cuda.py runs it on a GPU.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from fairseq_outlayers import fairseq_compat as precision
+from fairseq_outlayers.core import fairseq_compat as precision
 from harness import TINY_TRANSFORMER, logged_losses, train
 
 

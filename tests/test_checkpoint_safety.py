@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from fairseq_outlayers.checkpoint_safety import ALLOWED_GLOBALS
+from fairseq_outlayers.core.checkpoint_safety import ALLOWED_GLOBALS
 from harness import generate, run, train
 
 
@@ -52,7 +52,7 @@ def test_crafted_checkpoint_is_refused(tmp_path):
 
 def test_weights_only_stays_on_globally():
     assert os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD") in (None, "", "0")
-    path = os.path.join(os.path.dirname(__file__), "..", "fairseq_outlayers", "checkpoint_safety.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "fairseq_outlayers", "core", "checkpoint_safety.py")
     assert "weights_only=False" not in open(path).read()
 
 
@@ -133,7 +133,7 @@ MESSAGES = {
 
 @pytest.mark.parametrize("kind", sorted(MESSAGES))
 def test_read_says_what_is_wrong_in_one_line(bad_checkpoints, kind):
-    from fairseq_outlayers.checkpoint_safety import read
+    from fairseq_outlayers.core.checkpoint_safety import read
     from fairseq_outlayers.errors import OutlayersConfigError
 
     marker = "/tmp/outlayers-pwned"
@@ -149,7 +149,7 @@ def test_read_says_what_is_wrong_in_one_line(bad_checkpoints, kind):
 def test_random_bytes_fail_in_one_line(tmp_path):
     """Whatever the unpickler trips on in random bytes (UnpicklingError mostly; IndexError, KeyError,
     UnicodeDecodeError sometimes), the error is one line that names the file."""
-    from fairseq_outlayers.checkpoint_safety import read
+    from fairseq_outlayers.core.checkpoint_safety import read
     from fairseq_outlayers.errors import OutlayersConfigError
 
     gen = random.Random(1)

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from fairseq.data import Dictionary
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.continuous_output import _FAISS_INDEXES, ContinuousOutput
-from fairseq_outlayers.modules.nn_search import candidate_log_probs
+from fairseq_outlayers.methods.continuous.continuous_output import _FAISS_INDEXES, ContinuousOutput
+from fairseq_outlayers.methods.continuous.nn_search import candidate_log_probs
 from harness import TINY_TRANSFORMER, generate, train
 
 faiss = pytest.importorskip("faiss")
@@ -108,7 +108,7 @@ def test_faiss_index_is_built_once_and_follows_the_table():
 def test_faiss_settings_are_local_to_a_search():
     """faiss's thread count and BLAS threshold are process-wide: a search sets them for itself only and gives the
     caller's values back, also when the search fails."""
-    from fairseq_outlayers.modules.nn_search import BLAS_MIN_QUERIES, FAISS_THREADS, FaissInnerProductIndex
+    from fairseq_outlayers.methods.continuous.nn_search import BLAS_MIN_QUERIES, FAISS_THREADS, FaissInnerProductIndex
 
     index = FaissInnerProductIndex(torch.randn(50, M))
     before = faiss.omp_get_max_threads(), faiss.cvar.distance_compute_blas_threshold

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from fairseq.data import Dictionary
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.continuous_output import ContinuousOutput, TargetVectorEmbedding
-from fairseq_outlayers.modules.nn_search import nearest_neighbours
-from fairseq_outlayers.target_vectors import SPECIAL_SEED, load_target_table
+from fairseq_outlayers.methods.continuous.continuous_output import ContinuousOutput, TargetVectorEmbedding
+from fairseq_outlayers.methods.continuous.nn_search import nearest_neighbours
+from fairseq_outlayers.methods.continuous.target_vectors import SPECIAL_SEED, load_target_table
 from harness import TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
 
 M = 16
@@ -330,9 +330,9 @@ def _criterion_checks(model, task):
     per-token loss (float64 reference), metrics present and summable."""
     from fairseq.logging import metrics
 
-    from fairseq_outlayers.criterions.continuous_losses import (CosineCriterion, L2Criterion, MaxMarginCriterion,
+    from fairseq_outlayers.methods.continuous.criterions import (CosineCriterion, L2Criterion, MaxMarginCriterion,
                                                                 VMFNLLCriterion)
-    from fairseq_outlayers.modules import vmf_losses as vmf
+    from fairseq_outlayers.methods.continuous import vmf_losses as vmf
 
     ds = task.dataset("test")
     sample = ds.collater([ds[i] for i in range(6)])
@@ -397,7 +397,7 @@ def _criterion_checks(model, task):
     with pytest.raises(OutlayersConfigError, match=r"--margin must be in \(0, 1\], got 1.5 \(with --margin-negative "):
         MaxMarginCriterion(task, False, margin=1.5, margin_negative="synthetic")
     MaxMarginCriterion(task, False, margin=1.5)  # the informative negative's gap can reach 2
-    from fairseq_outlayers.criterions.continuous_losses import continuous_output_layer
+    from fairseq_outlayers.methods.continuous.criterions import continuous_output_layer
 
     with pytest.raises(OutlayersConfigError, match="need --output-layer continuous --target-vectors FILE"):
         continuous_output_layer(torch.nn.Linear(2, 2))
@@ -408,8 +408,8 @@ def test_max_margin_default_negative_is_unchanged():
     max_margin_loss with the searched negative, bit for bit; synthetic is syn-margin on the target rows."""
     from types import SimpleNamespace
 
-    from fairseq_outlayers.criterions.continuous_losses import MaxMarginCriterion
-    from fairseq_outlayers.modules.vmf_losses import max_margin_loss, synthetic_margin_loss
+    from fairseq_outlayers.methods.continuous.criterions import MaxMarginCriterion
+    from fairseq_outlayers.methods.continuous.vmf_losses import max_margin_loss, synthetic_margin_loss
 
     gen = torch.Generator().manual_seed(3)
     table = F.normalize(torch.randn(50, M, generator=gen), dim=-1)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from fairseq.data import Dictionary
 
-from fairseq_outlayers.modules.bessel import bessel_iv_ratio, log_cm, log_cm_float64
+from fairseq_outlayers.methods.continuous.bessel import bessel_iv_ratio, log_cm, log_cm_float64
 from harness import TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
 
 DEVICE = os.environ.get("OUTLAYERS_CUDA_TEST_DEVICE", "cuda")
@@ -107,7 +107,7 @@ def test_every_method_trains_and_generates(name, arch, method_args, tmp_path):
 
 @needs_cuda
 # fairseq 0.12's command line runs --bf16 / --memory-efficient-bf16 on TPUs only (it sets --tpu); the package takes
-# the implied --tpu back (fairseq_outlayers/fairseq_compat.py, tests/test_bf16.py)
+# the implied --tpu back (fairseq_outlayers/core/fairseq_compat.py, tests/test_bf16.py)
 @pytest.mark.parametrize("precision", ["--fp16", "--memory-efficient-fp16", "--amp", "--bf16",
                                        "--memory-efficient-bf16"])
 @pytest.mark.parametrize("name", sorted(METHODS))
@@ -149,7 +149,7 @@ def test_compiled_vmf_losses_on_device_match_eager_log_cm():
     with no fallback. A "log_cm" test, so that the first correctness step of scripts/gpu_run.sh runs it."""
     import torch.nn.functional as F
 
-    from fairseq_outlayers.modules import vmf_losses
+    from fairseq_outlayers.methods.continuous import vmf_losses
 
     for state in vmf_losses.COMPILED_ROWS.values():
         state.update(kernel=None, failed=False)
@@ -176,7 +176,7 @@ def test_compiled_vmf_losses_on_device_match_eager_log_cm():
 
 def test_sampled_vocabulary_on_device():
     """Negatives drawn with a device generator: every target and pad kept, the remap exact, seeded draws equal."""
-    from fairseq_outlayers.modules.negative_sampling import sample_vocabulary
+    from fairseq_outlayers.losses.negative_sampling import sample_vocabulary
 
     targets = torch.tensor([[5, 17, 17, 1], [90, 2, 1, 1]], device=DEVICE)
     draws = []

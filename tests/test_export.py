@@ -19,7 +19,7 @@ import torch
 
 import fairseq_outlayers.models  # noqa: F401  (registers the seams)
 from fairseq_outlayers.errors import ExportRefused, OutlayersConfigError
-from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
 from fairseq_outlayers.tools import export as exporter
 from harness import (BIN, TINY_LSTM, TINY_TRANSFORMER, build_model, generate, pairing_file, run, tool, train)
 

@@ -155,7 +155,7 @@ def test_disk_full_during_a_checkpoint_write_keeps_the_last_one(tiny_bin, tmp_pa
                      "run the same command again to resume from checkpoint_last.pt"], proc.stderr[-3000:]
     with open(last, "rb") as f:
         assert f.read() == before
-    from fairseq_outlayers.checkpoint_safety import read
+    from fairseq_outlayers.core.checkpoint_safety import read
 
     assert read(last)["optimizer_history"][-1]["num_updates"] == 2
     assert not [n for n in os.listdir(save) if n.endswith(".tmp")], os.listdir(save)
@@ -312,24 +312,8 @@ def test_disk_full_during_a_vector_export_keeps_the_old_file(checkpoints, tmp_pa
 
 # ---- imports -----------------------------------------------------------------------------------------------------
 
-def test_no_import_circle_through_the_error_modules():
-    """errors.py imports no module of the package, and no module that checkpoint_safety, outfiles or
-    fairseq_compat imports (at the top or inside a function) leads back to them."""
-    from test_import_graph import imports, module_name, package_files
+def test_the_error_modules_import_nothing_of_the_package():
+    """errors.py imports no module of the package (the circle test of the whole package: tests/test_import_graph.py)."""
+    from test_import_graph import import_graph
 
-    graph = {}
-    for path in package_files():
-        module = module_name(path)
-        graph[module] = {t if t in graph or os.path.exists(os.path.join(REPO, *t.split(".")) + ".py")
-                         else t.rsplit(".", 1)[0] for _, t in imports(path, module)}
-    assert graph["fairseq_outlayers.errors"] == set()
-    for start in ("checkpoint_safety", "outfiles", "fairseq_compat", "errors"):
-        start = "fairseq_outlayers." + start
-        seen, todo = set(), list(graph[start])
-        while todo:
-            m = todo.pop()
-            if m in seen or m not in graph:
-                continue
-            seen.add(m)
-            todo.extend(graph[m])
-        assert start not in seen, f"{start} imports a module that imports it back"
+    assert import_graph()["fairseq_outlayers.errors"] == set()

@@ -9,18 +9,19 @@ import os
 import pytest
 import torch
 
-from fairseq_outlayers import fingerprints
+from fairseq_outlayers.core import build as seam_checks, fingerprints
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models import seam_checks
-from fairseq_outlayers.models.registry import Option, register_output_layer, unregister_output_layer
+from fairseq_outlayers.core.registry import Option, register_output_layer, unregister_output_layer
 
 NAME = "file-test-layer"
 
 
 @pytest.fixture
 def file_layer():
-    options = (Option("--file-test-table", None, metavar="FILE", help="a table", file="its test table"),)
-    register_output_layer(NAME, help="reads a file", options=options)(lambda *args, **kwargs: None)
+    options = (Option("--file-test-table", None, metavar="FILE", help="a table", file="its test table",
+                      resume="free"),)
+    register_output_layer(NAME, help="reads a file", options=options, export="a test layer")(
+        lambda *args, **kwargs: None)
     yield
     unregister_output_layer(NAME)
 

@@ -11,7 +11,7 @@ import torch
 
 from fairseq_outlayers.tools.params import main as params_main
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.target_vectors import load_target_table
+from fairseq_outlayers.methods.continuous.target_vectors import load_target_table
 from fairseq_outlayers.tools.vectors import main as vectors_main
 
 from harness import load_script
@@ -93,7 +93,7 @@ def test_params_on_broken_files_prints_one_line(tmp_path, capsys):
              str(foreign): "not a fairseq checkpoint", str(tmp_path): "does not exist"}
     import logging
 
-    core = logging.getLogger("fairseq_outlayers.models.core")
+    core = logging.getLogger("fairseq_outlayers.core.build")
     level = core.level
     for path, expected in cases.items():
         assert params_main([path]) == 1, path

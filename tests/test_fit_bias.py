@@ -134,7 +134,7 @@ def test_a_checkpoint_replaced_during_the_fit_runs_nothing_and_writes_nothing(sa
     import shutil
 
     from fairseq_outlayers.tools import output_bias
-    from fairseq_outlayers.checkpoint_safety import read
+    from fairseq_outlayers.core.checkpoint_safety import read
 
     marker = "/tmp/outlayers-pwned-fit"
     if os.path.exists(marker):

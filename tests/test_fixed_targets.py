@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.fixed_random import (FixedRandomOutput, draw_fixed_targets, fingerprint,
+from fairseq_outlayers.methods.fixed.fixed_random import (FixedRandomOutput, draw_fixed_targets, fingerprint,
                                                     hadamard_rows, normalise_rows)
-from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput
+from fairseq_outlayers.methods.baselines.softmax import LearnedSoftmaxOutput
 from fairseq_outlayers.parameter_counts import parameter_report
 from harness import (REPO, TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, logged_losses, train,
                      train_distributed, load_script)

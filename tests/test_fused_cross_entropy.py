@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.linear_cross_entropy import chunked_argmax, linear_cross_entropy, torch_rows
+from fairseq_outlayers.losses.linear_cross_entropy import chunked_argmax, linear_cross_entropy, torch_rows
 from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, layer_data, logged_losses, softmax_layers, train
 
 SOFTMAX_LAYERS = softmax_layers()
@@ -136,7 +136,7 @@ def _reference(model, sample, eps, pad):
 def test_criterion_equals_label_smoothed_cross_entropy(tiny_bin, tiny_bin_joined, layer, arch):
     """Every softmax-type layer (with its bias, projection, scale, dropout): loss, nll_loss, accuracy and every
     parameter's gradient equal fairseq's label-smoothed cross-entropy, in float64, within 1e-5 relative."""
-    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
+    from fairseq_outlayers.losses.fused_cross_entropy import FusedCrossEntropyCriterion
 
     task, model, sample = _setup(layer_data(layer, tiny_bin, tiny_bin_joined), layer_options(layer), arch)
     model.double().train()
@@ -164,7 +164,7 @@ def test_criterion_equals_label_smoothed_cross_entropy(tiny_bin, tiny_bin_joined
 def test_layers_without_a_matrix_are_refused(tiny_bin, tmp_path):
     import torch.nn as nn
 
-    from fairseq_outlayers.criterions.fused_cross_entropy import logit_factors
+    from fairseq_outlayers.losses.fused_cross_entropy import logit_factors
 
     model = nn.Module()
     model.decoder = nn.Module()
@@ -179,8 +179,8 @@ def test_layers_without_a_matrix_are_refused(tiny_bin, tmp_path):
 
 
 def test_cce_asked_for_but_missing():
-    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
-    from fairseq_outlayers.modules.linear_cross_entropy import cce_available
+    from fairseq_outlayers.losses.fused_cross_entropy import FusedCrossEntropyCriterion
+    from fairseq_outlayers.losses.linear_cross_entropy import cce_available
 
     if cce_available():
         pytest.skip("cut-cross-entropy is installed")
@@ -190,7 +190,7 @@ def test_cce_asked_for_but_missing():
 
 
 def test_a_torch_without_linear_cross_entropy_is_refused_in_one_line(monkeypatch):
-    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
+    from fairseq_outlayers.losses.fused_cross_entropy import FusedCrossEntropyCriterion
 
     monkeypatch.delattr(torch.nn.functional, "linear_cross_entropy")
     with pytest.raises(OutlayersConfigError, match=r"--fused-impl auto needs torch >= 2.13 .*pip install torch=="):
@@ -223,7 +223,7 @@ def test_fairseq_train_and_generate(tiny_bin, tiny_bin_joined, tmp_path, layer):
 def test_on_cuda_against_the_float64_reference(impl, bias):
     """On the GPU: torch's chunked path in float64 to 1e-5; Cut Cross-Entropy (float32 in, TF32 tiles, gradient
     filtering) to 1e-3 for the loss and 1e-2 of the largest gradient entry."""
-    from fairseq_outlayers.modules.linear_cross_entropy import cce_available
+    from fairseq_outlayers.losses.linear_cross_entropy import cce_available
 
     if impl == "cce" and not cce_available():
         pytest.skip("cut-cross-entropy is not installed")
@@ -282,7 +282,7 @@ def test_autocast_is_switched_off_inside():
 
 # -- the check that guards Cut Cross-Entropy (run here on the CPU with stand-ins for its kernel) ----------------------
 def test_cut_cross_entropy_is_used_only_after_it_gives_the_right_loss(monkeypatch):
-    from fairseq_outlayers.modules import linear_cross_entropy as lce
+    from fairseq_outlayers.losses import linear_cross_entropy as lce
 
     def exact(x, w, b, t):
         return torch.logsumexp(x @ w.t() + b, dim=1) - (x * w[t]).sum(1) - b[t]
@@ -344,7 +344,7 @@ def test_auto_picks_what_the_committed_page_says_is_fastest(device):
     implementation that ``auto`` resolves to on that device."""
     from harness import REPO
 
-    from fairseq_outlayers.modules import linear_cross_entropy as lce
+    from fairseq_outlayers.losses import linear_cross_entropy as lce
 
     page = __import__("pathlib").Path(REPO, "docs", "benchmarks", f"fused_loss_peers_{device}.md")
     if not page.exists():

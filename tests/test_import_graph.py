@@ -51,11 +51,147 @@ def imports(path: str, module: str):
                     yield node.lineno, a.name
 
 
-def package_files():
-    for root, _dirs, files in os.walk(PACKAGE):
+def package_files(package=PACKAGE):
+    for root, _dirs, files in os.walk(package):
         for f in sorted(files):
             if f.endswith(".py"):
                 yield os.path.join(root, f)
+
+
+def import_graph(package=PACKAGE, repo=REPO):
+    """{module: the package modules it imports}, at the top or inside a function. A package is its ``__init__``:
+    ``from P import name`` imports the module P.name when it is one, else P itself; importing P.M also runs the
+    ``__init__`` of every package above M, and those edges are kept (a circle through an ``__init__`` is one)."""
+    files = {}
+    for path in package_files(package):
+        rel = os.path.relpath(path, repo)[:-3].replace(os.sep, ".")
+        files[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = path
+    graph = {}
+    for module, path in files.items():
+        own = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
+        targets = set()
+        for _line, target in _imports(path, own):
+            name = target if target in files else target.rsplit(".", 1)[0]
+            if name not in files:
+                continue
+            parts = name.split(".")
+            targets.update(".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in files)
+        targets.discard(module)
+        graph[module] = targets - {p for p in _parents(module)}  # a module's own parents are loaded before it
+    return graph
+
+
+def _parents(module):
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _imports(path, package):
+    """(line, imported module or module.name) of every import of the package's own modules in the file."""
+    root = package.split(".")[0]
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == root:
+                yield node.lineno, target
+                for a in node.names:
+                    yield node.lineno, f"{target}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == root:
+                    yield node.lineno, a.name
+
+
+def circles(graph):
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_in_the_package():
+    found = circles(import_graph())
+    assert not found, "modules that import each other (top level or inside a function):\n" + "\n".join(
+        " <-> ".join(c) for c in found)
+
+
+def test_the_circle_test_sees_a_circle_through_a_package_init(tmp_path):
+    """A planted circle: pkg/a.py imports pkg.sub (its __init__), whose __init__ imports pkg.a inside a function."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import sub\n")
+    (pkg / "sub" / "__init__.py").write_text("def f():\n    from .. import a\n")
+    (pkg / "sub" / "leaf.py").write_text("from pkg.sub import x\n")
+    graph = import_graph(str(pkg), str(tmp_path))
+    assert circles(graph) == [["pkg.a", "pkg.sub"]], graph
+
+
+#: the plugin's floors, from the ground up: a module imports only from its own floor or a lower one, and a method
+#: folder imports no other method's folder
+FLOORS = (("base", ("fairseq_outlayers", "fairseq_outlayers.version", "fairseq_outlayers.errors",
+                    "fairseq_outlayers.value_checks", "fairseq_outlayers.outfiles", "fairseq_outlayers.model_args",
+                    "fairseq_outlayers.parameter_counts")),
+          ("core", ("fairseq_outlayers.core",)),
+          ("losses", ("fairseq_outlayers.losses",)),
+          ("methods", ("fairseq_outlayers.methods",)),
+          ("models", ("fairseq_outlayers.models",)),
+          ("tools", ("fairseq_outlayers.tools", "fairseq_outlayers.__main__")),
+          ("lab", ("fairseq_outlayers.lab",)))
+
+
+def floor(module):
+    best = None
+    for rank, (_name, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (rank, len(prefix))
+    return best[0]
+
+
+def test_no_arrow_runs_back_up_and_no_method_imports_another():
+    graph = import_graph()
+    up, across = [], []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if floor(target) > floor(module):
+                up.append(f"{module} ({FLOORS[floor(module)][0]}) imports {target} ({FLOORS[floor(target)][0]})")
+            own, their = module.split("."), target.split(".")
+            if own[1:2] == their[1:2] == ["methods"] and len(own) > 2 and len(their) > 2 and own[2] != their[2]:
+                across.append(f"{module} imports {target}")
+    assert not up, "imports that run back up the floors:\n" + "\n".join(up)
+    assert not across, "a method's folder imports another method's:\n" + "\n".join(across)
 
 
 def test_no_import_runs_from_a_lower_part_to_a_higher_one():
@@ -74,8 +210,8 @@ def test_every_module_belongs_to_a_part_the_folders_show():
     assert {part(n) for n in names} == {"plugin", "tools", "lab"}
     assert part("fairseq_outlayers.tools.pairing.lexicon") == "tools"
     assert part("fairseq_outlayers.lab.ledger.runner") == "lab"
-    assert part("fairseq_outlayers.word_pairs.pairs") == "plugin"  # the file format the model reads
-    assert part("fairseq_outlayers.target_vectors") == "plugin"
+    assert part("fairseq_outlayers.methods.shared_private.word_pairs.pairs") == "plugin"  # the file format the model reads
+    assert part("fairseq_outlayers.methods.continuous.target_vectors") == "plugin"
 
 
 def test_loading_the_plugin_imports_no_tool_and_no_lab_module():
@@ -143,7 +279,7 @@ def as_module(target: str):
 
 def loads(names) -> set:
     """Every package module that importing ``names`` loads: their parents, their top-level imports, and for
-    ``fairseq_outlayers.models`` (which imports its folder and the criterions by name) all of those files."""
+    ``fairseq_outlayers.models`` (which imports every method's ``register`` and the shared criterions by name) all of those files."""
     files = {module_name(p): p for p in package_files()}
     seen, todo = set(), list(names)
     while todo:
@@ -154,7 +290,8 @@ def loads(names) -> set:
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]
         if name == "fairseq_outlayers.models":
-            todo += [m for m in files if m.startswith(("fairseq_outlayers.models.", "fairseq_outlayers.criterions"))]
+            todo += [m for m in files if m.startswith(("fairseq_outlayers.models.", "fairseq_outlayers.losses."))
+                     or m.endswith(".register")]
         todo += [m for _line, t in top_level_imports(files[name], name)[0] if (m := as_module(t))]
     return seen
 

@@ -73,7 +73,7 @@ def test_import_registers_and_changes_nothing_else():
     rebound = [r for r in got["rebound"] if r not in ("fairseq.models.lstm_parser", "fairseq.models.transformer_parser")]
     assert rebound in ([], ["torch._weights_only_unpickler._marked_safe_globals_set"]), got["rebound"]
     assert got["state_changed"] == []
-    from fairseq_outlayers.checkpoint_safety import ALLOWED_GLOBALS
+    from fairseq_outlayers.core.checkpoint_safety import ALLOWED_GLOBALS
 
     assert "<class 'argparse.Namespace'>" in got["safe_globals_added"]
     assert got["safe_globals_added"] == sorted(set(map(repr, ALLOWED_GLOBALS)))

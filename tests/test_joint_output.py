@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call
 
-from fairseq_outlayers.modules.joint_output import STRUCTURES, JointOutputLayer, joint_logits
-from fairseq_outlayers.modules.softmax import TiedSoftmaxOutput
+from fairseq_outlayers.methods.joint.joint_output import STRUCTURES, JointOutputLayer, joint_logits
+from fairseq_outlayers.methods.baselines.softmax import TiedSoftmaxOutput
 from harness import TINY_TRANSFORMER, USER_DIR, generate, logged_losses, train
 
 V, D, DH, DJ = 13, 6, 5, 7  # d != d_h != d_j so that a transposed shape cannot pass
@@ -333,7 +333,7 @@ def test_presets_and_options(tiny_bin):
     with pytest.raises(OutlayersConfigError, match="is a preset of --output-layer joint"):
         parse(["--arch", "outlayers_transformer_small_joint", "--output-layer", "tied"])
     # the bias ablation: exactly |V| parameters fewer, and no bias in the logits
-    from fairseq_outlayers.models.core import build_core_output_layer
+    from fairseq_outlayers.core.build import build_core_output_layer
 
     emb = nn.Embedding(7, 4)
     layers = {}
@@ -361,9 +361,9 @@ def test_bad_joint_dim_is_one_line_error(tiny_bin, tmp_path):
     from argparse import Namespace
 
     from fairseq_outlayers.errors import OutlayersConfigError
-    from fairseq_outlayers.models.core import build_core_output_layer
-    from fairseq_outlayers.models.seam_options import apply_defaults
-    from fairseq_outlayers.models.registry import get_output_layer_spec
+    from fairseq_outlayers.core.build import build_core_output_layer
+    from fairseq_outlayers.core.registry import apply_defaults
+    from fairseq_outlayers.core.registry import get_output_layer_spec
 
     # each value is checked once, by the layer's constructor; the core names the seam in the one-line error
     for bad, message in ((dict(joint_dim=-1), "--output-layer joint: --joint-dim must be a positive integer, "

@@ -892,7 +892,7 @@ def test_the_run_environment_reaches_fairseq_train_and_generate(tmp_path, monkey
 
     monkeypatch.setattr(scoring.subprocess, "run", fake_subprocess_run)
     # the checkpoint is checked before fairseq-generate runs; this one is a name only (the fake run reads nothing)
-    monkeypatch.setattr("fairseq_outlayers.checkpoint_safety.check_decodable", lambda path: None)
+    monkeypatch.setattr("fairseq_outlayers.core.checkpoint_safety.check_decodable", lambda path: None)
     assert scoring.generate("data", "ckpt", str(tmp_path / "gen"), env={"CUDA_VISIBLE_DEVICES": "1"})[1] == ["a b"]
     assert calls[0]["CUDA_VISIBLE_DEVICES"] == "1" and calls[0]["PATH"] == os.environ["PATH"]
     scoring.generate("data", "ckpt", str(tmp_path / "gen"))

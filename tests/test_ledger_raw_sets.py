@@ -101,7 +101,7 @@ def test_extra_raw_test_set_is_scored_end_to_end_and_a_recorded_run_is_skipped(p
     # a checkpoint trained with --eval-bleu loads under weights-only with the plugin's allow-list only
     import torch
 
-    from fairseq_outlayers.checkpoint_safety import ALLOWED_GLOBALS
+    from fairseq_outlayers.core.checkpoint_safety import ALLOWED_GLOBALS
 
     ckpt = str(prepared["root"] / "work" / "tied.seed1" / "checkpoint_best.pt")
     allowed = {f"{c.__module__}.{c.__qualname__}" for c in ALLOWED_GLOBALS} | {"numpy._core.multiarray._reconstruct"}

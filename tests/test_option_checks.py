@@ -11,13 +11,11 @@ import numpy as np
 import pytest
 import torch
 from fairseq.data import Dictionary
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from fairseq_outlayers import value_checks
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, layers_trained_by
-from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS
+from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, SEAM_DEFAULTS, layers_trained_by
 from fairseq_outlayers.value_checks import Range, check_decoding_argv, check_fits
 from harness import TINY_TRANSFORMER, USER_DIR, build_model, load_script, run, tool, train
 
@@ -29,7 +27,7 @@ def parse(*extra, data="/nonexistent-data"):
     ``build_model`` runs first, before it reads the data directory (none is read here)."""
     from fairseq import options
 
-    from fairseq_outlayers.models.seam_checks import check_new_run
+    from fairseq_outlayers.core.build import check_new_run
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [data, "--user-dir", USER_DIR] + TINY_TRANSFORMER + list(extra))
@@ -269,8 +267,8 @@ def test_the_defaults_and_the_papers_values_still_parse():
 
 def test_sizes_are_checked_again_against_the_vocabulary_when_built(monkeypatch):
     """At parse time the vocabulary size is unknown; the build checks the |V| x D tables before allocating."""
-    from fairseq_outlayers.models.fixed import check_fixed_args
-    from fairseq_outlayers.models.joint import check_joint_args
+    from fairseq_outlayers.methods.fixed.register import check_fixed_args
+    from fairseq_outlayers.methods.joint.register import check_joint_args
 
     monkeypatch.setattr(value_checks, "memory_bytes", lambda: 2 ** 30)
     args = argparse.Namespace(fixed_targets_dim=4096, decoder_embed_dim=512, decoder_output_dim=512,
@@ -289,7 +287,7 @@ def test_sizes_are_checked_again_against_the_vocabulary_when_built(monkeypatch):
 
 def test_a_decoding_score_scale_from_model_overrides_is_checked_when_built(tiny_bin):
     """--continuous-score-scale is also set at decoding (--model-overrides): the build checks it again."""
-    from fairseq_outlayers.models.continuous import build_continuous
+    from fairseq_outlayers.methods.continuous.register import build_continuous
 
     args = argparse.Namespace(continuous_score_scale=float("inf"))
     with pytest.raises(OutlayersConfigError, match=r"--continuous-score-scale must be in \(0, 10000\], got inf"):
@@ -323,7 +321,7 @@ def test_outlayers_generate_refuses_beam_zero_in_one_line(tiny_bin, tmp_path):
 
 
 def test_a_vectors_header_without_vectors_allocates_nothing(tmp_path):
-    from fairseq_outlayers.target_vectors import load_target_table
+    from fairseq_outlayers.methods.continuous.target_vectors import load_target_table
 
     d = Dictionary()
     for w in ("a", "b"):
@@ -335,7 +333,7 @@ def test_a_vectors_header_without_vectors_allocates_nothing(tmp_path):
 
 
 def test_a_vector_table_larger_than_memory_is_refused(tmp_path, monkeypatch):
-    from fairseq_outlayers.target_vectors import load_target_table
+    from fairseq_outlayers.methods.continuous.target_vectors import load_target_table
 
     d = Dictionary()
     d.add_symbol("a")

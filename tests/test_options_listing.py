@@ -16,8 +16,8 @@ def _lines_of(text, flag):
 
 
 def test_every_seam_and_method_option_is_listed_with_its_default():
-    from fairseq_outlayers.models.seam_options import add_core_args, apply_defaults
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.core.registry import add_core_args, apply_defaults
+    from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
 
     text = render()
     parser = argparse.ArgumentParser(add_help=False)

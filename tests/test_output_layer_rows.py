@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fairseq_outlayers.modules.fixed_random import FixedRandomOutput
-from fairseq_outlayers.modules.output_layer import linear_rows
-from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput
+from fairseq_outlayers.methods.fixed.fixed_random import FixedRandomOutput
+from fairseq_outlayers.core.output_layer import linear_rows
+from fairseq_outlayers.methods.baselines.softmax import LearnedSoftmaxOutput
 
 
 class _Ops(TorchDispatchMode):

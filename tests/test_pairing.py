@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.word_pairs import (index_maps, lambdas_from_string, load_dictionary, pair_words, read_pairing,
+from fairseq_outlayers.methods.shared_private.word_pairs import (index_maps, lambdas_from_string, load_dictionary, pair_words, read_pairing,
                                        read_parallel, write_pairing)
 from fairseq_outlayers.tools.pairing import make_pairing
 from fairseq_outlayers.tools.pairing.alignment import LexicalTable, estimate_probabilities, forward_viterbi, read_pharaoh

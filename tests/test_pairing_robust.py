@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.word_pairs import read_pairing
+from fairseq_outlayers.methods.shared_private.word_pairs import read_pairing
 from fairseq_outlayers.tools.pairing.__main__ import main as pairing_main
 from fairseq_outlayers.tools.pairing.alignment import LexicalTable, forward_viterbi
 from fairseq_outlayers.tools.pairing.lexicon import main as lexicon_main
@@ -181,7 +181,7 @@ def test_output_is_written_atomically(tmp_path, capsys, monkeypatch):
     out = tmp_path / "p.txt"
     assert pairing_main(_args(s, t, ds, dt, out)) == 0
     before = out.read_text()
-    from fairseq_outlayers.word_pairs import pairs
+    from fairseq_outlayers.methods.shared_private.word_pairs import pairs
 
     def broken(self):
         raise KeyboardInterrupt
@@ -195,7 +195,7 @@ def test_output_is_written_atomically(tmp_path, capsys, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the pairing reader used at training time (models/shared_private.py calls read_pairing)
+# the pairing reader used at training time (methods/shared_private/register.py calls read_pairing)
 
 
 def _header(n_src=10, n_tgt=10, counts="lm=1 wf=1 ur=0"):
@@ -249,7 +249,7 @@ def test_pairing_missing_file_bad_score_and_special_symbols(tmp_path):
     a number, a pair naming a special symbol; and the pairs of one category."""
     from fairseq.data import Dictionary
 
-    from fairseq_outlayers.word_pairs import dictionary_hash, index_maps
+    from fairseq_outlayers.methods.shared_private.word_pairs import dictionary_hash, index_maps
 
     with pytest.raises(OutlayersConfigError, match=r"pairing file '.*none.txt' does not exist; make it with"):
         read_pairing(str(tmp_path / "none.txt"))
@@ -270,7 +270,7 @@ def test_pairing_missing_file_bad_score_and_special_symbols(tmp_path):
 
 
 def test_a_missing_parallel_text_is_one_line_naming_it(tmp_path):
-    from fairseq_outlayers.word_pairs.corpus import read_parallel
+    from fairseq_outlayers.methods.shared_private.word_pairs.corpus import read_parallel
 
     real = _write(tmp_path / "train.en", ["a b"])
     with pytest.raises(OutlayersConfigError, match=r"'.*train.de' does not exist; pass the path of an existing file"):

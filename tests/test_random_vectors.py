@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from fairseq_outlayers.target_vectors import load_target_table, random_unit_vectors
+from fairseq_outlayers.methods.continuous.target_vectors import load_target_table, random_unit_vectors
 from fairseq_outlayers.tools.vectors import main as vectors_main
-from fairseq_outlayers.word_pairs.corpus import load_dictionary
+from fairseq_outlayers.methods.shared_private.word_pairs.corpus import load_dictionary
 
 
 def _dictionary(tmp_path, n=300):

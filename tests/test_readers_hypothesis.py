@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.tools.evaluation.unknown_words import read_lexicon
-from fairseq_outlayers.word_pairs import load_dictionary, read_pairing, read_parallel
+from fairseq_outlayers.methods.shared_private.word_pairs import load_dictionary, read_pairing, read_parallel
 from fairseq_outlayers.tools.pairing.alignment import read_pharaoh
-from fairseq_outlayers.target_vectors import load_target_table
+from fairseq_outlayers.methods.continuous.target_vectors import load_target_table
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FEW = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

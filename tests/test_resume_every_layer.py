@@ -62,7 +62,7 @@ def registry_cases() -> List[Case]:
     import fairseq_outlayers.models  # noqa: F401  (registers everything)
     from fairseq.criterions import CRITERION_REGISTRY
 
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, criterion_trains
+    from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, criterion_trains
 
     ours = {n: c for n, c in CRITERION_REGISTRY.items() if isinstance(c, type) and _package(c)}
     layers = {n: s for n, s in OUTPUT_LAYER_REGISTRY.items() if _package(s.build)}
@@ -92,8 +92,8 @@ def registry_cases() -> List[Case]:
 
 def file_options(case: Case) -> dict:
     """{flag: Option} of the case's specs' options that name a file (``Option.file``, read from the registries)."""
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
-    from fairseq_outlayers.models.seam_options import file_options as of_specs
+    from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.core.registry import file_options as of_specs
 
     specs = [OUTPUT_LAYER_REGISTRY[case.layer], EMBEDDING_REGISTRY[case.embeddings]]
     return {o.flag: o for o in of_specs(specs).values()}
@@ -146,7 +146,7 @@ def straight_args(case, data, save, files, max_update=3, extra=()):
 
 
 def load(save: str) -> dict:
-    from fairseq_outlayers.checkpoint_safety import read
+    from fairseq_outlayers.core.checkpoint_safety import read
 
     return read(os.path.join(save, "checkpoint_last.pt"))
 
@@ -306,7 +306,7 @@ def test_two_processes_equal_one_process_for_every_case(tiny_bin, tiny_bin_joine
 
 
 def test_the_cases_cover_every_registry_entry():
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
 
     ids = {c.id for c in CASES}
     assert len(ids) == len(CASES)

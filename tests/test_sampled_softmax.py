@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fairseq_outlayers.criterions.sampled_softmax import SampledSoftmaxCriterion, sampled_softmax_loss
-from fairseq_outlayers.modules.negative_sampling import mix_seed, sample_vocabulary, sampling_correction
+from fairseq_outlayers.losses.sampled_softmax import SampledSoftmaxCriterion, sampled_softmax_loss
+from fairseq_outlayers.losses.negative_sampling import mix_seed, sample_vocabulary, sampling_correction
 from fairseq_outlayers.errors import OutlayersConfigError
 from harness import TINY_LSTM, TINY_TRANSFORMER, USER_DIR, generate, layer_data, logged_losses, softmax_layers, train
 
@@ -264,7 +264,7 @@ def test_lstm_joint_ablation_with_sampling_then_generate(tiny_bin, tmp_path):
 def test_sample_correction_from_the_command_line(tiny_bin, tmp_path):
     """fairseq-train --sample-correction logq trains and keeps the choice in the checkpoint; another value is
     refused by fairseq's option parser, naming the choices."""
-    from fairseq_outlayers import checkpoint_safety  # noqa: F401  (safe torch.load of fairseq checkpoints)
+    from fairseq_outlayers.core import checkpoint_safety  # noqa: F401  (safe torch.load of fairseq checkpoints)
 
     extra = ["--output-layer", "tied", "--criterion", "sampled_softmax", "--sample-ratio", "0.9"]
     train(tiny_bin, str(tmp_path / "logq"), extra=extra + ["--sample-correction", "logq"], max_update=2)

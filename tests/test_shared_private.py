@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from fairseq_outlayers.modules.shared_private_embedding import (SharedPrivateEmbedding, SharedPrivateEmbeddings, closed_form_numel,
+from fairseq_outlayers.methods.shared_private.embedding import (SharedPrivateEmbedding, SharedPrivateEmbeddings, closed_form_numel,
                                                       shared_width)
 from harness import REPO, TINY_LSTM, TINY_TRANSFORMER, generate, logged_losses, train
 
@@ -114,7 +114,7 @@ def test_no_stale_embeddings_after_writes_through_data(mode, grad):
     """A pass (source lookup first, as every encoder-decoder pass) without a backward, then the parameters changed
     in place through ``.data`` (what fairseq's optimizers do; ``_version`` does not move): the next pass sees the
     new values on both sides. Within one pass the target matrix is assembled once."""
-    from fairseq_outlayers.modules.shared_private_embedding import assemble
+    from fairseq_outlayers.methods.shared_private.embedding import assemble
 
     core = _core()
     getattr(core, mode)()
@@ -240,7 +240,7 @@ def test_train_then_generate_without_pairing_file(tiny_bin, tiny_pairing, tmp_pa
     log = proc.stdout + proc.stderr
     losses = logged_losses(log)
     assert len(losses) == 6 and losses[-1] < losses[0], losses
-    from fairseq_outlayers.word_pairs import read_pairing
+    from fairseq_outlayers.methods.shared_private.word_pairs import read_pairing
 
     counts = read_pairing(pairing).counts()
     expected = closed_form_numel(counts, (0.9, 0.7, 0.5), 48, 48, 32)

@@ -2,8 +2,8 @@
 once per word: the placeholder pairs took 8 s to start fairseq-generate at 4,400 words when they did."""
 from fairseq.data import Dictionary
 
-from fairseq_outlayers.models import shared_private as spe
-from fairseq_outlayers.word_pairs import corpus
+from fairseq_outlayers.methods.shared_private import register as spe
+from fairseq_outlayers.methods.shared_private.word_pairs import corpus
 
 
 def test_placeholder_pairs_scan_the_dictionary_once(monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY, unregister_output_layer
+from fairseq_outlayers.core.registry import OUTPUT_LAYER_REGISTRY, unregister_output_layer
 from harness import REPO, TINY_LSTM, TINY_TRANSFORMER, device_args, logged_losses, parse_hypotheses, run, tool, \
     train_args
 

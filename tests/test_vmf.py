@@ -8,10 +8,10 @@ import scipy.special
 import torch
 import torch.nn.functional as F
 
-from fairseq_outlayers.modules.bessel import (FAST_MIN_DIM, bessel_iv_ratio, log_bessel_iv, log_cm, log_cm_approx,
+from fairseq_outlayers.methods.continuous.bessel import (FAST_MIN_DIM, bessel_iv_ratio, log_bessel_iv, log_cm, log_cm_approx,
                                               log_cm_at_zero, log_cm_fast, log_cm_float64)
-from fairseq_outlayers.modules.nn_search import nearest_neighbours
-from fairseq_outlayers.modules.vmf_losses import (cosine_loss, cosine_similarity, l2_loss, max_margin_loss,
+from fairseq_outlayers.methods.continuous.nn_search import nearest_neighbours
+from fairseq_outlayers.methods.continuous.vmf_losses import (cosine_loss, cosine_similarity, l2_loss, max_margin_loss,
                                                   most_informative_negatives, synthetic_margin_loss,
                                                   synthetic_negatives, vmf_nll_loss, vmf_released_loss)
 
@@ -514,7 +514,7 @@ def _broken_compile(fn, **kwargs):
 
 
 def test_compiled_fast_path_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
-    from fairseq_outlayers.modules import bessel
+    from fairseq_outlayers.methods.continuous import bessel
 
     monkeypatch.setattr(torch, "compile", _broken_compile)
     monkeypatch.setitem(bessel._COMPILED, "kernel", None)
@@ -532,7 +532,7 @@ def test_compiled_fast_path_falls_back_to_eager_with_one_warning(monkeypatch, ca
 def test_compiled_fast_path_agrees_with_eager(monkeypatch):
     """torch.compile on the CPU (needs a C++ compiler; about a minute): the same values to float32 rounding
     (of the terms' size m)."""
-    from fairseq_outlayers.modules import bessel
+    from fairseq_outlayers.methods.continuous import bessel
 
     monkeypatch.setitem(bessel._COMPILED, "kernel", None)
     monkeypatch.setitem(bessel._COMPILED, "failed", False)
@@ -569,7 +569,7 @@ def test_compiled_rows_are_one_graph_without_breaks(name, rows, args, need_grad)
     few fused kernels, not the eager ops in pieces). Traced only, not compiled: about a second."""
     import torch._dynamo
 
-    from fairseq_outlayers.modules import bessel, vmf_losses
+    from fairseq_outlayers.methods.continuous import bessel, vmf_losses
 
     e, t = torch.randn(8, 300), F.normalize(torch.randn(8, 300), dim=-1)
     tables = bessel._fast_tables(300, e.dtype, e.device, -1.0)
@@ -582,7 +582,7 @@ def test_compiled_losses_equal_eager_for_every_batch_size():
     """torch.compile on the CPU (a C++ compiler; about 20 s): one compiled graph serves every batch size and both
     dtypes, with the eager values and gradients to float32 rounding (float64: to 1e-13), zero and huge
     predictions included."""
-    from fairseq_outlayers.modules import vmf_losses
+    from fairseq_outlayers.methods.continuous import vmf_losses
 
     for state in vmf_losses.COMPILED_ROWS.values():
         state.update(kernel=None, failed=False)
@@ -607,7 +607,7 @@ def test_compiled_losses_equal_eager_for_every_batch_size():
 
 
 def test_compiled_losses_fall_back_to_eager_with_one_warning(monkeypatch, caplog):
-    from fairseq_outlayers.modules import vmf_losses
+    from fairseq_outlayers.methods.continuous import vmf_losses
 
     monkeypatch.setattr(torch, "compile", _broken_compile)
     monkeypatch.setitem(vmf_losses.COMPILED_ROWS, "released", {"kernel": None, "failed": False})

@@ -13,12 +13,12 @@ from harness import TINY_TRANSFORMER, train
 from test_continuous_output import tiny_vectors  # noqa: F401  (fixture)
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.bessel import bessel_iv_ratio
-from fairseq_outlayers.modules.vmf_losses import implied_cosine, kappa_alarm_bounds
+from fairseq_outlayers.methods.continuous.bessel import bessel_iv_ratio
+from fairseq_outlayers.methods.continuous.vmf_losses import implied_cosine, kappa_alarm_bounds
 
 
 def test_default_variant_is_released():
-    from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig
+    from fairseq_outlayers.methods.continuous.criterions import VMFNLLConfig
 
     assert VMFNLLConfig().vmf_variant == "released" and VMFNLLConfig().vmf_released_lambda == 0.2
 
@@ -26,7 +26,7 @@ def test_default_variant_is_released():
 @pytest.mark.parametrize("m", [50, 300, 1000])
 def test_implied_cosine_is_the_stationary_point_of_each_loss(m):
     """At κ, the loss's κ-derivative (by autograd, float64) vanishes exactly when cos = ĉ(κ)."""
-    from fairseq_outlayers.modules.vmf_losses import vmf_nll_loss, vmf_released_loss
+    from fairseq_outlayers.methods.continuous.vmf_losses import vmf_nll_loss, vmf_released_loss
 
     target = torch.zeros(1, m, dtype=torch.float64)
     target[0, 0] = 1.0
@@ -76,7 +76,7 @@ def _reduce(criterion_cls, logs):
 
 
 def test_kappa_alarms_warn_once_on_forced_cases_and_stay_silent_otherwise(caplog):
-    from fairseq_outlayers.criterions import continuous_losses as cl
+    from fairseq_outlayers.methods.continuous import criterions as cl
 
     crit = object.__new__(cl.VMFNLLCriterion)  # only the alarm state is needed
     crit.variant, crit.lambda1, crit.lambda2, crit.released_lambda, crit._bounds = "reg1", 0.2, 1.0, 0.2, {}
@@ -117,7 +117,7 @@ def test_reg1_reg2_with_lambda1_ge_lambda2_cannot_start(tiny_bin, tiny_vectors, 
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "--vmf-variant reg1+reg2 with --vmf-lambda1 0.2 >= --vmf-lambda2 0.1 cannot train" in proc.stderr
     assert "loaded" not in proc.stdout + proc.stderr  # no dataset was read
-    from fairseq_outlayers.criterions.continuous_losses import check_vmf_options
+    from fairseq_outlayers.methods.continuous.criterions import check_vmf_options
 
     check_vmf_options("reg1+reg2", 0.02, 0.1, 0.2)  # the authors' λ1 trains
     with pytest.raises(OutlayersConfigError, match="cannot train"):
@@ -125,8 +125,8 @@ def test_reg1_reg2_with_lambda1_ge_lambda2_cannot_start(tiny_bin, tiny_vectors, 
 
 
 def test_nan_prediction_stops_with_a_clear_message():
-    from fairseq_outlayers.criterions.continuous_losses import CosineCriterion, VMFNLLCriterion
-    from fairseq_outlayers.modules.continuous_output import ContinuousOutput
+    from fairseq_outlayers.methods.continuous.criterions import CosineCriterion, VMFNLLCriterion
+    from fairseq_outlayers.methods.continuous.continuous_output import ContinuousOutput
 
     class Task:
         target_dictionary = None
@@ -159,7 +159,7 @@ def test_export_trained_output_matrix_round_trips_into_target_vectors(tiny_bin, 
     from fairseq.data import Dictionary
 
     from fairseq_outlayers.tools.vectors import main
-    from fairseq_outlayers.target_vectors import load_target_table
+    from fairseq_outlayers.methods.continuous.target_vectors import load_target_table
 
     save = str(tmp_path / "softmax")
     train(tiny_bin, save, TINY_TRANSFORMER, ["--output-layer", "softmax"], max_update=2)

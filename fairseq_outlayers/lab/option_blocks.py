@@ -110,7 +110,7 @@ def _exports_block(ctx, args: List[str]) -> List[str]:
     """Every output layer and embedding of the package, in the registries' order, with how it exports
     (``SeamSpec.export``); entries that export alike share a row."""
     import fairseq_outlayers.models  # noqa: F401  (registers the methods)
-    from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+    from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
 
     if args:
         raise OutlayersConfigError(f"an exports block takes no arguments, not '{' '.join(args)}'")

@@ -6,23 +6,13 @@ embedding size. The decoder's output layer is the one chosen with ``--output-lay
 """
 import torch
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.lstm import Embedding, LSTMDecoder, LSTMEncoder, LSTMModel
-from fairseq.models.lstm import base_architecture as fairseq_lstm_base
+from fairseq.models.lstm import Embedding, LSTMDecoder, LSTMEncoder, LSTMModel, base_architecture as fairseq_lstm_base
 
+from fairseq_outlayers.core.build import (OutputLayerModelMixin, build_core_embeddings, build_core_output_layer,
+                                          finish_build, load_embedding_paths, shares_all_embeddings, start_build)
+from fairseq_outlayers.core.registry import SEAM_DEFAULTS, add_core_args, fill_defaults, get_output_layer_spec
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.luong_attention import LuongAttention
-
-from .core import (
-    OutputLayerModelMixin,
-    build_core_embeddings,
-    build_core_output_layer,
-    finish_build,
-    load_embedding_paths,
-    shares_all_embeddings,
-    start_build,
-)
-from .registry import get_output_layer_spec
-from .seam_options import SEAM_DEFAULTS, add_core_args, fill_defaults
+from fairseq_outlayers.models.luong_attention import LuongAttention
 
 #: the Luong attention score of ``--attention-type`` when none is given (Luong et al. 2015's "general")
 ATTENTION_DEFAULT = "general"

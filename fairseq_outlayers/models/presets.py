@@ -6,7 +6,8 @@ architectures do not depend on each other. ``models/__init__.py`` imports this f
 the models. A preset only fixes options (``core.register_method_preset``): an explicit option that contradicts
 one is an error, ``defaults`` fill options left unset, and the method's own defaults stay in its file.
 """
-from .core import register_method_preset
+from fairseq_outlayers.core.build import register_method_preset
+
 from .lstm import outlayers_lstm, outlayers_lstm_luong_2x2, outlayers_lstm_vmf
 from .transformer import (outlayers_transformer, outlayers_transformer_iwslt_de_en, outlayers_transformer_small,
                           outlayers_transformer_wmt_en_de)

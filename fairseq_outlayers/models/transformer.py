@@ -14,18 +14,10 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_vaswani_wmt_en_de_big,
 )
 
-from fairseq_outlayers import fairseq_compat
-
-from .core import (
-    OutputLayerModelMixin,
-    build_core_embeddings,
-    build_core_output_layer,
-    finish_build,
-    load_embedding_paths,
-    shares_all_embeddings,
-    start_build,
-)
-from .seam_options import add_core_args, fill_defaults
+from fairseq_outlayers.core import fairseq_compat
+from fairseq_outlayers.core.build import (OutputLayerModelMixin, build_core_embeddings, build_core_output_layer,
+                                          finish_build, load_embedding_paths, shares_all_embeddings, start_build)
+from fairseq_outlayers.core.registry import add_core_args, fill_defaults
 
 
 @register_model("outlayers_transformer")

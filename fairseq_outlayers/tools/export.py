@@ -2,7 +2,7 @@
 
 At inference most of the package's layers are a plain linear map once their weights are computed, and its
 embeddings are plain tables. Each registered output layer and embedding declares how (``export`` in
-``models/registry.py``), or why it cannot. The export rebuilds the model as a stock fairseq ``transformer`` or
+``core/registry.py``), or why it cannot. The export rebuilds the model as a stock fairseq ``transformer`` or
 ``lstm`` holding those tensors, checks that both give the same log-probabilities on a batch, and writes:
 
 * ``--to fairseq``: ``OUT/model.pt`` with its dictionaries (and ``bpecodes`` when the data has one). Stock
@@ -24,10 +24,12 @@ from typing import Dict, Optional
 
 import torch
 
-from fairseq_outlayers.checkpoint_safety import check_finite, load_trained, read
+import fairseq_outlayers.models  # noqa: F401  (registers the plugin: fairseq skips a --user-dir already imported)
+from fairseq_outlayers.core.checkpoint_safety import check_finite, read
+from fairseq_outlayers.tools.checkpoints import load_trained
 from fairseq_outlayers.errors import ExportRefused, OutlayersConfigError, one_line_errors
 from fairseq_outlayers.models.lstm import OutlayersLSTMModel
-from fairseq_outlayers.models.registry import get_embedding_spec, get_output_layer_spec
+from fairseq_outlayers.core.registry import get_embedding_spec, get_output_layer_spec
 from fairseq_outlayers.models.transformer import OutlayersTransformerModel
 
 logger = logging.getLogger("fairseq_outlayers.export")

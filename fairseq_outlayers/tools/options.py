@@ -13,8 +13,9 @@ import dataclasses
 import sys
 from typing import List, Optional, Tuple
 
-from fairseq_outlayers.models.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, OutputLayerSpec
-from fairseq_outlayers.models.seam_options import SEAM_DEFAULTS, add_core_args, apply_defaults
+import fairseq_outlayers.models  # noqa: F401  (registers the plugin: fairseq skips a --user-dir already imported)
+from fairseq_outlayers.core.registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, OutputLayerSpec, SEAM_DEFAULTS,
+                                             add_core_args, apply_defaults)
 
 #: one printed option: (flags, default as text, help)
 Option = Tuple[str, str, str]
@@ -56,7 +57,7 @@ def seam_options() -> List[Option]:
     method_flags = set()
     for spec in list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values()):
         method_flags.update(flags.split(" ")[0].rstrip(",") for flags, _, _ in _spec_options(spec))
-    # the seams' own defaults are filled by models.seam_options.fill_defaults (SEAM_DEFAULTS)
+    # the seams' own defaults are filled by core.registry.fill_defaults (SEAM_DEFAULTS)
     defaults = argparse.Namespace(**SEAM_DEFAULTS, outlayers_allow_mismatch=False)
     return _parser_options(add_core_args, defaults, skip=method_flags)
 

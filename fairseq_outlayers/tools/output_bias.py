@@ -16,9 +16,11 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task, read
+import fairseq_outlayers.models  # noqa: F401  (registers the plugin: fairseq skips a --user-dir already imported)
+from fairseq_outlayers.core.checkpoint_safety import read
+from fairseq_outlayers.tools.checkpoints import load_model_ensemble_and_task
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
+from fairseq_outlayers.core.registry import OUTPUT_LAYER_REGISTRY
 from fairseq_outlayers.outfiles import atomic_write
 
 CHUNK = 8192

@@ -8,7 +8,8 @@ import json
 import os
 import sys
 
-from fairseq_outlayers.checkpoint_safety import load_model_ensemble_and_task, read
+from fairseq_outlayers.core.checkpoint_safety import read
+from fairseq_outlayers.tools.checkpoints import load_model_ensemble_and_task
 from fairseq_outlayers.errors import OutlayersConfigError
 
 
@@ -38,7 +39,7 @@ def main(argv=None):
     from fairseq_outlayers.parameter_counts import format_parameter_report, parameter_report
 
     overrides = {"data": args.data} if args.data else {}
-    core = logging.getLogger("fairseq_outlayers.models.core")
+    core = logging.getLogger("fairseq_outlayers.core.build")
     level = core.level
     core.setLevel(logging.WARNING)  # the report is printed below; put back after, for a caller in the same process
     try:

@@ -37,7 +37,7 @@ def _load(path: str):
     """(state, None) of a checkpoint read with the safe loader (tensors mapped), or (None, the exception)."""
     import torch
 
-    from fairseq_outlayers.checkpoint_safety import install
+    from fairseq_outlayers.core.checkpoint_safety import install
 
     install()  # the classes fairseq checkpoints hold (argparse.Namespace), allowed for the weights-only load
 

@@ -24,7 +24,7 @@ import tempfile
 from typing import List
 
 from fairseq_outlayers import value_checks as checks
-from fairseq_outlayers.checkpoint_safety import check_finite, read
+from fairseq_outlayers.core.checkpoint_safety import check_finite, read
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import check_output_path, check_work_dir, removed_on_termination, write_text
 from fairseq_outlayers.tools.evaluation import scoring

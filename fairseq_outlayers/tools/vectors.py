@@ -24,14 +24,14 @@ import logging
 import os
 import sys
 
-from fairseq_outlayers.checkpoint_safety import load_trained
+import fairseq_outlayers.models  # noqa: F401  (registers the plugin: fairseq skips a --user-dir already imported)
+from fairseq_outlayers.core.registry import OUTPUT_LAYER_REGISTRY, all_specs, file_options
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY
-from fairseq_outlayers.models.seam_options import all_specs, file_options
+from fairseq_outlayers.methods.continuous.target_vectors import load_target_table, random_unit_vectors
+from fairseq_outlayers.methods.shared_private.word_pairs.corpus import load_dictionary
 from fairseq_outlayers.outfiles import atomic_write, check_output_path
-from fairseq_outlayers.target_vectors import load_target_table, random_unit_vectors
+from fairseq_outlayers.tools.checkpoints import load_trained
 from fairseq_outlayers.value_checks import FROZEN_BYTES, NON_NEGATIVE_INT, POSITIVE_INT, Range, check_fits
-from fairseq_outlayers.word_pairs.corpus import load_dictionary
 
 logger = logging.getLogger(__name__)
 

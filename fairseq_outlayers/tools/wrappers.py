@@ -4,11 +4,12 @@ with one line (``fairseq_outlayers.errors.one_line_errors``). ``outlayers-genera
 ``--replace-unk [LEXICON]`` with the package's unknown-word rule (``fairseq_outlayers.tools.evaluation.unknown_words``)."""
 import sys
 
+import fairseq_outlayers.models  # noqa: F401  (registers the plugin: fairseq skips a --user-dir already imported)
 from fairseq_outlayers import USER_DIR
-from fairseq_outlayers.checkpoint_safety import check_decodable
+from fairseq_outlayers.core.build import check_new_run
+from fairseq_outlayers.core.checkpoint_safety import check_decodable
+from fairseq_outlayers.core.fairseq_compat import atomic_checkpoint_copies, keep_bf16_off_the_tpu
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors
-from fairseq_outlayers.fairseq_compat import atomic_checkpoint_copies, keep_bf16_off_the_tpu
-from fairseq_outlayers.models.seam_checks import check_new_run
 from fairseq_outlayers.outfiles import DISK_ERRORS, check_writable_dir
 from fairseq_outlayers.value_checks import check_decoding_argv
 
@@ -107,10 +108,10 @@ def _save_error(exc: BaseException):
 
 
 def _train(bf16: bool):
-    """fairseq_cli.train.cli_main, with a new run's option checks (``models.seam_checks.check_new_run``, which
+    """fairseq_cli.train.cli_main, with a new run's option checks (``core.build.check_new_run``, which
     ``build_model`` runs too, and ``check_training_device``) before fairseq creates the save directory, which is
     then created and probed here; for bf16 the ``--tpu`` that fairseq 0.12 implies taken back before its
-    configuration is built (fairseq_outlayers.fairseq_compat), so bf16 trains on one or several GPUs, or the CPU.
+    configuration is built (fairseq_outlayers.core.fairseq_compat), so bf16 trains on one or several GPUs, or the CPU.
     Checkpoint copies are atomic (``fairseq_compat.atomic_checkpoint_copies``), and a checkpoint write that fails
     (disk full) removes its partial file and ends in one line (``_save_error``). Workers that fairseq spawns itself
     (several GPUs without torchrun) do not inherit the atomic copies."""

@@ -15,8 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fairseq_outlayers.models  # noqa: F401  (registers the package's models, before the toy joins their registry)
-from fairseq_outlayers.models.registry import Option, register_output_layer
-from fairseq_outlayers.modules import FactorisedSoftmaxOutput
+from fairseq_outlayers.core.registry import Option, register_output_layer
+from fairseq_outlayers.core.output_layer import FactorisedSoftmaxOutput, folded_linear
 from fairseq_outlayers.value_checks import Range
 
 DEFAULT_SCALE = 10.0
@@ -42,6 +42,8 @@ class ScaledCosineOutput(FactorisedSoftmaxOutput):
 @register_output_layer("toy-cosine", help="scaled-cosine softmax s * cos(h, w_v) (a toy, registered from tests/); "
                        "option --toy-cosine-scale",
                        options=[Option("--toy-cosine-scale", DEFAULT_SCALE, type=float, metavar="S",
-                                       range=Range(0, low_open=True), help="scale s of the cosine logits, fixed")])
+                                       range=Range(0, low_open=True), help="scale s of the cosine logits, fixed",
+                                       resume="shape")],  # a saved buffer: the checkpoint keeps its value
+                       export=folded_linear)
 def build_toy_cosine(args, task, decoder_embed_tokens, input_dim):
     return ScaledCosineOutput(len(task.target_dictionary), input_dim, scale=args.toy_cosine_scale)

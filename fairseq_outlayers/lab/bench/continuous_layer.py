@@ -17,7 +17,7 @@ GiB = 2.0 ** 30
 
 
 def default_vmf_variant():
-    from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig
+    from fairseq_outlayers.methods.continuous.criterions import VMFNLLConfig
 
     return VMFNLLConfig().vmf_variant
 
@@ -63,8 +63,8 @@ class LayerModel(nn.Module):
 
 
 def make_layer(method, vocab, dim, m, dictionary, device):
-    from fairseq_outlayers.modules.continuous_output import ContinuousOutput
-    from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput
+    from fairseq_outlayers.methods.continuous.continuous_output import ContinuousOutput
+    from fairseq_outlayers.methods.baselines.softmax import LearnedSoftmaxOutput
 
     torch.manual_seed(0)
     if method == "softmax":
@@ -81,7 +81,7 @@ def make_criterion(method, dictionary):
     """The registered criterion: fairseq's cross_entropy, or the package's vmf_nll (defaults) / cosine."""
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
-    from fairseq_outlayers.criterions.continuous_losses import CosineCriterion, VMFNLLConfig, VMFNLLCriterion
+    from fairseq_outlayers.methods.continuous.criterions import CosineCriterion, VMFNLLConfig, VMFNLLCriterion
 
     task = Namespace(target_dictionary=dictionary)
     if method == "softmax":

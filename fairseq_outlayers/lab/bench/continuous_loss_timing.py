@@ -13,8 +13,8 @@ from . import benchlib
 def loss_variants(compile_log_cm=False, compiled=False):
     """(name, per-token loss function) for cosine and every vmf_nll variant at the criterion's defaults;
     ``compiled``: also the released and reg1 losses as ``--vmf-compile`` runs them."""
-    from fairseq_outlayers.criterions.continuous_losses import VMFNLLConfig
-    from fairseq_outlayers.modules import vmf_losses as vl
+    from fairseq_outlayers.methods.continuous.criterions import VMFNLLConfig
+    from fairseq_outlayers.methods.continuous import vmf_losses as vl
 
     cfg = VMFNLLConfig()
     lam, l1, l2 = cfg.vmf_released_lambda, cfg.vmf_lambda1, cfg.vmf_lambda2
@@ -96,7 +96,7 @@ def run_loss_benchmark(args, log=print):
                 benchlib.sync(device)
                 if rep >= 2:
                     rows[name][key].append(time.perf_counter() - t0)
-    from fairseq_outlayers.modules.vmf_losses import COMPILED_ROWS
+    from fairseq_outlayers.methods.continuous.vmf_losses import COMPILED_ROWS
 
     if any(state["failed"] for state in COMPILED_ROWS.values()):  # the compiled rows then measured the eager loss
         rows = {(f"{n} (torch.compile failed: ran eagerly)" if "--vmf-compile" in n else n): r for n, r in rows.items()}

@@ -36,7 +36,7 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
         lines += [
             "## 0. The vMF loss against the cosine loss",
             "",
-            f"One forward + backward of each per-token loss (`fairseq_outlayers/modules/vmf_losses.py`), summed. "
+            f"One forward + backward of each per-token loss (`fairseq_outlayers/methods/continuous/vmf_losses.py`), summed. "
             f"The losses take the `vmf_nll` criterion's defaults and no output layer. Inputs: {args.tokens} x "
             f"{args.continuous_dim} float32 predictions that require a gradient, and unit targets. aten ops: every `aten::` event of "
             "torch's profiler in that step (nested calls included; views and scalar wraps count, so it bounds "

@@ -66,7 +66,7 @@ def bleu(hypotheses: List[str], references: List[str], lang: str, lowercase: boo
 
 def checkpoint_updates(path: str) -> Optional[int]:
     """The number of updates a fairseq checkpoint was trained for (None when it does not say)."""
-    from fairseq_outlayers.checkpoint_safety import read
+    from fairseq_outlayers.core.checkpoint_safety import read
 
     state = read(path, mmap=True)
     return (state.get("optimizer_history") or [{}])[-1].get("num_updates")

@@ -81,7 +81,7 @@ def contestants(device, eps: float, blocks: List[int], impl_blocks: Optional[Dic
     import torch
     import torch.nn.functional as F
 
-    from fairseq_outlayers.modules import linear_cross_entropy as lce
+    from fairseq_outlayers.losses import linear_cross_entropy as lce
 
     def torch_op(options):
         def step(x, w, b, t, eps):

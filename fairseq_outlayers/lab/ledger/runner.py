@@ -377,7 +377,8 @@ def add_decodes(row: LedgerRow, record: Dict, s: Settings) -> Dict:
 
 def decode_scale(options: List[str]) -> Optional[str]:
     """The option a "B@S" decode sets: the output layer's ``decode_scale`` in the registry, or None."""
-    from fairseq_outlayers.models.registry import OUTPUT_LAYER_REGISTRY  # loads torch: only for such decodes
+    import fairseq_outlayers.models  # noqa: F401  (registers the plugin; loads torch: only for such decodes)
+    from fairseq_outlayers.core.registry import OUTPUT_LAYER_REGISTRY
 
     spec = OUTPUT_LAYER_REGISTRY.get(_option_value(options, "--output-layer"))
     return spec.decode_scale if spec is not None else None

@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 
-from fairseq_outlayers.checkpoint_safety import check_decodable
+from fairseq_outlayers.core.checkpoint_safety import check_decodable
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import is_input
 

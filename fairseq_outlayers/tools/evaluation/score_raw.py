@@ -12,7 +12,7 @@ import os
 import sys
 
 from fairseq_outlayers import value_checks as checks
-from fairseq_outlayers.checkpoint_safety import check_decodable
+from fairseq_outlayers.core.checkpoint_safety import check_decodable
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import _inside, write_text
 

@@ -65,7 +65,7 @@ def generate(data_bin: str, checkpoint: str, results_dir: str, beam: int = 5, le
              env: Optional[Dict[str, str]] = None) -> Tuple[List[str], List[str]]:
     """(the command, the tokenised hypotheses in sentence order); ``env``: variables set for fairseq-generate only.
     A checkpoint that is missing, refused, damaged or holds NaN weights is one line before fairseq-generate runs."""
-    from fairseq_outlayers import checkpoint_safety  # torch: only a command that decodes loads it
+    from fairseq_outlayers.core import checkpoint_safety  # torch: only a command that decodes loads it
 
     checkpoint_safety.check_decodable(checkpoint)  # looked up at the call: a test may replace it
     os.makedirs(results_dir, exist_ok=True)

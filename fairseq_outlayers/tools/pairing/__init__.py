@@ -2,13 +2,13 @@
 --tgt-dict ... -o pairs.txt``): aligns the training corpus (fast_align through systran-align, or a Pharaoh file),
 estimates A(y|x) from the links, pairs the two dictionaries (lexical meaning, same word form, unrelated) and writes
 the pairing file that ``fairseq-train --embeddings shared-private --pairing pairs.txt`` reads
-(``fairseq_outlayers.word_pairs``).
+(``fairseq_outlayers.methods.shared_private.word_pairs``).
 """
-from fairseq_outlayers.word_pairs import DEFAULT_THRESHOLD, load_dictionary, pair_dictionaries, read_parallel
+from fairseq_outlayers.methods.shared_private.word_pairs import DEFAULT_THRESHOLD, load_dictionary, pair_dictionaries, read_parallel
 
 from .alignment import estimate_probabilities, read_pharaoh, systran_links
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.word_pairs.corpus import coverage_warnings
+from fairseq_outlayers.methods.shared_private.word_pairs.corpus import coverage_warnings
 
 __all__ = ["make_pairing"]
 

@@ -10,11 +10,11 @@ import argparse
 import sys
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.shared_private_embedding import closed_form_numel
+from fairseq_outlayers.methods.shared_private.embedding import closed_form_numel
 from fairseq_outlayers.outfiles import check_output_path, removed_on_termination
 from fairseq_outlayers.tools.pairing import make_pairing
 from fairseq_outlayers.tools.pairing.alignment import add_aligner_options, check_aligner_available
-from fairseq_outlayers.word_pairs import load_dictionary, pair_identical, write_pairing
+from fairseq_outlayers.methods.shared_private.word_pairs import load_dictionary, pair_identical, write_pairing
 
 
 def build_parser():

@@ -37,7 +37,7 @@ from fairseq_outlayers.outfiles import atomic_write, check_output_path
 from fairseq_outlayers.tools.evaluation.unknown_words import BPE_MARKER
 from fairseq_outlayers.tools.pairing.alignment import (add_aligner_options, check_aligner_available, read_pharaoh,
                                                       systran_links)
-from fairseq_outlayers.word_pairs.corpus import load_dictionary, read_parallel
+from fairseq_outlayers.methods.shared_private.word_pairs.corpus import load_dictionary, read_parallel
 
 FAIRSEQ_SPECIALS = frozenset({"<s>", "<pad>", "</s>", "<unk>"})
 

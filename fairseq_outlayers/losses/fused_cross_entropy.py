@@ -3,7 +3,7 @@
 The model runs with ``features_only=True``; the output layer hands over its (V, d) matrix, bias and the features
 mapped into the matrix's space (``logit_factors``: the learned, tied or tied-all embedding, the fixed random
 classifier with its projection and scale, the joint layer's g_out(E) and g_inp(h)); the loss comes from
-``fairseq_outlayers.modules.linear_cross_entropy``: torch's chunked ``F.linear_cross_entropy``, or on CUDA Cut
+``fairseq_outlayers.losses.linear_cross_entropy``: torch's chunked ``F.linear_cross_entropy``, or on CUDA Cut
 Cross-Entropy's kernel when it is installed.
 Loss, gradients and logged metrics (loss, nll_loss, ppl, accuracy with ``--report-accuracy``) are those of
 fairseq's ``label_smoothed_cross_entropy``; padding is ignored. Decoding is unchanged (it never used the criterion).
@@ -20,19 +20,12 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.dataclass import ChoiceEnum
 
+from fairseq_outlayers.core.output_layer import FactorisedSoftmaxOutput
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.losses.linear_cross_entropy import (CCE_MISSING, DEFAULT_BLOCK_ELEMENTS, IMPLS, cce_available,
+                                                           check_cce, linear_cross_entropy, resolve_impl,
+                                                           torch_op_missing)
 from fairseq_outlayers.value_checks import Range, check_values, config_defaults
-from fairseq_outlayers.modules.linear_cross_entropy import (
-    CCE_MISSING,
-    DEFAULT_BLOCK_ELEMENTS,
-    IMPLS,
-    cce_available,
-    check_cce,
-    linear_cross_entropy,
-    resolve_impl,
-    torch_op_missing,
-)
-from fairseq_outlayers.modules.output_layer import FactorisedSoftmaxOutput
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +52,7 @@ def logit_factors(model, features):
         return layer.logit_factors(features)
     if type(layer) is nn.Linear:  # fairseq's own Transformer decoder
         return features, layer.weight, layer.bias
-    from fairseq_outlayers.models.registry import layers_trained_by
+    from fairseq_outlayers.core.registry import layers_trained_by
 
     args = getattr(model, "outlayers_args", None)
     name = getattr(args, "output_layer", None) or type(layer).__name__

@@ -1,8 +1,8 @@
 """Registrations of the baseline seams: standard embeddings; softmax, tied and tied-all output layers."""
-from fairseq_outlayers.modules.output_layer import folded_linear, lookup_table
-from fairseq_outlayers.modules.softmax import LearnedSoftmaxOutput, TiedSoftmaxOutput
+from fairseq_outlayers.core.output_layer import folded_linear, lookup_table
+from fairseq_outlayers.core.registry import register_embeddings, register_output_layer
 
-from .registry import register_embeddings, register_output_layer
+from .softmax import LearnedSoftmaxOutput, TiedSoftmaxOutput
 
 
 @register_embeddings("standard", help="one learned matrix per dictionary (fairseq's usual embeddings)",

@@ -1,7 +1,7 @@
 """Registrations for continuous outputs (Kumar & Tsvetkov 2019): ``--output-layer continuous`` and the tied input
-embeddings ``--embeddings target-vectors`` (section 4.4); their ``--arch`` presets are in ``presets.py``. The
-modules are in ``modules/continuous_output.py``, the maths in ``modules/bessel.py`` (log C_m),
-``modules/vmf_losses.py`` and ``modules/nn_search.py``, the vector loading in ``vectors.py``.
+embeddings ``--embeddings target-vectors`` (section 4.4); their ``--arch`` presets are in ``models/presets.py``.
+Beside this file: the modules (``continuous_output.py``), the maths (``bessel.py``: log C_m, ``vmf_losses.py``,
+``nn_search.py``), the criterions (``criterions.py``) and the vector reader (``target_vectors.py``).
 
 The frozen target table is read from ``--target-vectors`` when a model is built for training; it is a buffer of
 the model, so it is saved in every checkpoint. A model rebuilt from a checkpoint (``fairseq-generate``,
@@ -12,14 +12,13 @@ import logging
 import torch
 
 from fairseq_outlayers import model_args
+from fairseq_outlayers.core.output_layer import lookup_table
+from fairseq_outlayers.core.registry import Option, register_embeddings, register_output_layer
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.target_vectors import TargetTable, load_target_table, write_example_vectors
 from fairseq_outlayers.value_checks import Range
-from fairseq_outlayers.modules.continuous_output import (DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput,
-                                                         TargetVectorEmbedding)
-from fairseq_outlayers.modules.output_layer import lookup_table
 
-from .registry import Option, register_embeddings, register_output_layer
+from .continuous_output import DEFAULT_FAISS_TOPK, SEARCHES, ContinuousOutput, TargetVectorEmbedding
+from .target_vectors import TargetTable, load_target_table, write_example_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -38,37 +37,41 @@ OPTIONS = (
     Option("--target-vectors", None, metavar="FILE",
            help="continuous output layer: word vectors of the target language (word2vec/fastText .vec text, or a "
            ".bin model read with gensim); unit-normalised, aligned to the target dictionary, frozen and saved in the "
-           "checkpoint", file="its target-vector table", example=write_example_vectors),
+           "checkpoint", file="its target-vector table", example=write_example_vectors,
+           resume="free"),
     Option("--continuous-dim", None, type=int, metavar="M", range=Range(1, integer=True),
            help="continuous output layer: dimension m of the target vectors; when given it must match the file",
-           default_text="read from --target-vectors"),
+           default_text="read from --target-vectors",
+           resume="free"),
     Option("--continuous-layernorm", False, store_true=True,
-           help="continuous output layer: LayerNorm on the decoder features before the linear map to R^m"),
+           help="continuous output layer: LayerNorm on the decoder features before the linear map to R^m",
+           resume="shape", effective=lambda a: bool(a.continuous_layernorm)),
     Option("--tie-input-to-target-vectors", False, store_true=True,
            help="decoder input embeddings = the frozen target table + a learned linear map to the model size "
-           "(paper, section 4.4); same as --embeddings target-vectors"),
+           "(paper, section 4.4); same as --embeddings target-vectors",
+           resume="free"),
     Option("--target-vectors-center", False, store_true=True, default_text="off, as in the paper",
            help="centre the unit target vectors (subtract their mean over the dictionary, renormalise) before use: "
-           "removes the common direction of vectors trained on small corpora, near which rare words crowd"),
+           "removes the common direction of vectors trained on small corpora, near which rare words crowd",
+           resume="table", effective=lambda a: bool(a.target_vectors_center)),
     Option("--target-vectors-min-coverage", 0.5, type=float, metavar="F",
            range=Range(0, 1, why="a fraction of the target dictionary"),
-           help="fail when fewer than this fraction of target dictionary words have a vector"),
+           help="fail when fewer than this fraction of target dictionary words have a vector",
+           resume="free"),
     Option("--continuous-score-scale", None, type=float, metavar="S", range=SCORE_SCALE, default_text="vMF",
            help="decoding scores: log_softmax(S * cos(ê, e_w)) instead of the vMF log-density log_softmax(ê . e_w); "
-           "for models trained with cosine/l2/max_margin"),
+           "for models trained with cosine/l2/max_margin",
+           resume="free"),
     Option("--continuous-search", "exact", choices=SEARCHES,
            help="decoding: how the best words are found; exact: torch (with --continuous-topk, a chunked top-K "
            "search), faiss: an exact faiss inner-product index (IndexFlatIP) of the target vectors, built on first "
-           "use (needs faiss-cpu)"),
+           "use (needs faiss-cpu)",
+           resume="free"),
     Option("--continuous-topk", None, type=int, metavar="K", range=Range(1, integer=True),
            default_text=f"every word with exact search, {DEFAULT_FAISS_TOPK} with faiss",
-           help="decoding: only the K best words and </s> get a finite log-probability, renormalised over them"),
+           help="decoding: only the K best words and </s> get a finite log-probability, renormalised over them",
+           resume="free"),
 )
-
-
-#: options a resumed checkpoint must share: parameters' shapes, and the transform of the frozen target table
-SHAPE_OPTIONS = {"continuous_layernorm": lambda a: bool(a.continuous_layernorm)}
-TABLE_OPTIONS = {"target_vectors_center": lambda a: bool(a.target_vectors_center)}
 
 
 def target_table(args, task):
@@ -98,7 +101,7 @@ def decoding_options(args, task):
                        f"K = {MIN_TOPK}")
         topk = MIN_TOPK
     if args.continuous_search == "faiss":
-        from fairseq_outlayers.modules.nn_search import import_faiss
+        from .nn_search import import_faiss
 
         import_faiss()  # fail now, not at the first decoding step
     return dict(score_scale=args.continuous_score_scale, search=args.continuous_search,
@@ -108,7 +111,7 @@ def decoding_options(args, task):
 @register_output_layer("continuous", help="continuous outputs: predict a word vector, frozen pretrained target "
                        "vectors (Kumar & Tsvetkov 2019; train with --criterion vmf_nll/cosine/l2/max_margin)",
                        options=OPTIONS, selects={"tie_input_to_target_vectors": "target-vectors"},
-                       shape_options=SHAPE_OPTIONS, table_options=TABLE_OPTIONS, softmax_type=False,
+                       softmax_type=False,
                        decode_scale="continuous_score_scale",
                        export="it scores words by the vMF density or cosine of a predicted vector, which a stock "
                        "decoder's softmax over one linear map cannot compute")
@@ -139,3 +142,6 @@ def build_target_vector_embeddings(args, task, encoder_dim, decoder_dim, share_a
     decoder_embed = TargetVectorEmbedding(table.table, decoder_dim, task.target_dictionary.pad())
     decoder_embed.decodable_mask = table.decodable  # handed to the continuous output layer, if any
     return encoder_embed, decoder_embed
+
+
+from . import criterions  # noqa: E402,F401  (registers the continuous outputs' criterions with fairseq)

@@ -115,34 +115,3 @@ def check_decodable(paths):
         paths = paths.split(os.pathsep)
     for path in paths:
         check_finite(path, read(path, mmap=True))
-
-
-def load_model_ensemble_and_task(paths, arg_overrides=None, **kwargs):
-    """fairseq's ``checkpoint_utils.load_model_ensemble_and_task`` (the safe load, with this allow-list), a missing,
-    damaged or unsafe checkpoint raised as ``OutlayersConfigError`` with one line."""
-    from fairseq import checkpoint_utils
-
-    import fairseq_outlayers.models  # noqa: F401  (the checkpoint's --user-dir is this package, imported already)
-
-    install()
-    try:
-        return checkpoint_utils.load_model_ensemble_and_task(list(paths), arg_overrides=arg_overrides, **kwargs)
-    except OutlayersConfigError:
-        raise
-    except Exception as e:
-        message = load_error_message(e)
-        if message is None:
-            raise
-        raise OutlayersConfigError(message) from e
-
-
-def load_trained(checkpoint: str, data=None):
-    """(model, configuration, task) of one checkpoint through the safe load, its data directory replaced by ``data`` when given;
-    a data directory that is gone is one line asking for ``--data DIR``."""
-    try:
-        overrides = {"data": data} if data else {}
-        models, cfg, task = load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
-    except FileNotFoundError as e:
-        raise OutlayersConfigError(f"'{checkpoint}': {e}; give the data directory with its dictionaries as "
-                                   "--data DIR") from None
-    return models[0], cfg, task

@@ -11,19 +11,28 @@ The builders' contract, the same for both architectures (``core.build_core_outpu
 * output layer: ``build(args, task, *, decoder_embed_tokens, input_dim) -> OutputLayer``;
 * embeddings: ``build(args, task, *, encoder_dim, decoder_dim, share_all, make_embedding) -> (encoder_embed,
   decoder_embed)``, where ``make_embedding(dictionary, dim)`` is the architecture's own learned embedding.
+
+The seams' command-line options and their defaults are here too: ``add_core_args`` adds ``--output-layer``,
+``--embeddings``, ``--output-bias`` and every registered method's own options; ``fill_defaults`` is what the
+architecture functions call: it only fills the options left unset, as fairseq's architecture functions do (the
+checks run when the model is built: ``core/build.py``).
 """
+import argparse
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from fairseq_outlayers import model_args
+from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.value_checks import fmt
 
+from . import fingerprints
 
 @dataclass(frozen=True)
 class Option:
     """One option of a seam, declared once: its flag, its default, its help and its allowed values.
 
     The option gets no argparse default (a flag is off), so a preset tells it given from left out; ``default`` is
-    what ``seam_options.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written from
+    what ``core.registry.fill_defaults`` gives it when it is left unset. The help ends with "(default: X)", written from
     ``default``, or from ``default_text`` where the default is a phrase ("the decoder output size"); an option
     whose default is None and has no ``default_text`` gets no such clause. ``range``: a ``value_checks.Range``, checked
     when the options are parsed. ``store_true``: a flag (argparse's ``store_true``), off unless given. ``file``: the
@@ -42,6 +51,8 @@ class Option:
     default_text: Optional[str] = None
     file: Optional[str] = None
     example: Optional[Callable] = None
+    resume: Optional[str] = None
+    effective: Optional[Callable] = None
 
     @property
     def dest(self) -> str:
@@ -76,13 +87,9 @@ class SeamSpec:
     # check_args(args, num_words): checks across options (sizes that must fit in memory); num_words is None when
     # the options are parsed, the target vocabulary size at build time
     check_args: Optional[Callable] = None
-    # options a resumed checkpoint must share, {dest: effective(args) or None (the value itself)}: those that fix a
-    # parameter's shape (else fairseq cannot load it), and those that build a frozen table (else the checkpoint's
-    # table silently replaces the one they ask for)
-    shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
-    table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
     # how a trained entry leaves the package (``outlayers-export``): a function of the built module that returns
-    # the plain tensors a stock fairseq model holds, or one sentence saying why it cannot; None: not declared.
+    # the plain tensors a stock fairseq model holds, or one sentence saying why it cannot (required: a registration
+    # without one is refused).
     # Output layer: ``export(layer) -> (weight, bias or None)`` with the same log-probabilities as
     # ``log_softmax(F.linear(features, weight, bias))``; embeddings: ``export(embedding) -> (V, d) table`` with
     # ``embedding(tokens) == table[tokens]``. Either may raise ``errors.ExportRefused`` for one trained instance
@@ -101,6 +108,10 @@ class SeamSpec:
 
         return add_options
 
+    def resume_options(self, kind: str) -> Dict[str, Optional[Callable]]:
+        """{dest: effective or None} of the options declared ``resume=kind`` ("shape" or "table")."""
+        return {o.dest: o.effective for o in self.options if o.resume == kind}
+
     @property
     def defaults(self) -> Dict[str, Any]:
         """{dest: default} for the options left unset (None)."""
@@ -115,7 +126,7 @@ class SeamSpec:
 @dataclass
 class OutputLayerSpec(SeamSpec):
     """``--output-layer NAME``; ``build(args, task, *, decoder_embed_tokens, input_dim) -> OutputLayer``. The flags
-    say what the layer needs, so that ``models/seam_checks.py`` can check it."""
+    say what the layer needs, so that ``core/build.py`` can check it."""
     requires_joined_dictionary: bool = False
     shares_all_embeddings: bool = False  # encoder, decoder and output use one matrix
     ties_decoder_embedding: bool = False  # reads the decoder input embedding weight
@@ -141,6 +152,22 @@ class EmbeddingSpec(SeamSpec):
     no_word_matrix: Optional[str] = None
 
 
+RESUME_KINDS = ("shape", "table", "free")
+
+
+def check_declared(kind: str, name: str, options, export):
+    """A registration decides what each option does on a resume and how the entry leaves the package: refused, in
+    one line naming the entry, when it leaves either open."""
+    for option in options:
+        if option.resume not in RESUME_KINDS:
+            raise ValueError(f"{kind} '{name}': option {option.flag} declares no resume= (one of "
+                             f"{', '.join(RESUME_KINDS)}): say whether a resume with another value would change a "
+                             "parameter's shape or a saved buffer, a frozen table, or nothing saved")
+    if not (callable(export) or (isinstance(export, str) and export.strip())):
+        raise ValueError(f"{kind} '{name}': export= must be a function of the built module or one sentence saying "
+                         "why it has no stock fairseq form")
+
+
 OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
 EMBEDDING_REGISTRY: Dict[str, EmbeddingSpec] = {}
 
@@ -155,7 +182,9 @@ def register_output_layer(name: str, help: str, options=(), **flags):
     def wrapper(build):
         if name in OUTPUT_LAYER_REGISTRY:
             raise ValueError(f"output layer '{name}' is registered twice")
-        OUTPUT_LAYER_REGISTRY[name] = OutputLayerSpec(name, build, help, tuple(options), **flags)
+        spec = OutputLayerSpec(name, build, help, tuple(options), **flags)
+        check_declared("--output-layer", name, spec.options, spec.export)
+        OUTPUT_LAYER_REGISTRY[name] = spec
         return build
 
     return wrapper
@@ -169,7 +198,9 @@ def register_embeddings(name: str, help: str, options=(), **flags):
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:
             raise ValueError(f"embeddings '{name}' are registered twice")
-        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, tuple(options), **flags)
+        spec = EmbeddingSpec(name, build, help, tuple(options), **flags)
+        check_declared("--embeddings", name, spec.options, spec.export)
+        EMBEDDING_REGISTRY[name] = spec
         return build
 
     return wrapper
@@ -222,3 +253,123 @@ def get_embedding_spec(name: str) -> EmbeddingSpec:
     if name not in EMBEDDING_REGISTRY:
         raise ValueError(f"unknown --embeddings '{name}'; choose one of: {', '.join(sorted(EMBEDDING_REGISTRY))}")
     return EMBEDDING_REGISTRY[name]
+
+#: the seams' own defaults (``--output-layer``, ``--embeddings``, ``--output-bias``), filled by ``fill_defaults``
+#: (no argparse default: a preset tells an option given from one left out)
+SEAM_DEFAULTS = {"output_layer": "softmax", "embeddings": "standard", "output_bias": False}
+
+#: the core's own options that fix a parameter's shape
+CORE_SHAPE_OPTIONS = (("output_layer", "--output-layer"), ("embeddings", "--embeddings"),
+                      ("output_bias", "--output-bias"))
+
+
+def all_specs():
+    return list(OUTPUT_LAYER_REGISTRY.values()) + list(EMBEDDING_REGISTRY.values())
+
+
+def add_core_args(parser):
+    """Options of the two seams, plus every registered method's own options."""
+    parser.add_argument(
+        "--output-layer", metavar="NAME", choices=sorted(OUTPUT_LAYER_REGISTRY),
+        help="output layer turning decoder features into scores: "
+        + "; ".join(f"{s.name}: {s.help}" for s in OUTPUT_LAYER_REGISTRY.values())
+        + f" (default: {SEAM_DEFAULTS['output_layer']})",
+    )
+    parser.add_argument(
+        "--embeddings", metavar="NAME", choices=sorted(EMBEDDING_REGISTRY),
+        help="how input embeddings are built: "
+        + "; ".join(f"{s.name}: {s.help}" for s in EMBEDDING_REGISTRY.values())
+        + f" (default: {SEAM_DEFAULTS['embeddings']})",
+    )
+    parser.add_argument("--output-bias", action="store_true",
+                        help="learn a per-word bias in softmax/tied output layers (fairseq's default has none)")
+    parser.add_argument("--outlayers-allow-mismatch", action="store_true",
+                        help="resume or decode although a dictionary, or a file that a method's option names, differs "
+                        "from the checkpoint's (a warning instead of an error; the checkpoint's tables are kept)")
+    for spec in all_specs():
+        if spec.add_args is not None:
+            spec.add_args(parser)
+
+
+def apply_defaults(spec, args):
+    """A seam's declared ``defaults`` for the options left unset (missing or None), then its derived options."""
+    for dest, value in spec.defaults.items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, value)
+    if spec.set_defaults is not None:
+        spec.set_defaults(args)
+
+
+def fill_defaults(args):
+    """Fill the seams' options left unset (called from every named architecture, for a new run and for a model
+    rebuilt from a checkpoint alike)."""
+    for dest, value in SEAM_DEFAULTS.items():
+        setattr(args, dest, getattr(args, dest, None) or value)
+    model_args.record(args, **{fingerprints.ALLOW: bool(getattr(args, fingerprints.ALLOW, False))})
+    for spec in all_specs():
+        apply_defaults(spec, args)
+    for spec in OUTPUT_LAYER_REGISTRY.values():  # an option of a layer that selects its input embeddings
+        for dest, embeddings in spec.selects.items():
+            if not getattr(args, dest, False) or args.embeddings == embeddings:
+                continue
+            if args.embeddings != SEAM_DEFAULTS["embeddings"]:
+                flag = "--" + dest.replace("_", "-")
+                raise OutlayersConfigError(f"{flag} replaces the decoder input embeddings; it cannot be combined "
+                                           f"with --embeddings {args.embeddings}")
+            args.embeddings = embeddings
+
+
+def spec_options(spec):
+    """{dest: (flag, default)} of the options a seam registers; a default derived by ``set_defaults`` included."""
+    defaults = argparse.Namespace(output_layer=spec.name, embeddings=SEAM_DEFAULTS["embeddings"])
+    apply_defaults(spec, defaults)
+    return {o.dest: (o.flag, getattr(defaults, o.dest, None)) for o in spec.options}
+
+
+def given_options(args):
+    """[(dest, value)] of every seam option set in ``args`` to a value other than None, off or its default."""
+    out = []
+    for spec in all_specs():
+        for dest, (_flag, default) in spec_options(spec).items():
+            value = getattr(args, dest, None)
+            if value is not None and value is not False and value != default:
+                out.append((dest, value))
+    if getattr(args, "output_bias", False):
+        out.append(("output_bias", True))
+    return out
+
+
+def file_options(specs):
+    """{dest: Option} of the options of ``specs`` that name a file (``Option.file``)."""
+    return {o.dest: o for spec in specs for o in spec.options if o.file}
+
+
+def selected_specs(args):
+    """The specs whose options the selected seams read: the output layer's, the embeddings', and the output
+    layer's whose options the embeddings read (``options_from``)."""
+    out_spec, emb_spec = get_output_layer_spec(args.output_layer), get_embedding_spec(args.embeddings)
+    specs = [out_spec, emb_spec]
+    if emb_spec.options_from and emb_spec.options_from != out_spec.name:
+        specs.append(get_output_layer_spec(emb_spec.options_from))
+    return specs
+
+
+def decoder_output_dim(args) -> int:
+    """The size of the decoder features the output layer reads (Transformer or LSTM), from the options."""
+    for name in ("decoder_output_dim", "decoder_out_embed_dim", "decoder_embed_dim"):
+        value = getattr(args, name, None)
+        if value:
+            return int(value)
+    return 512
+
+
+def resume_options(args):
+    """([(dest, flag, effective)] that fix a parameter's shape, [...] that build a frozen table) of the selected
+    seams, for ``fingerprints.check_resume_options``; ``effective(args)`` gives the value that matters (or None:
+    the option's value)."""
+    shape, table = [(dest, flag, None) for dest, flag in CORE_SHAPE_OPTIONS], []
+    for spec in selected_specs(args):
+        flags = {dest: flag for dest, (flag, _default) in spec_options(spec).items()}
+        shape += [(dest, flags[dest], f) for dest, f in spec.resume_options("shape").items()]
+        table += [(dest, flags[dest], f) for dest, f in spec.resume_options("table").items()]
+    return shape, table

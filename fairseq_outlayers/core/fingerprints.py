@@ -8,8 +8,8 @@ They are recorded in the model's arguments, so every checkpoint carries them, an
   those files may be gone);
 * when training resumes (``checkpoint_last.pt``, ``--restore-file``, ``--finetune-from-model``): every fingerprint
   of the checkpoint against the files and dictionaries given now, since the checkpoint's tables would silently
-  replace the new ones; likewise the options that transform a frozen table (a spec's ``table_options``) and, always
-  an error, those that fix a parameter's shape (``--output-layer``, a spec's ``shape_options``:
+  replace the new ones; likewise the options that transform a frozen table (declared ``resume="table"``) and, always
+  an error, those that fix a parameter's shape (``--output-layer``, those declared ``resume="shape"``:
   ``check_resume_options``).
 
 A difference is an error naming both sides; ``--outlayers-allow-mismatch`` (training) or
@@ -27,7 +27,6 @@ from omegaconf import OmegaConf
 from fairseq_outlayers import model_args
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.value_checks import fmt
-from fairseq_outlayers.word_pairs.corpus import dictionary_hash  # the hash a pairing file records
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +45,12 @@ def file_sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def dictionary_hash(dictionary) -> str:
+    """SHA-256 of the dictionary's symbols in index order: what a model's rows and a pairing's index maps depend
+    on (a pairing file records it too)."""
+    return hashlib.sha256("\n".join(dictionary.symbols).encode("utf-8")).hexdigest()
 
 
 def dictionary_fingerprint(dictionary, path=None) -> dict:
@@ -72,7 +77,7 @@ def recorded(args) -> dict:
 def kept(args, key: str) -> bool:
     """Whether ``args`` are a checkpoint's that recorded the file of option ``key`` (its dest): what the model read
     from that file is in the checkpoint, so a model rebuilt from it does not read the file again (it may be gone).
-    A new run records its files only once its model is built (``seam_checks.check_resume``)."""
+    A new run records its files only once its model is built (``core.build.check_resume``)."""
     return key in recorded(args)
 
 

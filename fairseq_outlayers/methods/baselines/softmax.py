@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .output_layer import FactorisedSoftmaxOutput, TiedReference
+from fairseq_outlayers.core.output_layer import FactorisedSoftmaxOutput, TiedReference
 
 
 class LearnedSoftmaxOutput(FactorisedSoftmaxOutput):

@@ -9,14 +9,13 @@ the decoder input embedding works); an untied softmax or three-way tying is refu
 import logging
 
 from fairseq_outlayers import model_args
+from fairseq_outlayers.core.output_layer import lookup_table
+from fairseq_outlayers.core.registry import Option, get_output_layer_spec, register_embeddings
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.output_layer import lookup_table
-from fairseq_outlayers.modules.shared_private_embedding import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
-from fairseq_outlayers.word_pairs.corpus import special_indices
-from fairseq_outlayers.word_pairs.pairs import (index_maps, lambdas_from_string, read_pairing,
-                                                write_example_pairing)
 
-from .registry import Option, get_output_layer_spec, register_embeddings
+from .embedding import CATEGORIES, SharedPrivateEmbedding, SharedPrivateEmbeddings
+from .word_pairs.corpus import special_indices
+from .word_pairs.pairs import index_maps, lambdas_from_string, read_pairing, write_example_pairing
 
 logger = logging.getLogger(__name__)
 
@@ -26,10 +25,12 @@ OPTIONS = (
     Option("--pairing", None, metavar="PATH",
            help="shared-private: pairing file from python -m fairseq_outlayers.tools.pairing (read at training; "
            "stored in the checkpoint)", file="its pairing (index maps)",
-           example=write_example_pairing),
+           example=write_example_pairing,
+           resume="free"),
     Option("--shared-private-lambdas", DEFAULT_LAMBDAS, metavar="LM,WF,UR",
            help="shared-private: share of the d features shared by a pair of each category (lexical meaning, same "
-           "word form, unrelated), each in [0, 1]"),
+           "word form, unrelated), each in [0, 1]",
+           resume="shape", effective=lambda a: lambdas_from_string(a.shared_private_lambdas)),
 )
 
 
@@ -55,7 +56,6 @@ def check_shared_private_args(args, num_words=None):
 @register_embeddings("shared-private", help="shared-private bilingual embeddings (Liu et al. 2019): paired source "
                      "and target words share their first lambda*d features (needs --pairing)",
                      options=OPTIONS, check_args=check_shared_private_args,
-                     shape_options={"shared_private_lambdas": lambda a: lambdas_from_string(a.shared_private_lambdas)},
                      export=lookup_table)  # the assembled tables, one plain matrix a language
 def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_embedding):
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary

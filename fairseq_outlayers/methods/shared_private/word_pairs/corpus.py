@@ -4,11 +4,11 @@ Every problem a user can cause here (a missing file, line counts that differ, by
 token that would break fast_align's ``src ||| tgt`` format) is reported as an ``OutlayersConfigError`` that
 names the file and the line.
 """
-import hashlib
 import os
 import re
 from typing import Iterator, List, Set, Tuple
 
+from fairseq_outlayers.core.fingerprints import dictionary_hash  # noqa: F401  (the hash a pairing file records)
 from fairseq_outlayers.errors import OutlayersConfigError
 
 _MADEUP = re.compile(r"^madeupword\d+$")
@@ -86,11 +86,6 @@ def _first_bad_line(path: str):
     except OSError as e:
         raise OutlayersConfigError(f"dictionary '{path}' cannot be read ({e.strerror})") from None
     return None
-
-
-def dictionary_hash(dictionary) -> str:
-    """SHA-256 of the dictionary's symbols in index order: what the index maps of a pairing depend on."""
-    return hashlib.sha256("\n".join(dictionary.symbols).encode("utf-8")).hexdigest()
 
 
 def special_indices(dictionary) -> Set[int]:

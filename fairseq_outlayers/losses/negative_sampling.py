@@ -1,6 +1,6 @@
 """Negative sampling for a softmax (Pappas et al. 2018, section 3.2): the sampled vocabulary V', a
 reproducible seed per batch, and the log Q correction. Pure torch; ``--criterion sampled_softmax``
-(``fairseq_outlayers.criterions.sampled_softmax``) trains with them, and the benchmarks call them directly."""
+(``fairseq_outlayers.losses.sampled_softmax``) trains with them, and the benchmarks call them directly."""
 import math
 from typing import Optional, Tuple
 

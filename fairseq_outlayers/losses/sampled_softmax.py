@@ -19,7 +19,7 @@ targets, r for the rest): the normaliser over V' becomes sum over the batch's ta
 sum over the negatives of exp(s) / r, an unbiased estimate of the full softmax's normaliser given the batch.
 
 The criterion works with every softmax-type output layer, each written as a factorised softmax
-(``fairseq_outlayers.modules.output_layer.FactorisedSoftmaxOutput``): it asks the layer for
+(``fairseq_outlayers.core.output_layer.FactorisedSoftmaxOutput``): it asks the layer for
 ``sampled_logits(features, ids)``.
 
 Randomness: each worker draws its own negatives from a private generator seeded with
@@ -42,14 +42,14 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
+from fairseq_outlayers.core.output_layer import FactorisedSoftmaxOutput
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.output_layer import FactorisedSoftmaxOutput
-from fairseq_outlayers.modules.negative_sampling import mix_seed, sample_vocabulary, sampling_correction
+from fairseq_outlayers.losses.negative_sampling import mix_seed, sample_vocabulary, sampling_correction
 from fairseq_outlayers.value_checks import Range, check_values, config_defaults
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the loss over V' (sampling itself: fairseq_outlayers.modules.negative_sampling)
+# the loss over V' (sampling itself: fairseq_outlayers.losses.negative_sampling)
 # ---------------------------------------------------------------------------------------------------------------
 def sampled_softmax_loss(logits: torch.Tensor, targets: torch.Tensor, epsilon: float = 0.0,
                          ignore_index: Optional[int] = None, reduce: bool = True
@@ -125,7 +125,7 @@ class SampledSoftmaxCriterion(FairseqCriterion):
         decoder = getattr(model, "decoder", None)
         layer = getattr(decoder, "output_projection", None)
         if not isinstance(layer, FactorisedSoftmaxOutput):  # it has sampled_logits
-            from fairseq_outlayers.models.registry import layers_trained_by
+            from fairseq_outlayers.core.registry import layers_trained_by
 
             args = getattr(model, "outlayers_args", None)
             name = getattr(args, "output_layer", None) or type(layer).__name__

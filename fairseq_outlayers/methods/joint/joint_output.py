@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .output_layer import FactorisedSoftmaxOutput, TiedReference
+from fairseq_outlayers.core.output_layer import FactorisedSoftmaxOutput, TiedReference
 
 ACTIVATIONS = ("tanh", "relu", "sigmoid", "identity")
 STRUCTURES = ("full", "output", "context", "bilinear")

@@ -1,7 +1,7 @@
 """Criterions for continuous outputs (Kumar & Tsvetkov 2019): ``vmf_nll``, ``cosine``, ``l2``, ``max_margin``.
 
 They need ``--output-layer continuous``: the model returns ê (B, T, m) and the criterion compares it with the
-frozen unit target vector e(w) of each reference word (the per-token maths is in ``modules/vmf_losses.py``).
+frozen unit target vector e(w) of each reference word (the per-token maths is in ``vmf_losses.py``).
 Padding positions are ignored. Besides the loss (natural units, per token, or per sentence with ``--sentence-avg``)
 they report ``cos`` (mean cosine between ê and e(w)), ``norm`` (mean ‖ê‖ = κ) and, on validation, ``nn_acc``
 (how often the nearest target vector of ê is the reference word, i.e. greedy decoding with the gold prefix).
@@ -18,12 +18,12 @@ from fairseq.logging import metrics
 from omegaconf import II
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.modules.bessel import FAST_MIN_DIM
-from fairseq_outlayers.modules.continuous_output import ContinuousOutput
 from fairseq_outlayers.value_checks import Range, check_values, config_defaults, fmt
-from fairseq_outlayers.modules.vmf_losses import (cosine_loss, cosine_similarity, kappa_alarm_bounds, l2_loss,
-                                                  max_margin_loss, synthetic_margin_loss, vmf_nll_loss,
-                                                  vmf_released_loss)
+
+from .bessel import FAST_MIN_DIM
+from .continuous_output import ContinuousOutput
+from .vmf_losses import (cosine_loss, cosine_similarity, kappa_alarm_bounds, l2_loss, max_margin_loss,
+                         synthetic_margin_loss, vmf_nll_loss, vmf_released_loss)
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class ContinuousLossCriterion(FairseqCriterion):
 @register_criterion("vmf_nll", dataclass=VMFNLLConfig)
 class VMFNLLCriterion(ContinuousLossCriterion):
     """von Mises-Fisher negative log-likelihood (Kumar & Tsvetkov 2019, section 3, eq. 3 and reg1), or the
-    variant of the authors' released code. log C_m(κ) is exact (Bessel, ``modules/bessel.py``) unless --vmf-log-cm approx."""
+    variant of the authors' released code. log C_m(κ) is exact (Bessel, ``bessel.py``) unless --vmf-log-cm approx."""
 
     option_ranges = VMF_RANGES
 

@@ -1,6 +1,6 @@
 """Shared-private bilingual word embeddings (Liu et al., ACL 2019, Sec. 2.2, eqs. 2-3).
 
-A pairing (see ``fairseq_outlayers.word_pairs``) puts |V_c| (source word, target word) pairs in each category
+A pairing (see ``fairseq_outlayers.methods.shared_private.word_pairs``) puts |V_c| (source word, target word) pairs in each category
 c in {lm, wf, ur}. For a pair of category c the first k_c = round(lambda_c * d) features of the two embeddings are
 one shared vector; the remaining d - k_c features are private to each language:
 

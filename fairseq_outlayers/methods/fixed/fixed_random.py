@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .output_layer import FactorisedSoftmaxOutput
+from fairseq_outlayers.core.output_layer import FactorisedSoftmaxOutput
 
 logger = logging.getLogger(__name__)
 

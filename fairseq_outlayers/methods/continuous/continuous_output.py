@@ -4,7 +4,7 @@
 ``ContinuousOutput`` maps decoder features h to a vector ê = W h + b in R^m (optionally after a LayerNorm of h),
 and keeps the frozen table of unit target word vectors e(w) as a buffer (saved with the checkpoint):
 
-* ``forward(h)`` returns ê; the training losses (``criterions/continuous_losses.py``) compare it with e(w) of
+* ``forward(h)`` returns ê; the training losses (``criterions.py``) compare it with e(w) of
   the reference word only, so their cost does not depend on the vocabulary size V;
 * ``get_normalized_probs`` turns ê into log-probabilities over the dictionary for ``fairseq-generate``: the vMF
   log-density of each word, log C_m(‖ê‖) + êᵀe(w), renormalised over the dictionary. log C_m does not depend on
@@ -31,7 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .output_layer import OutputLayer, TiedReference, linear_rows
+from fairseq_outlayers.core.output_layer import OutputLayer, TiedReference, linear_rows
+
 from .nn_search import FaissInnerProductIndex, candidate_log_probs, nearest_neighbours
 
 SEARCHES = ("exact", "faiss")

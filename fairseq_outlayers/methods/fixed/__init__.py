@@ -1,0 +1,1 @@
+"""Fixed random target embeddings, a frozen random classifier (Shalev et al. 2021): ``--output-layer fixed``."""
