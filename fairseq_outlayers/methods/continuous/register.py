@@ -12,6 +12,7 @@ import logging
 import torch
 
 from fairseq_outlayers import model_args
+from fairseq_outlayers.core import fingerprints
 from fairseq_outlayers.core.output_layer import lookup_table
 from fairseq_outlayers.core.registry import Option, register_embeddings, register_output_layer
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -22,8 +23,6 @@ from .target_vectors import TargetTable, load_target_table, write_example_vector
 
 logger = logging.getLogger(__name__)
 
-#: set on the model's args once the table is loaded; it travels with the checkpoint's args
-FROM_CHECKPOINT = "continuous_table_in_checkpoint"
 #: the smallest --continuous-topk fairseq's beam search can run with: K = 1 leaves a hypothesis whose best word is
 #: </s> (not allowed before --min-len) with no finite continuation, and fairseq asserts at the maximum length
 MIN_TOPK = 2
@@ -78,7 +77,7 @@ def target_table(args, task):
     """The aligned unit target table: from ``--target-vectors`` for a new model, or an empty table of the right
     shape for a model rebuilt from a checkpoint (its state dict fills it)."""
     dictionary = task.target_dictionary
-    if getattr(args, FROM_CHECKPOINT, False) and getattr(args, "continuous_dim", None):
+    if fingerprints.kept(args, "target_vectors") and getattr(args, "continuous_dim", None):
         n = len(dictionary)
         return TargetTable(torch.zeros(n, args.continuous_dim), torch.ones(n, dtype=torch.bool), None)
     if args.target_vectors_min_coverage is not None and not 0 <= args.target_vectors_min_coverage <= 1:
@@ -88,7 +87,7 @@ def target_table(args, task):
                               args.continuous_dim, center=args.target_vectors_center)
     for line in table.report.lines():
         logger.info(line)
-    model_args.record(args, **{"continuous_dim": table.report.dim, FROM_CHECKPOINT: True})
+    model_args.record(args, continuous_dim=table.report.dim)
     return table
 
 

@@ -9,6 +9,7 @@ the decoder input embedding works); an untied softmax or three-way tying is refu
 import logging
 
 from fairseq_outlayers import model_args
+from fairseq_outlayers.core import fingerprints
 from fairseq_outlayers.core.output_layer import lookup_table
 from fairseq_outlayers.core.registry import Option, get_output_layer_spec, register_embeddings
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -83,7 +84,7 @@ def build_shared_private(args, task, encoder_dim, decoder_dim, share_all, make_e
         )
     lambdas = lambdas_from_string(args.shared_private_lambdas)
     recorded = getattr(args, "shared_private_counts", None)
-    if recorded:  # rebuilding a trained model (fairseq-generate, fairseq-validate): no pairing file needed
+    if fingerprints.kept(args, "pairing") and recorded:  # a trained model rebuilt: no pairing file needed
         # its dictionaries were checked against the recorded hashes by the core (fingerprints.check_dictionaries)
         sizes = dict(zip(CATEGORIES, (int(v) for v in str(recorded).split(","))))
         src_pairs, tgt_pairs = _placeholder_pairs(src_dict, sizes), _placeholder_pairs(tgt_dict, sizes)
