@@ -22,7 +22,7 @@ def test_each_claim_shows_its_target_and_both_intervals():
     joint = rows["`joint`, d_j = 512"]
     assert joint[1] == "≥ +0.50" and joint[3] == "+1.21 vs tiny-tied"
     # the recomputation: seed-level interval [+0.34, +2.09], Welch p 0.010 against no difference
-    assert joint[4] == "[+0.86, +1.55], p = 0.001" and joint[5] == "[+0.34, +2.09], p = 0.010"
+    assert joint[4] == "[+0.86, +1.55], p ≤ 0.001" and joint[5] == "[+0.34, +2.09], p = 0.010"
     assert "0.71 above the target" in joint[2]
     shared = rows["`shared-private`"]
     assert "0.29 below the target" in shared[2] and "about 139 seeds" in shared[2]

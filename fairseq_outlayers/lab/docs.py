@@ -25,8 +25,9 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
 - ``cli COMMAND``: the options of a console command's argparse parser (the commands of
   ``option_blocks.CLI_PARSERS``, a fixed table: a document names what is rendered, it runs nothing it names);
 - ``bench FILE [N ...]``: the tables of a benchmark page (the N-th ones), verbatim, with its date and commit;
-- ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit and device. A page without
-  one of the four is refused.
+- ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit (and "modified" where the page
+  says its checkout was), device and the machine's load as the page states it. A page without one of the first
+  four is refused; one that states no load reads "not stated".
 
 The blocks read from the ledger are ``ledger_blocks``'s, those read from the code ``option_blocks``'s; this module
 holds the benchmark blocks and renders, checks and writes the documents. The test suite runs ``--check``
@@ -91,7 +92,9 @@ class Context:
 #: what a benchmark page's header must give: (name, pattern)
 BENCH_FACTS = (("command", re.compile(r"^Command: `(?P<v>[^`]+)`", re.M)),
                ("date", re.compile(r"\b(?P<v>20\d\d-\d\d-\d\d)\b")),
-               ("commit", re.compile(r"\bcommit:? `?(?P<v>[0-9a-f]{7,40})\b")),
+               # a page made from a modified checkout says so after the hash ("(fairseq_outlayers modified)"),
+               # and the rendered line keeps it
+               ("commit", re.compile(r"\bcommit:? `?(?P<v>[0-9a-f]{7,40}\b(?: \([^()]*\bmodified\))?)")),
                ("device", re.compile(r"\b[Dd]evice:? `?(?P<v>[A-Za-z0-9][^;,.`(\n]*)")))
 
 
@@ -111,14 +114,40 @@ def benchmark_facts(path: str) -> Dict[str, str]:
     return facts
 
 
+_SHARED = re.compile(r"other (?:jobs|processes)|shared with", re.I)
+
+
+def benchmark_load(path: str) -> str:
+    """How loaded the machine was, as a benchmark page's header states it: the 1-minute load average at the start
+    and the end ("0.7 -> 1.1"), "other jobs" where the page says others shared the machine, or "not stated"."""
+    with open(path, encoding="utf-8") as f:
+        head = f.read().split("\n|", 1)[0]
+    shared = bool(_SHARED.search(head))
+    m = re.search(r"[Ll]oad average", head)
+    said = ""
+    if m:
+        seg = re.split(r"\.\s|\.$|\(other|:? other|;", head[m.end():m.end() + 200].replace("\n", " "))[0]
+        triples = "1, 5, 15" in seg
+        seg = re.sub(r"\([^)]*\)", "", seg)
+        nums = re.findall(r"\d+(?:\.\d+)?", seg)
+        stride = 3 if triples or len(nums) in (3, 6) else 1
+        if nums:
+            said = f"{nums[0]} at the start" + (f", {nums[stride]} at the end" if len(nums) > stride else "")
+    if shared:
+        return f"{said}; other jobs" if said else "other jobs (no load figure)"
+    return said or "not stated"
+
+
 def _benchmarks_block(ctx: Context, args: List[str]) -> List[str]:
-    lines = ["| page | date | commit | device |", "| --- | --- | --- | --- |"]
+    lines = ["| page | date | commit | device | machine load (1-min average), as the page states |",
+             "| --- | --- | --- | --- | --- |"]
     for path in sorted(glob.glob(ctx.path(os.path.join(BENCHMARKS, "*.md")))):
         if os.path.basename(path) == "README.md":
             continue
         f = benchmark_facts(path)
         name = os.path.basename(path)
-        lines.append(f"| [{name}]({name}) | {f['date']} | {f['commit']} | {_cell(f['device'])} |")
+        lines.append(f"| [{name}]({name}) | {f['date']} | {f['commit']} | {_cell(f['device'])} | "
+                     f"{_cell(benchmark_load(path))} |")
     return lines
 
 
