@@ -67,6 +67,8 @@ class Context:
         self.cache: Dict = {}
         self._tables = None
         self._claims = None
+        #: the document being rendered (relative to ``root``), for links relative to it; None: a page of docs/
+        self.document: Optional[str] = None
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel)
@@ -168,7 +170,9 @@ def _bench_block(ctx: Context, args: List[str]) -> List[str]:
         raise OutlayersConfigError(f"bench block: {args[0]} has {len(tables)} tables; give their numbers from 1 to "
                                    f"{len(tables)}, not {' '.join(args[1:])}")
     chosen = [tables[int(n) - 1] for n in numbers]
-    lines = [f"From [{args[0]}](benchmarks/{args[0]}) ({facts['date']}, commit {facts['commit']}, device "
+    here = os.path.dirname(ctx.document) if ctx.document else "docs"
+    link = os.path.relpath(os.path.join(BENCHMARKS, args[0]), here).replace(os.sep, "/")
+    lines = [f"From [{args[0]}]({link}) ({facts['date']}, commit {facts['commit']}, device "
              f"{facts['device']}).", ""]
     for table in chosen:
         lines += table + [""]
@@ -230,7 +234,8 @@ def stale(paths: List[str], ctx: Optional[Context] = None, write: bool = False) 
         text = read_document(path)
         if "<!-- generated: " not in text:
             continue
-        new = render_text(text, ctx, os.path.relpath(path, ctx.root))
+        ctx.document = os.path.relpath(path, ctx.root)
+        new = render_text(text, ctx, ctx.document)
         if new != text:
             old_blocks, new_blocks = BLOCK.findall(text), BLOCK.findall(new)
             first = next((a[0] for a, b in zip(old_blocks, new_blocks) if a != b), "?")
