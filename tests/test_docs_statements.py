@@ -340,3 +340,32 @@ def test_the_development_page_names_each_layout_rules_exemptions():
     for name in tables:
         if name in ("OVER_THE_LIMIT", "NAMING_A_METHOD"):
             assert f"`{name}`" in page, f"docs/development.md: name {name}, the exceptions of its rule"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the prose figures' rule of lab.docs --check
+
+
+def test_every_prose_figure_is_held_by_a_committed_page():
+    """``lab.docs --check`` names a figure of a page's prose that no generated block of the page and no page it
+    links to holds; the committed pages have none, and each page exempt from the rule exists and says why."""
+    from fairseq_outlayers.lab import docs
+
+    pages = docs.figure_pages()
+    assert os.path.join(REPO, "docs", "speed.md") in pages and README in pages
+    assert {_rel(p): docs.unheld_figures(p) for p in pages if docs.unheld_figures(p)} == {}
+    for page, why in docs.FIGURES_EXEMPT.items():
+        assert os.path.isfile(os.path.join(REPO, page)) and len(why.split()) >= 5, page
+
+
+def test_the_figure_rule_finds_a_figure_no_page_holds(tmp_path):
+    from fairseq_outlayers.lab import docs
+
+    (tmp_path / "bench.md").write_text("| a |\n|---|\n| 0.98 |\n| 1,234.5 |\n")
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\nIt took 19.6 s before the fix ([bench](bench.md)).\n"
+                    "It runs at 0.98 times the softmax's speed and 1,234.5 tokens a second.\n\n"
+                    "torch 2.6 changed the default; a ratio ≤ 1.5 is kept; `--lr 0.003` is an option.\n\n"
+                    "The paper (Table 2) reports 33.17.\n\n"
+                    "<!-- generated: rows x -->\n| 40.31 |\n<!-- end generated -->\n\nThe best is 40.31; 2.5 is new.\n")
+    assert docs.unheld_figures(str(page)) == [(3, "19.6"), (14, "2.5")]

@@ -2,7 +2,8 @@
 table, is rendered from committed files between two marker comments, never typed.
 
     python -m fairseq_outlayers.lab.docs            # rewrite every block of README.md and docs/**.md in place
-    python -m fairseq_outlayers.lab.docs --check    # exit 1, naming the file and block, where one differs
+    python -m fairseq_outlayers.lab.docs --check    # exit 1, naming the file and block, where one differs,
+                                                    # and each prose figure that no committed page holds
 
 A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end generated -->``. Kinds:
 
@@ -28,6 +29,10 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
 - ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit (and "modified" where the page
   says its checkout was), device and the machine's load as the page states it. A page without one of the first
   four is refused; one that states no load reads "not stated".
+
+A figure in the prose around the blocks (README.md, docs/*.md, the READMEs of docs/benchmarks and
+docs/results/runs) must be one a committed page holds: a generated block of the same page, or a page it links to
+(``unheld_figures``; ``FIGURES_EXEMPT`` names the pages exempt from it and why). ``--check`` names each other one.
 
 The blocks read from the ledger are ``ledger_blocks``'s, those read from the code ``option_blocks``'s; this module
 holds the benchmark blocks and renders, checks and writes the documents. The test suite runs ``--check``
@@ -209,6 +214,70 @@ def render_text(text: str, ctx: Context, where: str = "text") -> str:
     return BLOCK.sub(one, text)
 
 
+#: a figure: a decimal number (thousands with commas), not part of a dotted version such as 0.12.3.1
+FIGURE = re.compile(r"(?<![\w.])\d+(?:,\d{3})*\.\d+(?!\d|\.\d)")
+_LINKED = re.compile(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)")
+#: not a measured figure: a bound or setting ("ratio ≤ 1.5"), or a version where the paragraph names the software
+_BOUND = re.compile(r"(?:>=|<=|==|[<>≤≥=])\s*$")
+_SOFTWARE = re.compile(r"\b(?:[Pp]ython|torch|fairseq|CUDA|sacreBLEU|CTranslate2|NumPy|gensim)\b")
+_CITES = re.compile(r"et al\.|\bpaper\b|\bTable \d|\bFigure \d")
+#: the prose figures' rule (``unheld_figures``) covers README.md, docs/*.md and the two READMEs of docs/; these pages
+#: are exempt from it, each with the reason
+FIGURES_EXEMPT = {
+    "docs/recipes.md": "the recipes' own settings and data statistics (their scripts set and print them)",
+    "docs/serving.md": "its model descriptions and CTranslate2 ranges are to be rendered from serving_cpu.md; "
+                       "until then the page is its owner's to keep true",
+}
+
+
+def figure_pages(root: str = ROOT) -> List[str]:
+    """The pages whose prose figures must be held by a committed page: README.md, docs/*.md, docs/benchmarks/
+    README.md and docs/results/runs/README.md (the benchmark pages and notebooks are where figures are held)."""
+    out = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+    out += [os.path.join(root, "docs", "benchmarks", "README.md"), os.path.join(root, "docs", "results", "runs",
+                                                                                 "README.md")]
+    return [p for p in out if os.path.isfile(p) and os.path.relpath(p, root) not in FIGURES_EXEMPT]
+
+
+def unheld_figures(path: str) -> List[Tuple[int, str]]:
+    """(line, figure) of every figure in a page's prose that neither a generated block of the page nor a committed
+    page it links to holds. Prose: not a block, fenced code, a code span or an HTML comment. Not a measured figure,
+    so not checked: a bound or setting after a comparison sign, a version (X.Y) in a paragraph that names the
+    software, a line that cites a paper."""
+    text = read_document(path)
+    held = {f.replace(",", "") for m in BLOCK.finditer(text) for f in FIGURE.findall(m.group("body"))}
+    for link in _LINKED.findall(text):
+        linked = os.path.normpath(os.path.join(os.path.dirname(path), link))
+        if os.path.isfile(linked):
+            held.update(f.replace(",", "") for f in FIGURE.findall(read_document(linked)))
+
+    def blank(m):
+        return "\n" * m.group(0).count("\n")
+
+    prose = re.sub(r"<!--.*?-->", blank, re.sub(r"^```.*?^```", blank, BLOCK.sub(blank, text), flags=re.S | re.M),
+                   flags=re.S)
+    out, paragraph = [], []
+    lines = prose.splitlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            paragraph = []
+            continue
+        if not paragraph:  # the paragraph this line starts, for its software names
+            end = next((i for i in range(n - 1, len(lines)) if not lines[i].strip()), len(lines))
+            paragraph = lines[n - 1:end]
+        if _CITES.search(line):
+            continue
+        line = re.sub(r"`[^`]*`", "``", line)
+        software = any(_SOFTWARE.search(x) for x in paragraph)
+        for m in FIGURE.finditer(line):
+            figure = m.group(0).replace(",", "")
+            if (figure in held or _BOUND.search(line[:m.start()])
+                    or (software and re.fullmatch(r"\d\.\d{1,2}", figure))):
+                continue
+            out.append((n, m.group(0)))
+    return out
+
+
 def read_document(path: str) -> str:
     """The text of a Markdown file; a missing or unreadable file, a directory or a file that is not UTF-8 is one
     line naming it."""
@@ -260,7 +329,13 @@ def main(argv=None) -> int:
         return 2
     for path, spec in found:
         print(f"{path}: block '{spec}' {'differs from its files' if args.check else 'rewritten'}")
-    return 1 if args.check and found else 0
+    figures = []
+    if args.check and not args.files:
+        figures = [(p, n, f) for p in figure_pages() for n, f in unheld_figures(p)]
+    for path, line, figure in figures:
+        print(f"{os.path.relpath(path, ROOT)}:{line}: figure {figure} is held by no generated block of the page and "
+              "no committed page it links to: render it, link the page that holds it, or remove it")
+    return 1 if args.check and (found or figures) else 0
 
 
 if __name__ == "__main__":
