@@ -369,3 +369,21 @@ def test_the_figure_rule_finds_a_figure_no_page_holds(tmp_path):
                     "The paper (Table 2) reports 33.17.\n\n"
                     "<!-- generated: rows x -->\n| 40.31 |\n<!-- end generated -->\n\nThe best is 40.31; 2.5 is new.\n")
     assert docs.unheld_figures(str(page)) == [(3, "19.6"), (14, "2.5")]
+
+
+def test_the_serving_page_describes_its_models_from_their_checkpoints():
+    """``scripts/bench_serving.py`` writes what each model is (architecture, epoch, updates, best validation loss,
+    seed) from the checkpoint's own state, so the page's description needs no memory of how it was trained."""
+    from argparse import Namespace
+
+    from harness import load_script
+
+    bench = load_script("bench_serving.py")
+    state = {"cfg": {"model": Namespace(arch="outlayers_transformer_tiny"), "common": {"seed": 1}},
+             "extra_state": {"train_iterator": {"epoch": 26}, "best": 3.9412},
+             "optimizer_history": [{"num_updates": 3276}]}
+    assert bench.trained_as(state) == ("outlayers_transformer_tiny, epoch 26, 3,276 updates, best validation loss "
+                                       "3.94, seed 1")
+    assert bench.trained_as({"args": Namespace(arch="transformer", seed=2), "optimizer_history": []}) == \
+        "transformer, seed 2"
+    assert bench.trained_as({}) == "no training state in the checkpoint"
