@@ -95,9 +95,14 @@ def test_a_projection_a_command_names_is_the_one_it_builds():
             m = re.search(r"learned (\d+) -> (\d+) projection", line)
             if not m:
                 continue
-            command = lines[i + 1]
-            arch = re.search(r"--arch (\S+)", command).group(1)
-            dim = re.search(r"--fixed-targets-dim (\d+)", command).group(1)
+            near = " ".join(lines[max(0, i - 2):i + 2])  # a command below the comment, or a config named beside it
+            if re.search(r"--arch (\S+)", lines[i + 1]):
+                arch = re.search(r"--arch (\S+)", lines[i + 1]).group(1)
+                dim = re.search(r"--fixed-targets-dim (\d+)", lines[i + 1]).group(1)
+            else:
+                config = re.search(r"`(configs/\S+\.yaml)`", near).group(1)
+                arch = re.search(r"^model:\n  _name: (\S+)", _read(os.path.join(REPO, config)), re.M).group(1)
+                dim = re.search(r"fixed_targets_dim=(\d+)", near).group(1)
             args = argparse.Namespace()
             ARCH_CONFIG_REGISTRY[arch](args)
             out = getattr(args, "decoder_output_dim", None) or args.decoder_embed_dim
