@@ -73,6 +73,47 @@ def bleu(hyps, references, lang, lowercase):
     return bleu_metric(lowercase).corpus_score(detokenise([unbpe(h) for h in hyps], lang), [references]).score
 
 
+def _get(obj, key):
+    """``obj[key]`` or ``obj.key`` (a dict, an omegaconf config or an argparse Namespace), None when absent."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict) or hasattr(obj, "keys"):
+        try:
+            return obj.get(key)
+        except Exception:  # an omegaconf node that cannot give it
+            return None
+    return getattr(obj, key, None)
+
+
+def trained_as(state) -> str:
+    """What a checkpoint is, from its own state: "outlayers_transformer_tiny, epoch 26, 3,276 updates, best
+    validation loss 3.94, seed 1" (a fact the checkpoint does not hold is left out). The page's description of a
+    model comes from here, never from memory."""
+    cfg = _get(state, "cfg")
+    args = _get(state, "args")
+    model = _get(cfg, "model") or args
+    arch = _get(model, "_name") if _get(model, "arch") is None else _get(model, "arch")
+    seed = _get(_get(cfg, "common"), "seed") if cfg is not None else _get(args, "seed")
+    extra = _get(state, "extra_state") or {}
+    epoch = _get(_get(extra, "train_iterator"), "epoch")
+    history = _get(state, "optimizer_history") or [{}]
+    updates = _get(history[-1], "num_updates")
+    best = _get(extra, "best")
+    facts = [str(arch)] if arch else []
+    facts += [f"epoch {epoch}"] if epoch is not None else []
+    facts += [f"{updates:,} updates"] if updates is not None else []
+    facts += [f"best validation loss {best:.2f}"] if isinstance(best, (int, float)) else []
+    facts += [f"seed {seed}"] if seed is not None else []
+    return ", ".join(facts) or "no training state in the checkpoint"
+
+
+def checkpoint_facts(checkpoint: str) -> str:
+    import fairseq_outlayers  # noqa: F401  (the checkpoint-loading allow-list)
+    from fairseq import checkpoint_utils
+
+    return trained_as(checkpoint_utils.load_checkpoint_to_cpu(checkpoint))
+
+
 def run_model(name, checkpoint, args, source, references, lowercase, work):
     from fairseq_outlayers.tools.export import export
 
@@ -117,7 +158,8 @@ def report(models, args, started, load):
         f"Median of {args.rounds} rounds, in a rotating order; load average at the start: {load}.",
         "Time is each system's own translation time, without start-up and model loading.",
         "Target tokens are BPE tokens of the hypotheses, counted the same way for every system.",
-        "BLEU: BPE removed, Moses detokenisation, sacreBLEU against the raw references, for every system.", "",
+        "BLEU: BPE removed, Moses detokenisation, sacreBLEU against the raw references, for every system.",
+        *[f"Model {name}: `{checkpoint}`, {facts}." for name, checkpoint, facts in args.trained], "",
         "| model | system | sentences/s | target tokens/s | x package | sacreBLEU | same hypothesis as the package |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -160,6 +202,8 @@ def main(argv=None):
         source = [line.split() for line in f]
     with open(args.reference, encoding="utf-8") as f:
         references = [line.rstrip("\n") for line in f]
+    args.trained = [(name, checkpoint, checkpoint_facts(checkpoint))
+                    for name, _, checkpoint in (spec.partition("=") for spec in args.model)]
     started, load = time.time(), ", ".join(f"{x:.1f}" for x in os.getloadavg())
     models = []
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as work:

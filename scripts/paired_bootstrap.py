@@ -93,7 +93,7 @@ def main(argv=None):
         except OutlayersConfigError as e:
             fail(e)
 
-    from fairseq_outlayers.lab.ledger.stats import mean_sd, paired_bootstrap_test, welch_t_test
+    from fairseq_outlayers.lab.ledger.stats import mean_sd, p_text, paired_bootstrap_test, welch_t_test
 
     refs = read_lines(args.ref, "references")
     if args.lowercase:
@@ -125,7 +125,7 @@ def main(argv=None):
         if "difference" in r:
             low, high = r["interval"]
             p_seeds = "—" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
-            p_value = "1.000 (identical translations)" if r["identical"] else f"{r['p']:.3f}"
+            p_value = "1.000 (identical translations)" if r["identical"] else p_text(r["p"], args.samples)
             print(f"| {r['name']} | {per_seed} | {fmt(r['mean'])} ± {fmt(r['sd'])} | {r['difference']:+.2f} "
                   f"({r['seeds_paired']}) | [{low:+.2f}, {high:+.2f}] | {p_value} | {p_seeds} |")
         else:

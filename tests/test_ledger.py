@@ -16,7 +16,7 @@ from fairseq_outlayers.lab.ledger.analysis import compare, group, longest_wait, 
 from fairseq_outlayers.lab.ledger.render import (compare_line, converged_figures, epoch_ceiling, loss_at_stop,
                                                  patience_margin, render, shared_options)
 from fairseq_outlayers.lab.ledger.rows import protocol_options, read_ledger_row, row_options
-from fairseq_outlayers.lab.ledger.stats import (mean_sd, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
+from fairseq_outlayers.lab.ledger.stats import (mean_sd, p_is, paired_bootstrap, paired_bootstrap_test, seeds_for_power,
                                             sentence_stats, welch_t_test)
 
 pytestmark = pytest.mark.usefixtures("commands_in_process")  # what the runners start: in this process
@@ -94,7 +94,7 @@ def test_compare_sets_any_two_rows_against_each_other(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out == (f"t, test2016: sp 34.00 / 35.00 (seeds 1, 2: 34.50 ± 0.71) vs tied 32.00 / 33.00 (seeds 1, 2: "
                    f"32.50 ± 0.71): Δ {diff:+.2f} over seeds 1, 2, 95 % interval [{low:+.2f}, {high:+.2f}], "
-                   f"p = {p:.3f} (paired bootstrap, 1000 resamples, seed 12345); over seeds p = 0.106 (Welch t = "
+                   f"{p_is(p)} (paired bootstrap, 1000 resamples, seed 12345); over seeds p = 0.106 (Welch t = "
                    "+2.83, df 2.0); 4 seeds a row would find a true difference of 2.00 four times in five at this "
                    "seed spread (0.71)\n")
     # the same draw and statistic as the table's column for a row and its baseline

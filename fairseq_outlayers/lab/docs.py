@@ -2,7 +2,8 @@
 table, is rendered from committed files between two marker comments, never typed.
 
     python -m fairseq_outlayers.lab.docs            # rewrite every block of README.md and docs/**.md in place
-    python -m fairseq_outlayers.lab.docs --check    # exit 1, naming the file and block, where one differs
+    python -m fairseq_outlayers.lab.docs --check    # exit 1, naming the file and block, where one differs,
+                                                    # and each prose figure that no committed page holds
 
 A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end generated -->``. Kinds:
 
@@ -25,8 +26,13 @@ A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end
 - ``cli COMMAND``: the options of a console command's argparse parser (the commands of
   ``option_blocks.CLI_PARSERS``, a fixed table: a document names what is rendered, it runs nothing it names);
 - ``bench FILE [N ...]``: the tables of a benchmark page (the N-th ones), verbatim, with its date and commit;
-- ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit and device. A page without
-  one of the four is refused.
+- ``benchmarks``: each page of ``docs/benchmarks/`` with its command, date, commit (and "modified" where the page
+  says its checkout was), device and the machine's load as the page states it. A page without one of the first
+  four is refused; one that states no load reads "not stated".
+
+A figure in the prose around the blocks (README.md, docs/*.md, the READMEs of docs/benchmarks and
+docs/results/runs) must be one a committed page holds: a generated block of the same page, or a page it links to
+(``unheld_figures``; ``FIGURES_EXEMPT`` names the pages exempt from it and why). ``--check`` names each other one.
 
 The blocks read from the ledger are ``ledger_blocks``'s, those read from the code ``option_blocks``'s; this module
 holds the benchmark blocks and renders, checks and writes the documents. The test suite runs ``--check``
@@ -66,6 +72,8 @@ class Context:
         self.cache: Dict = {}
         self._tables = None
         self._claims = None
+        #: the document being rendered (relative to ``root``), for links relative to it; None: a page of docs/
+        self.document: Optional[str] = None
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel)
@@ -91,7 +99,9 @@ class Context:
 #: what a benchmark page's header must give: (name, pattern)
 BENCH_FACTS = (("command", re.compile(r"^Command: `(?P<v>[^`]+)`", re.M)),
                ("date", re.compile(r"\b(?P<v>20\d\d-\d\d-\d\d)\b")),
-               ("commit", re.compile(r"\bcommit:? `?(?P<v>[0-9a-f]{7,40})\b")),
+               # a page made from a modified checkout says so after the hash ("(fairseq_outlayers modified)"),
+               # and the rendered line keeps it
+               ("commit", re.compile(r"\bcommit:? `?(?P<v>[0-9a-f]{7,40}\b(?: \([^()]*\bmodified\))?)")),
                ("device", re.compile(r"\b[Dd]evice:? `?(?P<v>[A-Za-z0-9][^;,.`(\n]*)")))
 
 
@@ -111,14 +121,40 @@ def benchmark_facts(path: str) -> Dict[str, str]:
     return facts
 
 
+_SHARED = re.compile(r"other (?:jobs|processes)|shared with", re.I)
+
+
+def benchmark_load(path: str) -> str:
+    """How loaded the machine was, as a benchmark page's header states it: the 1-minute load average at the start
+    and the end ("0.7 -> 1.1"), "other jobs" where the page says others shared the machine, or "not stated"."""
+    with open(path, encoding="utf-8") as f:
+        head = f.read().split("\n|", 1)[0]
+    shared = bool(_SHARED.search(head))
+    m = re.search(r"[Ll]oad average", head)
+    said = ""
+    if m:
+        seg = re.split(r"\.\s|\.$|\(other|:? other|;", head[m.end():m.end() + 200].replace("\n", " "))[0]
+        triples = "1, 5, 15" in seg
+        seg = re.sub(r"\([^)]*\)", "", seg)
+        nums = re.findall(r"\d+(?:\.\d+)?", seg)
+        stride = 3 if triples or len(nums) in (3, 6) else 1
+        if nums:
+            said = f"{nums[0]} at the start" + (f", {nums[stride]} at the end" if len(nums) > stride else "")
+    if shared:
+        return f"{said}; other jobs" if said else "other jobs (no load figure)"
+    return said or "not stated"
+
+
 def _benchmarks_block(ctx: Context, args: List[str]) -> List[str]:
-    lines = ["| page | date | commit | device |", "| --- | --- | --- | --- |"]
+    lines = ["| page | date | commit | device | machine load (1-min average), as the page states |",
+             "| --- | --- | --- | --- | --- |"]
     for path in sorted(glob.glob(ctx.path(os.path.join(BENCHMARKS, "*.md")))):
         if os.path.basename(path) == "README.md":
             continue
         f = benchmark_facts(path)
         name = os.path.basename(path)
-        lines.append(f"| [{name}]({name}) | {f['date']} | {f['commit']} | {_cell(f['device'])} |")
+        lines.append(f"| [{name}]({name}) | {f['date']} | {f['commit']} | {_cell(f['device'])} | "
+                     f"{_cell(benchmark_load(path))} |")
     return lines
 
 
@@ -139,7 +175,9 @@ def _bench_block(ctx: Context, args: List[str]) -> List[str]:
         raise OutlayersConfigError(f"bench block: {args[0]} has {len(tables)} tables; give their numbers from 1 to "
                                    f"{len(tables)}, not {' '.join(args[1:])}")
     chosen = [tables[int(n) - 1] for n in numbers]
-    lines = [f"From [{args[0]}](benchmarks/{args[0]}) ({facts['date']}, commit {facts['commit']}, device "
+    here = os.path.dirname(ctx.document) if ctx.document else "docs"
+    link = os.path.relpath(os.path.join(BENCHMARKS, args[0]), here).replace(os.sep, "/")
+    lines = [f"From [{args[0]}]({link}) ({facts['date']}, commit {facts['commit']}, device "
              f"{facts['device']}).", ""]
     for table in chosen:
         lines += table + [""]
@@ -176,6 +214,70 @@ def render_text(text: str, ctx: Context, where: str = "text") -> str:
     return BLOCK.sub(one, text)
 
 
+#: a figure: a decimal number (thousands with commas), not part of a dotted version such as 0.12.3.1
+FIGURE = re.compile(r"(?<![\w.])\d+(?:,\d{3})*\.\d+(?!\d|\.\d)")
+_LINKED = re.compile(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)")
+#: not a measured figure: a bound or setting ("ratio ≤ 1.5"), or a version where the paragraph names the software
+_BOUND = re.compile(r"(?:>=|<=|==|[<>≤≥=])\s*$")
+_SOFTWARE = re.compile(r"\b(?:[Pp]ython|torch|fairseq|CUDA|sacreBLEU|CTranslate2|NumPy|gensim)\b")
+_CITES = re.compile(r"et al\.|\bpaper\b|\bTable \d|\bFigure \d")
+#: the prose figures' rule (``unheld_figures``) covers README.md, docs/*.md and the two READMEs of docs/; these pages
+#: are exempt from it, each with the reason
+FIGURES_EXEMPT = {
+    "docs/recipes.md": "the recipes' own settings and data statistics (their scripts set and print them)",
+    "docs/serving.md": "its model descriptions and CTranslate2 ranges are to be rendered from serving_cpu.md; "
+                       "until then the page is its owner's to keep true",
+}
+
+
+def figure_pages(root: str = ROOT) -> List[str]:
+    """The pages whose prose figures must be held by a committed page: README.md, docs/*.md, docs/benchmarks/
+    README.md and docs/results/runs/README.md (the benchmark pages and notebooks are where figures are held)."""
+    out = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+    out += [os.path.join(root, "docs", "benchmarks", "README.md"), os.path.join(root, "docs", "results", "runs",
+                                                                                 "README.md")]
+    return [p for p in out if os.path.isfile(p) and os.path.relpath(p, root) not in FIGURES_EXEMPT]
+
+
+def unheld_figures(path: str) -> List[Tuple[int, str]]:
+    """(line, figure) of every figure in a page's prose that neither a generated block of the page nor a committed
+    page it links to holds. Prose: not a block, fenced code, a code span or an HTML comment. Not a measured figure,
+    so not checked: a bound or setting after a comparison sign, a version (X.Y) in a paragraph that names the
+    software, a line that cites a paper."""
+    text = read_document(path)
+    held = {f.replace(",", "") for m in BLOCK.finditer(text) for f in FIGURE.findall(m.group("body"))}
+    for link in _LINKED.findall(text):
+        linked = os.path.normpath(os.path.join(os.path.dirname(path), link))
+        if os.path.isfile(linked):
+            held.update(f.replace(",", "") for f in FIGURE.findall(read_document(linked)))
+
+    def blank(m):
+        return "\n" * m.group(0).count("\n")
+
+    prose = re.sub(r"<!--.*?-->", blank, re.sub(r"^```.*?^```", blank, BLOCK.sub(blank, text), flags=re.S | re.M),
+                   flags=re.S)
+    out, paragraph = [], []
+    lines = prose.splitlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            paragraph = []
+            continue
+        if not paragraph:  # the paragraph this line starts, for its software names
+            end = next((i for i in range(n - 1, len(lines)) if not lines[i].strip()), len(lines))
+            paragraph = lines[n - 1:end]
+        if _CITES.search(line):
+            continue
+        line = re.sub(r"`[^`]*`", "``", line)
+        software = any(_SOFTWARE.search(x) for x in paragraph)
+        for m in FIGURE.finditer(line):
+            figure = m.group(0).replace(",", "")
+            if (figure in held or _BOUND.search(line[:m.start()])
+                    or (software and re.fullmatch(r"\d\.\d{1,2}", figure))):
+                continue
+            out.append((n, m.group(0)))
+    return out
+
+
 def read_document(path: str) -> str:
     """The text of a Markdown file; a missing or unreadable file, a directory or a file that is not UTF-8 is one
     line naming it."""
@@ -201,7 +303,8 @@ def stale(paths: List[str], ctx: Optional[Context] = None, write: bool = False) 
         text = read_document(path)
         if "<!-- generated: " not in text:
             continue
-        new = render_text(text, ctx, os.path.relpath(path, ctx.root))
+        ctx.document = os.path.relpath(path, ctx.root)
+        new = render_text(text, ctx, ctx.document)
         if new != text:
             old_blocks, new_blocks = BLOCK.findall(text), BLOCK.findall(new)
             first = next((a[0] for a, b in zip(old_blocks, new_blocks) if a != b), "?")
@@ -226,7 +329,13 @@ def main(argv=None) -> int:
         return 2
     for path, spec in found:
         print(f"{path}: block '{spec}' {'differs from its files' if args.check else 'rewritten'}")
-    return 1 if args.check and found else 0
+    figures = []
+    if args.check and not args.files:
+        figures = [(p, n, f) for p in figure_pages() for n, f in unheld_figures(p)]
+    for path, line, figure in figures:
+        print(f"{os.path.relpath(path, ROOT)}:{line}: figure {figure} is held by no generated block of the page and "
+              "no committed page it links to: render it, link the page that holds it, or remove it")
+    return 1 if args.check and (found or figures) else 0
 
 
 if __name__ == "__main__":

@@ -69,11 +69,12 @@ def _row_table(ctx, row: str):
 def _rows_block(ctx, args: List[str]) -> List[str]:
     from fairseq_outlayers.lab.ledger.analysis import compare, keep_seeds, seed_scores
     from fairseq_outlayers.lab.ledger.render import _ranges, mean_pm_sd
+    from fairseq_outlayers.lab.ledger.stats import p_text
 
     if not args:
         raise OutlayersConfigError("a rows block names at least one row")
     lines = [f"{TEST} sacreBLEU, seeds {_ranges(_seeds())} (the protocol's); Δ with its 95 % paired-bootstrap "
-             "interval.", "",
+             "interval, over the seeds both rows have; p (seeds): Welch's test over every recorded seed.", "",
              "| row | mean ± sd | against | its mean ± sd | Δ BLEU [95 % interval] | p (paired) | p (seeds) |",
              "|---|---|---|---|---|---|---|"]
     for arg in args:
@@ -95,7 +96,10 @@ def _rows_block(ctx, args: List[str]) -> List[str]:
                 cells += [f"not compared ({c['why']})", "—", "—"]
             else:
                 low, high = c["interval"]
-                cells += [f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}]", f"{c['p']:.3f}",
+                # the paired test is over the seeds both rows have; where a mean above counts others, say which
+                over = (f" over seeds {_ranges(c['seeds'])}"
+                        if set(c["seeds"]) != set(rows[row]) | set(rows[other]) else "")
+                cells += [f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}]{over}", p_text(c['p']),
                           "—" if c["welch"] is None else f"{c['welch']['p']:.3f}"]
         else:
             cells += ["—", "—", "—", "—"]
@@ -109,6 +113,7 @@ def _seed_scores_block(ctx, args: List[str]) -> List[str]:
     seed both rows have."""
     from fairseq_outlayers.lab.ledger.analysis import compare, seed_scores
     from fairseq_outlayers.lab.ledger.render import _ranges, further_result, mean_pm_sd
+    from fairseq_outlayers.lab.ledger.stats import p_is
 
     if len(args) != 2:
         raise OutlayersConfigError("a seed-scores block names two rows: ROW BASELINE")
@@ -135,7 +140,7 @@ def _seed_scores_block(ctx, args: List[str]) -> List[str]:
         return lines + [f"Not compared: {c['why']}."]
     low, high = c["interval"]
     lines.append(f"- Δ {_sign(c['diff'])} over seeds {_ranges(c['seeds'])}: 95 % paired-bootstrap interval "
-                 f"[{_sign(low)}, {_sign(high)}], p = {c['p']:.3f}.")
+                 f"[{_sign(low)}, {_sign(high)}], {p_is(c['p'])}.")
     if c["welch"] is not None:
         lines.append(f"- Welch's t-test over the seeds, against no difference: p = {c['welch']['p']:.3f}.")
     for claim in ctx.claims:

@@ -29,7 +29,7 @@ PRESETS = (
      "fairseq's base Transformer with the fixed random classifier.",
      {"output_layer": "fixed"}, None),
     (_T, "outlayers_transformer_small_fixed", outlayers_transformer_small,
-     "The small (3+3 layers, d = 256) Transformer of the Multi30k demo with the fixed random classifier.",
+     "The small Transformer (3+3 layers, d = 256) with the fixed random classifier.",
      {"output_layer": "fixed"}, None),
     (_L, "outlayers_lstm_fixed", outlayers_lstm,
      "Attentional LSTM (the paper's model family for Multi30k and IWSLT) with the fixed random classifier.",

@@ -75,7 +75,8 @@ outlayers_transformer_wmt_en_de_big = _preset("outlayers_transformer_wmt_en_de_b
 
 @register_model_architecture("outlayers_transformer", "outlayers_transformer_small")
 def outlayers_transformer_small(args):
-    """3+3 layers, d = 256, 4 heads, FFN 1024: the size of the Multi30k demo and of fast CPU experiments."""
+    """3+3 layers, d = 256, 4 heads, FFN 1024: the Multi30k hydra configs and the ledger's small-Transformer
+    table (`make demo` trains `outlayers_transformer_tiny`)."""
     args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
     args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
     args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)

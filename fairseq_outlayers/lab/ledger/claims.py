@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import records as rec
 from fairseq_outlayers.lab.ledger.analysis import _word_params, compare, group, keep_seeds, mean_pm_sd, seed_scores
-from fairseq_outlayers.lab.ledger.stats import (mean_sd, seeds_for_power, target_verdict, welch_interval,
+from fairseq_outlayers.lab.ledger.stats import (mean_sd, p_is, seeds_for_power, target_verdict, welch_interval,
                                                 welch_t_test)
 
 
@@ -149,7 +149,7 @@ def claim_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], cla
     side, why = target_verdict(c["interval"], system, base, target)
     low, high = c["interval"]
     welch = "—" if c["welch"] is None else f"{c['welch']['p']:.3f}"
-    measured = f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}], p = {c['p']:.3f}; seeds p = {welch}"
+    measured = f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}], {p_is(c['p'])}; seeds p = {welch}"
     verdict = words.get(side, "inconclusive")
     saving = ""
     if claim.get("saving"):
@@ -201,12 +201,25 @@ def _best_result(rows: Dict[str, Dict[int, Dict]], claim: Dict, seeds: Optional[
         options = next(iter(rows[name].values()))["options"]
         return next((b for a, b in zip(options, options[1:]) if a == "--arch"), "?")
 
-    others = {}
-    for _, name in means:
-        others.setdefault(arch(name), name)
-    second = "; ".join(f"best `{a}` row: {n}, {mean_pm_sd(full[n])}" for a, n in others.items() if n != row)
-    measured = (f"{row} (`{arch(row)}`): {mean_pm_sd(full[row])}; {second + '; ' if second else ''}{len(above)} of "
-                f"{len(means)} rows at or above {claim['at_least']:g}")
+    # rows whose means are equal (to rounding) share the place: every one is named, in name order
+    tied = {}
+    for mean, name in means:
+        tied.setdefault((arch(name), round(mean, 6)), []).append(name)
+    top = {}
+    for (a, _), names in tied.items():
+        top.setdefault(a, sorted(names))
+
+    def best_of(names):
+        if len(names) == 1:
+            return f"{names[0]}, {mean_pm_sd(full[names[0]])}"
+        return f"{' and '.join(names)}, a tie: {' and '.join(mean_pm_sd(full[n]) for n in names)}"
+
+    first = top.pop(arch(row))
+    second = "; ".join(f"best `{a}` row: {best_of(names)}" for a, names in top.items())
+    lead = (f"{row} (`{arch(row)}`): {mean_pm_sd(full[row])}" if len(first) == 1
+            else f"`{arch(row)}`: {best_of(first)}")
+    measured = f"{lead}; {second + '; ' if second else ''}{len(above)} of {len(means)} rows at or above " \
+               f"{claim['at_least']:g}"
     met = best >= claim["at_least"]
     return {"measured": measured, "saving": "", "verdict": "met" if met else "not met",
             "why": f"the best mean is {best:.2f}", "seeds": list(seeds or [])}

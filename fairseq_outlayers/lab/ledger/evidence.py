@@ -7,6 +7,7 @@ it into README.md (the ``readme-evidence`` block).
 from typing import Dict, List, Sequence, Tuple
 
 from fairseq_outlayers.lab.ledger.claims import _ranges, _sign, beam_note, claim_result, further_result
+from fairseq_outlayers.lab.ledger.stats import p_is
 
 
 def _interval(low: float, high: float) -> str:
@@ -45,7 +46,7 @@ def evidence_row(ledger: str, tables: Dict, claim: Dict, seeds: Sequence[int], t
         return [claim["label"], f"≥ {_sign(r.get('target', 0.0))}", r["verdict"], r["measured"], "—", "—", beam,
                 parameters], over
     return [claim["label"], f"≥ {_sign(r['target'])}", r["verdict"], f"{_sign(r['diff'])} vs {claim['baseline']}",
-            f"{_interval(*r['interval'])}, p = {r['p']:.3f}", seeds_cell, beam, parameters], over
+            f"{_interval(*r['interval'])}, {p_is(r['p'])}", seeds_cell, beam, parameters], over
 
 
 EVIDENCE_HEADER = ["| method | target: Δ BLEU | verdict | Δ BLEU | 95 % interval over test sentences | "

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import records as rec
 from fairseq_outlayers.lab.ledger.analysis import DEFAULT_SEEDS, compare, group, keep_seeds, mean_pm_sd, seed_scores
-from fairseq_outlayers.lab.ledger.stats import N_SAMPLES, SEED, mean_sd, seeds_for_power
+from fairseq_outlayers.lab.ledger.stats import N_SAMPLES, SEED, mean_sd, p_is, seeds_for_power
 
 
 def _power(system: Sequence[float], baseline: Sequence[float]) -> str:
@@ -64,7 +64,7 @@ def compare_line(ledger: str, name: str, other: str, test: str = "test2016",
              f"; over seeds p = {c['welch']['p']:.3f} (Welch t = {c['welch']['t']:+.2f}, df {c['welch']['df']:.1f})"
              + _power(seed_scores(rows, name, test), seed_scores(rows, other, test)))
     return (f"{table_name}, {test}: {side(name)} vs {side(other)}: Δ {c['diff']:+.2f} over seeds "
-            f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], p = {c['p']:.3f} "
+            f"{', '.join(map(str, c['seeds']))}, 95 % interval [{low:+.2f}, {high:+.2f}], {p_is(c['p'])} "
             f"(paired bootstrap, {N_SAMPLES} resamples, seed {SEED}){welch}"
             + files)
 

@@ -22,7 +22,7 @@ from fairseq_outlayers.lab.ledger import records as rec
 from fairseq_outlayers.lab.ledger.analysis import (DEFAULT_SEEDS, _word_params, capped_runs, compare, group,
                                                    keep_seeds, mean_pm_sd, patience_waits, retrained_seeds,
                                                    seed_scores, step_effect, stop_losses)
-from fairseq_outlayers.lab.ledger.stats import N_SAMPLES, SEED, mean_sd
+from fairseq_outlayers.lab.ledger.stats import N_SAMPLES, SEED, mean_sd, p_is, p_text
 
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:
@@ -62,7 +62,7 @@ def significance(ledger: str, rows: Dict[str, Dict[int, Dict]], name: str, test:
     if c.get("identical"):  # the same translations: no difference to test (p = 1, not the formula's smallest p)
         return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed} (identical translations)",
                 f"1.000 (identical){note}", _welch(c)]
-    return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed}", f"{c['p']:.3f}{note}", _welch(c)]
+    return [f"{c['diff']:+.2f} [{low:+.2f}, {high:+.2f}]{mixed}", f"{p_text(c['p'])}{note}", _welch(c)]
 
 
 def table(ledger: str, rows: Dict[str, Dict[int, Dict]], seeds: Sequence[int], test: str, cache: Dict) -> List[str]:
@@ -216,7 +216,7 @@ def _before_step(ledger: str, runs: Dict[int, Dict], parent: Dict[int, Dict], se
     if effect is not None:
         low, high = effect["interval"]
         lines.append(f"The step's own effect on those checkpoints ({_seed_list(effect['seeds'])}): "
-                     f"{effect['diff']:+.2f} [{low:+.2f}, {high:+.2f}], p = {effect['p']:.3f} (paired bootstrap).")
+                     f"{effect['diff']:+.2f} [{low:+.2f}, {high:+.2f}], {p_is(effect['p'])} (paired bootstrap).")
     return lines
 
 
@@ -262,12 +262,20 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
           ""]
     if records:
         resumed = sum(1 for r in records if r.get("resumed"))
-        machines = len({r.get("machine") or r["device"] for r in records})
+        # a kind of machine is its hardware and torch; the thread count a run was given is a setting of it
+        kinds = {re.sub(r",? *OMP_NUM_THREADS=\S+", "", r.get("machine") or r["device"]) for r in records}
+        threads = sorted({m.group(1) for r in records
+                          for m in [re.search(r"OMP_NUM_THREADS=(\d+)", r.get("machine") or "")] if m}, key=int)
+        machines = f"{len(kinds)} kind{'s' if len(kinds) > 1 else ''} of machine"
+        if len(threads) > 1:
+            machines += f" (runs at {' and '.join(threads)} threads)"
         digests = sum(1 for r in records if r.get("data_digest"))
+        named = sum(1 for r in records if "file_digests" in r)
         md += [f"Train tok/s is fairseq's training speed, a mean over the seeds; it does not compare between rows: "
-               f"{resumed} of {len(records)} records are resumed runs, on {machines} kinds of machine shared with "
+               f"{resumed} of {len(records)} records are resumed runs, on {machines}, shared with "
                f"other work (the speeds measured for comparison are in docs/benchmarks). {digests} of "
-               f"{len(records)} records keep the digest of their data (`data_digest`); the older ones do not.", ""]
+               f"{len(records)} records keep the digest of their data (`data_digest`) and {named} the digests of the files "
+               "their options name (`file_digests`); the older ones do not.", ""]
     if not records:
         md += ["The ledger holds no record yet.", ""]
         return "\n".join(md)

@@ -257,3 +257,17 @@ def target_verdict(interval: Tuple[float, float], system: Sequence[float], basel
     seeds_p = "fewer than two seeds a side" if welch is None else f"seeds p = {welch['p']:.3f}"
     return "inconclusive", (f"the interval lies {side} the target {target:+.2f}, the seeds do not back it "
                             f"(seed pairs overlap it, {seeds_p})")
+
+
+def p_text(p: float, n_samples: int = N_SAMPLES) -> str:
+    """A paired-bootstrap p-value as the pages write it: "0.012", or "≤ 0.001" at the test's floor. No resample
+    above the observed difference gives p = 1 / (resamples + 1), the smallest value the test can give: the true p
+    may be lower, so the floor is written as a bound."""
+    floor = 1.0 / (n_samples + 1)
+    return f"≤ {max(floor, 0.001):.3f}" if p <= floor * (1 + 1e-9) else f"{p:.3f}"
+
+
+def p_is(p: float, n_samples: int = N_SAMPLES) -> str:
+    """``p_text`` after "p": "p = 0.012" or "p ≤ 0.001"."""
+    text = p_text(p, n_samples)
+    return f"p {text}" if text.startswith("≤") else f"p = {text}"

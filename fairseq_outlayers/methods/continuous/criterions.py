@@ -114,7 +114,7 @@ class VMFNLLConfig(ContinuousLossConfig):
                              "loss (a warm-up; 0: vMF from the start)"})
     vmf_compile: bool = field(
         default=False, metadata={"help": "compute the vMF loss (norms, exact log C_m, loss and gradient) as one "
-                                 "torch.compile graph: fused GPU kernels instead of about 35 launches. Compiles once "
+                                 "torch.compile graph: fused GPU kernels instead of one launch per operation. Compiles once "
                                  "per process (seconds); where torch.compile fails it warns once and runs eagerly. "
                                  "Needs m >= 32 (smaller m runs eagerly)"})
 
