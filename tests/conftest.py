@@ -27,6 +27,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # a person in the debugger: no watchdog ends the test process under them (in_process.call)
+    in_process.DEBUGGING = bool(config.getoption("usepdb", False) or config.getoption("trace", False))
     config.addinivalue_line("markers", "slow: real-data or long runs, skipped unless --run-slow")
     config.addinivalue_line("markers", "long: a test of 20 s or more in the default suite, started first")
     device = config.getoption("--device")

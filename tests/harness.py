@@ -54,7 +54,8 @@ def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]]
     full_env.update(env or {})
     function = in_process.program(cmd, BIN, full_env)
     if function is not None:
-        proc = in_process.call(function, cmd, cwd=cwd, env=full_env, timeout=timeout, input=input)
+        # a command that must succeed and raises: the exception itself reaches pytest (and ``--pdb``)
+        proc = in_process.call(function, cmd, cwd=cwd, env=full_env, timeout=timeout, input=input, reraise=check)
     else:
         proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
                               input=input)

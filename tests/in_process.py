@@ -266,11 +266,17 @@ class Finished:
         return False
 
 
+#: set by conftest.py under ``pytest --pdb`` / ``--trace``: no watchdog ends the process while a person debugs
+DEBUGGING = False
+
+
 def call(function: Callable[[], object], cmd: List[str], cwd: Optional[str], env: Dict[str, str], timeout: float,
-         input: Optional[str]) -> subprocess.CompletedProcess:
+         input: Optional[str], reraise: bool = False) -> subprocess.CompletedProcess:
     """``cmd`` run by ``function`` here; the result as ``subprocess.run(..., capture_output=True, text=True)``
     gives it. A command still running after ``timeout`` seconds ends the test process with every thread's
-    traceback (``faulthandler``): nothing else can stop a call."""
+    traceback (``faulthandler``): nothing else can stop a call; not under a debugger (``DEBUGGING``).
+    ``reraise``: an exception of the command reaches the caller as it was raised (after the state is put back),
+    so pytest reports, and ``pytest --pdb`` opens, the frame inside fairseq where it happened."""
     out, err = _Output(), _Output()
     with _kept_state():
         os.environ.clear()
@@ -294,12 +300,15 @@ def call(function: Callable[[], object], cmd: List[str], cwd: Optional[str], env
             import torch
 
             torch.set_num_threads(int(threads))
-        faulthandler.dump_traceback_later(timeout, exit=True, file=sys.__stderr__)
+        if not DEBUGGING:
+            faulthandler.dump_traceback_later(timeout, exit=True, file=sys.__stderr__)
         try:
             code = function()  # a console script exits with what its function returns
         except SystemExit as e:
             code = e.code
         except Exception:  # what Python does with an uncaught exception
+            if reraise:
+                raise
             traceback.print_exc()
             code = 1
         finally:

@@ -65,6 +65,37 @@ def test_stops(tiny_bin, tmp_path, monkeypatch):
 '''
 
 
+FAILS = '''
+import harness
+
+
+def test_fails(tiny_bin, tmp_path, monkeypatch):
+    from fairseq.trainer import Trainer
+
+    def failing(self, *args, **kwargs):
+        inside_fairseq_frame = "here"  # noqa: F841  (pdb prints it from the frame where the error was raised)
+        raise RuntimeError("a fault inside fairseq")
+    monkeypatch.setattr(Trainer, "train_step", failing)
+    harness.train(tiny_bin, str(tmp_path / "ck"), max_update=1)
+'''
+
+
+def test_a_failing_command_opens_pdb_in_the_frame_that_raised(tmp_path):
+    """``pytest --pdb -p no:xdist``: an exception inside fairseq-train (called in the test process) reaches pytest
+    as it was raised, so the post-mortem debugger opens in that frame, not in the harness; and no watchdog ends
+    pytest while the debugger waits (``in_process.DEBUGGING``)."""
+    (tmp_path / "test_fails.py").write_text(FAILS)
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests"), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--pdb", "-p", "no:xdist", "-p", "no:randomly",
+                           "-p", "no:cacheprovider", "-p", "conftest", "--rootdir", str(tmp_path),
+                           "--basetemp", str(tmp_path / "t"), str(tmp_path / "test_fails.py")],
+                          cwd=str(tmp_path), env=env, input="p 'frame: ' + inside_fairseq_frame\nc\n",
+                          capture_output=True, text=True, timeout=600)
+    assert "RuntimeError: a fault inside fairseq" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "frame: here" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 failed" in proc.stdout, proc.stdout[-3000:]
+
+
 def test_a_training_command_stops_at_a_breakpoint_under_pdb(tmp_path):
     """``pytest --pdb -p no:xdist``: a ``breakpoint()`` inside fairseq-train stops there and reads the debugger's
     commands from the terminal (here a pipe)."""
