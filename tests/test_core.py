@@ -76,27 +76,6 @@ def test_tied_weight_is_one_tensor(tiny_bin):
     assert twin.decoder.output_projection.tied_embedding is twin.decoder.embed_tokens
 
 
-# the keys of the checkpoints written by release 2026-11 outside fairseq's own Transformer layers: a checkpoint of
-# that release loads only while these stay as they are
-RELEASE_KEYS = {
-    "softmax": ["decoder.output_projection.weight"],
-    "tied": ["decoder.output_projection.bias"],  # with --output-bias
-    "joint": ["decoder.output_projection.bias", "decoder.output_projection.ctx_proj.bias",
-              "decoder.output_projection.ctx_proj.weight", "decoder.output_projection.out_proj.bias",
-              "decoder.output_projection.out_proj.weight"],
-    "fixed": ["decoder.output_projection.bias", "decoder.output_projection.weight"],
-}
-
-
-@pytest.mark.parametrize("layer", sorted(RELEASE_KEYS))
-def test_state_dict_keys_are_the_release_ones(tiny_bin, layer):
-    extra = ["--output-bias"] if layer == "tied" else []
-    _, model = build_model(tiny_bin, TINY_TRANSFORMER, ["--output-layer", layer] + extra)
-    keys = sorted(k for k in model.state_dict() if ".layers." not in k and "layer_norm" not in k)
-    assert keys == sorted(RELEASE_KEYS[layer] + ["decoder.embed_tokens.weight", "decoder.version",
-                                                 "encoder.embed_tokens.weight", "encoder.version"])
-
-
 def test_three_way_tying_shares_one_matrix(tiny_bin_joined):
     _, model = build_model(tiny_bin_joined, TINY_TRANSFORMER, ["--output-layer", "tied-all"])
     assert model.encoder.embed_tokens is model.decoder.embed_tokens

@@ -37,19 +37,19 @@ def test_a_file_option_is_fingerprinted_and_checked_at_resume(file_layer, tmp_pa
     other.write_text("b\n")
     save.mkdir()
     first = run_args(str(table), str(save))
-    seam_checks.check_resume(first)  # a new run: nothing to resume from
+    seam_checks.check_checkpoint_match(first)  # a new run: nothing to resume from
     theirs = {"sha256": hashlib.sha256(b"a\n").hexdigest(), "path": os.path.abspath(table)}
     assert fingerprints.recorded(first) == {"file_test_table": theirs}
     torch.save({"cfg": {"model": first}}, save / "checkpoint_last.pt")
 
-    seam_checks.check_resume(run_args(str(table), str(save)))  # the same file: resumes
+    seam_checks.check_checkpoint_match(run_args(str(table), str(save)))  # the same file: resumes
     with pytest.raises(OutlayersConfigError) as refused:
-        seam_checks.check_resume(run_args(str(other), str(save)))
+        seam_checks.check_checkpoint_match(run_args(str(other), str(save)))
     message = str(refused.value)
     assert message.startswith(f"--file-test-table {other} (sha256 ") and "\n" not in message
     assert f"differs from the one {save}/checkpoint_last.pt was trained with, {table} (sha256" in message
     assert "the checkpoint would keep its test table" in message
 
     allowed = run_args(str(other), str(save), outlayers_allow_mismatch=True)
-    seam_checks.check_resume(allowed)
+    seam_checks.check_checkpoint_match(allowed)
     assert fingerprints.recorded(allowed)["file_test_table"] == theirs  # the checkpoint's table from now on

@@ -43,6 +43,42 @@ CASES = {**LSTM_CASES,
 SCORE = re.compile(r"^H-(\d+)\t(\S+)\t(.*)$", re.M)
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_fresh_build_has_the_state_dict_keys_of_the_release(tiny_bin, tiny_bin_joined, name):
+    """The keys of each released checkpoint, read from the checkpoint itself (no list kept by hand): a model built
+    now from the checkpoint's own arguments, with nothing loaded into it, has exactly those keys."""
+    import argparse
+
+    from fairseq import tasks
+
+    from fairseq_outlayers.core.checkpoint_safety import read
+
+    state = read(os.path.join(EXPECTED, name + ".pt"))
+    args = argparse.Namespace(**vars(_model_args(state)))
+    args.data = tiny_bin_joined if CASES[name][0] else tiny_bin
+    model = tasks.setup_task(args).build_model(args)
+    assert sorted(model.state_dict()) == sorted(state["model"]), name
+
+
+def _model_args(state):
+    """The model's arguments of a fairseq checkpoint (a Namespace in ``args``, or ``cfg.model``)."""
+    return state.get("args") or state["cfg"]["model"]
+
+
+def test_every_released_layer_is_pinned():
+    """Every output layer and embeddings the release registered has a pinned checkpoint here: the names the pins
+    were trained with, read from their own arguments, against the registries."""
+    from fairseq_outlayers.core.checkpoint_safety import read
+    from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+
+    pinned = set()
+    for name in CASES:
+        args = _model_args(read(os.path.join(EXPECTED, name + ".pt")))
+        pinned |= {args.output_layer, args.embeddings}
+    released = {"softmax", "tied", "tied-all", "joint", "fixed", "continuous", "standard", "shared-private"}
+    assert released <= pinned and released <= set(OUTPUT_LAYER_REGISTRY) | set(EMBEDDING_REGISTRY)
+
+
 def scored_hypotheses(stdout):
     """{sentence id: [score, hypothesis]} of fairseq-generate's output."""
     return {m.group(1): [float(m.group(2)), m.group(3)] for m in SCORE.finditer(stdout)}

@@ -66,7 +66,7 @@ def finish_build(model, args, new_run):
     checkpoint recorded, before any data is read."""
     model.outlayers_args = args
     if new_run:
-        check_resume(args)
+        check_checkpoint_match(args)
     model.log_parameter_report()
 
 
@@ -271,7 +271,7 @@ def check_files(args):
             raise OutlayersConfigError(f"{option.flag} {path}: no such file")
 
 
-def check_resume(args):
+def check_checkpoint_match(args):
     """A new run: the fingerprints of the files its options name (``Option.file``); then, when it resumes (or
     fine-tunes) from a checkpoint, its options and fingerprints against those the checkpoint recorded."""
     files = file_options(selected_specs(args))
@@ -282,8 +282,8 @@ def check_resume(args):
     checkpoint_args = fairseq_compat.checkpoint_model_args(path) if path else None
     if checkpoint_args is not None:
         shape, table = resume_options(args)
-        fingerprints.check_resume_options(args, path, checkpoint_args, shape, table)
-        fingerprints.check_resume(args, path, checkpoint_args,
+        fingerprints.check_option_resume(args, path, checkpoint_args, shape, table)
+        fingerprints.check_file_resume(args, path, checkpoint_args,
                                   {dest: (o.flag, o.file) for dest, o in files.items()})
 
 

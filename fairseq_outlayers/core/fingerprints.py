@@ -10,7 +10,7 @@ They are recorded in the model's arguments, so every checkpoint carries them, an
   of the checkpoint against the files and dictionaries given now, since the checkpoint's tables would silently
   replace the new ones; likewise the options that transform a frozen table (declared ``resume="table"``) and, always
   an error, those that fix a parameter's shape (``--output-layer``, those declared ``resume="shape"``:
-  ``check_resume_options``).
+  ``check_option_resume``).
 
 A difference is an error naming both sides; ``--outlayers-allow-mismatch`` (training) or
 ``--model-overrides "{'outlayers_allow_mismatch': True}"`` (decoding) turns it into a warning. What a checkpoint
@@ -77,7 +77,7 @@ def recorded(args) -> dict:
 def kept(args, key: str) -> bool:
     """Whether ``args`` are a checkpoint's that recorded the file of option ``key`` (its dest): what the model read
     from that file is in the checkpoint, so a model rebuilt from it does not read the file again (it may be gone).
-    A new run records its files only once its model is built (``core.build.check_resume``)."""
+    A new run records its files only once its model is built (``core.build.check_checkpoint_match``)."""
     return key in recorded(args)
 
 
@@ -133,7 +133,7 @@ def _shown(value) -> str:
     return fmt(value)
 
 
-def check_resume_options(args, checkpoint_path: str, checkpoint_args, shape, table):
+def check_option_resume(args, checkpoint_path: str, checkpoint_args, shape, table):
     """Training: the options that fix a parameter's shape or build a frozen table, against the checkpoint's.
     ``shape``/``table``: [(dest, flag, effective or None)], ``effective(args)`` being the value that matters. A
     changed shape is an error (fairseq could not load the parameters); a changed table too, unless mismatches are
@@ -163,7 +163,7 @@ def check_resume_options(args, checkpoint_path: str, checkpoint_args, shape, tab
             model_args.record(args, **{dest: getattr(checkpoint_args, dest)})
 
 
-def check_resume(args, checkpoint_path: str, checkpoint_args, files):
+def check_file_resume(args, checkpoint_path: str, checkpoint_args, files):
     """Training: the fingerprints of this build (``args``) against those of the checkpoint fairseq will load.
     ``files``: {dest: (flag, what the checkpoint keeps)} of the options that name a file."""
     theirs, ours = recorded(checkpoint_args), recorded(args)

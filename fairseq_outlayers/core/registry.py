@@ -38,7 +38,7 @@ class Option:
     when the options are parsed. ``store_true``: a flag (argparse's ``store_true``), off unless given. ``file``: the
     option names a file read when training starts, and says what the checkpoint keeps of it ("its target-vector
     table"); the core records the file's fingerprint, and a resume with another file is refused
-    (``fingerprints.check_resume``). ``example(src_dict, tgt_dict, path)``, with ``file``: writes a small valid file
+    (``fingerprints.check_file_resume``). ``example(src_dict, tgt_dict, path)``, with ``file``: writes a small valid file
     for two dictionaries, what the registry-driven tests train with."""
     flag: str
     default: Any = None
@@ -365,7 +365,7 @@ def decoder_output_dim(args) -> int:
 
 def resume_options(args):
     """([(dest, flag, effective)] that fix a parameter's shape, [...] that build a frozen table) of the selected
-    seams, for ``fingerprints.check_resume_options``; ``effective(args)`` gives the value that matters (or None:
+    seams, for ``fingerprints.check_option_resume``; ``effective(args)`` gives the value that matters (or None:
     the option's value)."""
     shape, table = [(dest, flag, None) for dest, flag in CORE_SHAPE_OPTIONS], []
     for spec in selected_specs(args):
