@@ -214,3 +214,35 @@ def test_python_312_installs_without_systran_align():
     assert "if sys.version_info < (3, 12):\n    import systran_align" in script
     wheels = open(os.path.join(REPO, "scripts", "download_wheels.sh")).read()
     assert 'case "$PYVER" in 3.10|3.11) align=(systran-align);; esac' in wheels
+
+
+@pytest.mark.parametrize("pyver", ["3.12", "3.13"])
+def test_download_wheels_fetches_what_an_offline_install_of_that_python_needs(tmp_path, pyver):
+    """scripts/download_wheels.sh (pip logged, not run): torch 2.13's manylinux_2_28 wheels are within the default
+    platform tags; hydra's antlr4 parser, published as a source archive only, is built into a wheel first and found
+    by the binary downloads; fairseq-fixed is a wheel up to 3.12 and its source archive (with its requirements as
+    wheels) on 3.13; the test extras are there for `-e .[test,...]`."""
+    log = tmp_path / "pip.log"
+    python = _fake(tmp_path, "python", f'echo "$*" >> {log}\n')
+    wheels = tmp_path / "wheels"
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "download_wheels.sh"), str(wheels), pyver],
+                          capture_output=True, text=True, env={"PATH": os.environ["PATH"], "PYTHON": python},
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("-m pip wheel") and "antlr4-python3-runtime==4.9.3" in calls[0]
+    binary = [c for c in calls if "--only-binary=:all:" in c]
+    assert binary and all(f"--python-version {pyver}" in c and "--platform manylinux_2_28_x86_64" in c
+                          and f"--find-links {wheels}" in c for c in binary), calls
+    source = [c for c in calls if "--no-binary :all:" in c]
+    if pyver == "3.12":
+        assert any(" fairseq-fixed==0.12.3.1" in c for c in binary)
+        assert not any("fairseq-fixed" in c for c in source)
+    else:
+        assert not any("fairseq-fixed" in c for c in binary)
+        assert any(c.endswith(" fairseq-fixed==0.12.3.1") for c in source)
+        assert any("hydra-core==1.3.2" in c and "omegaconf==2.3.0" in c for c in binary)
+    everything = " ".join(binary)
+    for extra in ("pytest-xdist", "pytest-randomly", "coverage", "hypothesis", "ctranslate2", "faiss-cpu"):
+        assert extra in everything, extra
+    assert ("systran-align" in everything) == (pyver in ("3.10", "3.11"))
