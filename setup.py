@@ -20,11 +20,15 @@ setup(
     description="Output layers for fairseq NMT: joint input-output, shared-private, fixed random and continuous outputs",
     long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10,<3.13",
+    # the Pythons scripts/install.sh accepts (PY_SUPPORTED; a test checks that the two agree)
+    python_requires=">=3.10,<3.14",
     packages=find_packages(include=["fairseq_outlayers", "fairseq_outlayers.*"]),
     install_requires=[
         # torch and fairseq are not listed with open ranges on purpose: scripts/install.sh pins torch==2.13.0
         # first (an open range would pull a multi-GB CUDA build on CPU machines) and then fairseq-fixed.
+        # The floor is install.sh's TORCH_MIN (a CUDA build from 2.1 on is kept). One feature needs more:
+        # --criterion fused_cross_entropy's torch path uses F.linear_cross_entropy (torch 2.13), checked where it
+        # is used (torch_op_missing) and refused in one line naming torch 2.13.
         "torch>=2.1",
         "fairseq-fixed==0.12.3.1",
         "sacrebleu>=2.0",
@@ -34,7 +38,7 @@ setup(
     ],
     extras_require={
         # fast_align for the shared-private pairing and --replace-unk lexicons; systran-align has no build (wheel or
-        # source) for Python 3.12, where the pairing reads alignments from the user's own fast_align instead
+        # source) for Python 3.12 or 3.13, where the pairing reads alignments from the user's own fast_align instead
         "align": [SYSTRAN_ALIGN],
         "vectors": ["gensim>=4.3"],  # training / reading word2vec and fastText target vectors
         "plot": ["matplotlib"],  # scatter plots of the analysis scripts
@@ -67,6 +71,10 @@ setup(
     classifiers=[
         "License :: OSI Approved :: MIT License",
         "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
 )

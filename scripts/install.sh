@@ -27,11 +27,13 @@ TORCH_EXTRA_INDEX=${TORCH_EXTRA_INDEX:-}
 die() { echo "install.sh: error: $*" >&2; exit 1; }
 step() { echo "==> $*"; }
 
-command -v "$PYTHON" >/dev/null || die "'$PYTHON' not found; install Python 3.10-3.12 or set PYTHON=/path/to/python3.11"
+# The Pythons fairseq-fixed builds and runs on; setup.py's python_requires says the same (a test checks).
+PY_SUPPORTED="3.10 3.11 3.12 3.13"
+command -v "$PYTHON" >/dev/null || die "'$PYTHON' not found; install Python 3.10-3.13 or set PYTHON=/path/to/python3.13"
 pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-case "$pyver" in
-  3.10|3.11|3.12) ;;
-  *) die "Python $pyver is not supported: fairseq needs 3.10-3.12 (set PYTHON=/path/to/python3.11)";;
+case " $PY_SUPPORTED " in
+  *" $pyver "*) ;;
+  *) die "Python $pyver is not supported: use Python 3.10-3.13 (set PYTHON=/path/to/python3.13)";;
 esac
 CXX=${CXX:-g++}
 command -v "$CXX" >/dev/null || die "no C++ compiler ($CXX) found: fairseq and fastBPE compile C++ extensions; install it (Debian/Ubuntu: apt-get install g++) or set CXX"
@@ -100,7 +102,8 @@ fi
 have_any Cython && have_any wheel || { step "installing build tools"; "${PIP[@]}" "cython>=3" wheel "setuptools<81" numpy; }
 
 # fairseq-fixed: official fairseq 0.12.2 does not import on Python >= 3.11 (mutable dataclass defaults);
-# this fork of fairseq main carries the 3.11/3.12 fixes. Pinned because the plugin hooks into its internals.
+# this fork of fairseq main carries the 3.11/3.12 fixes, and builds from its sdist on 3.13. Pinned because the
+# plugin hooks into its internals.
 have fairseq-fixed 0.12.3.1 || { step "installing fairseq-fixed==0.12.3.1 (compiles Cython extensions, a few minutes)"; "${PIP[@]}" fairseq-fixed==0.12.3.1 "$TORCH_SPEC"; }
 
 # fastBPE: the sdist's pre-generated C++ does not compile on 3.11, so Cython must regenerate it, which needs
@@ -134,7 +137,7 @@ import fairseq_outlayers.models  # noqa: F401  (registers the plugin)
 if sys.version_info < (3, 12):
     import systran_align  # noqa: F401
 else:
-    print("==> note: systran-align (fast_align) has no build for Python 3.12; the shared-private pairing reads "
+    print("==> note: systran-align (fast_align) has no build for Python 3.12+; the shared-private pairing reads "
           "alignments from your own fast_align (--aligner pharaoh --alignment FILE)")
 build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
 print(f"==> ok: torch {torch.__version__} ({build}; a GPU visible: {torch.cuda.is_available()}), "

@@ -24,7 +24,8 @@ USER_DIR = os.path.join(REPO, "fairseq_outlayers")
 BIN = os.path.dirname(sys.executable)
 DEVICE_ENV = "OUTLAYERS_TEST_DEVICE"
 #: why a test of the pairing's built-in fast_align skips (``pytest.importorskip("systran_align", reason=...)``)
-NO_ALIGNER = "systran-align (the pairing's built-in fast_align) is not installed; it has no build for Python 3.12"
+NO_ALIGNER = ("systran-align (the pairing's built-in fast_align) is not installed; it has no build for Python 3.12 "
+              "or later")
 
 
 def device_args(device: Optional[str] = None) -> List[str]:
@@ -78,8 +79,8 @@ def process_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
 
 def pairing_file(raw_dir: str, bin_dir: str, path: str, src: str = "de", tgt: str = "en") -> str:
     """The shared-private pairing file of a corpus, as the models' tests need one. With systran-align, the
-    built-in fast_align; without it (Python 3.12), a diagonal Pharaoh alignment (source word i with target word i)
-    read with ``--aligner pharaoh``: a pairing for the model's mechanics, not a good one."""
+    built-in fast_align; without it (Python 3.12 or later), a diagonal Pharaoh alignment (source word i with target
+    word i) read with ``--aligner pharaoh``: a pairing for the model's mechanics, not a good one."""
     from fairseq_outlayers.tools.pairing.__main__ import main
 
     args = ["--src-text", os.path.join(raw_dir, f"train.{src}"), "--tgt-text", os.path.join(raw_dir, f"train.{tgt}"),

@@ -197,6 +197,39 @@ def test_a_torch_without_linear_cross_entropy_is_refused_in_one_line(monkeypatch
         FusedCrossEntropyCriterion(None, False, 0.0)
 
 
+def test_a_torch_without_linear_cross_entropy_and_cut_cross_entropy_installed(monkeypatch):
+    """A CUDA torch older than 2.13 (install.sh keeps one from 2.1 on) with Cut Cross-Entropy: auto is accepted, as
+    it takes the kernel on CUDA; where auto comes to torch's path (here the CPU) the first batch refuses in one
+    line naming torch 2.13, and --fused-impl torch is refused when the criterion is built."""
+    import sys
+
+    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
+
+    monkeypatch.delattr(torch.nn.functional, "linear_cross_entropy")
+    monkeypatch.setattr(sys.modules[FusedCrossEntropyCriterion.__module__], "cce_available", lambda: True)
+    with pytest.raises(OutlayersConfigError, match=r"--fused-impl torch needs torch >= 2.13 "):
+        FusedCrossEntropyCriterion(None, False, 0.0, fused_impl="torch")
+    criterion = FusedCrossEntropyCriterion(None, False, 0.0)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.decoder = torch.nn.Module()
+            self.decoder.output_projection = torch.nn.Linear(4, 7)
+
+        def forward(self, src_tokens, features_only):
+            return torch.zeros(1, 3, 4), None
+
+        def get_targets(self, sample, net_output):
+            return sample["target"]
+
+    sample = {"net_input": {"src_tokens": None}, "target": torch.tensor([[2, 3, 4]]), "ntokens": 3}
+    with pytest.raises(OutlayersConfigError) as error:
+        criterion(Model(), sample)
+    assert "\n" not in str(error.value)
+    assert str(error.value).startswith("--criterion fused_cross_entropy --fused-impl auto needs torch >= 2.13 ")
+
+
 # -- through fairseq's CLIs ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("layer", SOFTMAX_LAYERS)
 def test_fairseq_train_and_generate(tiny_bin, tiny_bin_joined, tmp_path, layer):

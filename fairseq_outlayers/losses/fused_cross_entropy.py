@@ -92,7 +92,8 @@ class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             raise OutlayersConfigError(f"--fused-impl must be one of {', '.join(IMPLS)}, got {fused_impl!r}")
         if fused_impl == "cce" and not cce_available():
             raise OutlayersConfigError(f"--fused-impl cce {CCE_MISSING}; or use --fused-impl torch")
-        if fused_impl != "cce" and torch_op_missing():
+        # torch's path needs torch 2.13; auto with Cut Cross-Entropy installed is checked once it has chosen
+        if torch_op_missing() and (fused_impl == "torch" or (fused_impl == "auto" and not cce_available())):
             raise OutlayersConfigError(f"--criterion fused_cross_entropy --fused-impl {fused_impl} "
                                        f"{torch_op_missing()}")
         self.impl = fused_impl
@@ -107,6 +108,9 @@ class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             x = x[:, self.ignore_prefix_size:, :]
             target = target[:, self.ignore_prefix_size:]
         impl = resolve_impl(self.impl, x.device, x.dtype)
+        if impl == "torch" and torch_op_missing():
+            raise OutlayersConfigError(f"--criterion fused_cross_entropy --fused-impl {self.impl} "
+                                       f"{torch_op_missing()}")
         if not self._told:
             self._told = True
             if self.impl == "auto" and x.is_cuda and impl == "torch":

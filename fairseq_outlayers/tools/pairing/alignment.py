@@ -147,7 +147,7 @@ def _import_systran():
     except ImportError:
         import sys
 
-        where = ("it has no build for Python 3.12" if sys.version_info >= (3, 12)
+        where = ("it has no build for Python 3.12 or later" if sys.version_info >= (3, 12)
                  else "pip install systran-align, or")
         raise OutlayersConfigError(
             f"the default aligner needs the systran-align package (fast_align), which is not installed ({where}): "
