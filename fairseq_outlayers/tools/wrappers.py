@@ -129,7 +129,7 @@ def _train(bf16: bool):
     check_training_device(args)
     from fairseq_outlayers.tools.resume import check_resume
 
-    check_resume(args)  # a changed optimizer, precision or criterion: one line, before the model is built
+    check_resume(args)  # a changed arch, optimizer, precision, criterion or schedule: one line, first
     model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
     if model is not None and model.__module__.startswith("fairseq_outlayers."):
         check_new_run(args)
