@@ -164,8 +164,9 @@ def models_of(specs):
     for spec in specs:
         name, equals, checkpoint = spec.partition("=")
         if not equals or not name or not checkpoint:
-            raise OutlayersConfigError(f"--model '{spec}' is not NAME=CHECKPOINT; name the model, e.g. --model "
-                                       f"tiny={checkpoint or spec or 'checkpoints/tied/checkpoint_best.pt'}")
+            example = (checkpoint if equals else spec) or "checkpoints/tied/checkpoint_best.pt"
+            raise OutlayersConfigError(f"--model '{spec}' is not NAME=CHECKPOINT; name the model and its checkpoint, "
+                                       f"e.g. --model {name if equals and name else 'tiny'}={example}")
         if not MODEL_NAME.match(name):
             raise OutlayersConfigError(f"--model '{spec}': the name '{name}' must be letters, digits, '.', '_' or "
                                        "'-' (it names the report's rows and the exports' folders)")
@@ -234,6 +235,9 @@ def run(args):
     source = [line.split() for line in read_text(args.source, "--source")]
     references = read_text(args.reference, "--reference")
     sentences = subset_sentences(args.data, "test")
+    if sentences is None and not any(name.startswith("test.") for name in os.listdir(args.data)):
+        raise OutlayersConfigError(f"--data '{args.data}' has no test split; give the folder fairseq-preprocess "
+                                   "wrote with --testpref")
     if sentences is not None and len(source) != sentences:
         raise OutlayersConfigError(f"--source '{args.source}' has {len(source):,} lines but the test split of "
                                    f"--data '{args.data}' has {sentences:,} sentences; give the source side of that "

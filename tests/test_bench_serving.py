@@ -39,16 +39,20 @@ def _snapshot(folder):
             if os.path.isfile(os.path.join(folder, name))}
 
 
-@pytest.mark.parametrize("which", ["reference", "source", "checkpoint", "data"])
+@pytest.mark.parametrize("which", ["reference", "source", "checkpoint", "data", "a link to the reference"])
 def test_the_report_never_replaces_an_input_even_with_force(files, which):
     """Before: ``--reference R --output R --force`` replaced the reference it had read with the report."""
-    target = os.path.join(files["data"], "dict.en.txt") if which == "data" else files[which]
+    target = os.path.join(files["data"], "dict.en.txt") if which == "data" else files.get(which, files["reference"])
+    output = target
+    if which.startswith("a link"):
+        output = str(files["dir"] / "report-link.md")
+        os.symlink(target, output)
     before = open(target, "rb").read()
-    code, lines = _bench(files, "--force", output=target)
+    code, lines = _bench(files, "--force", output=output)
     named = f"a file of '{files['data']}', which it reads" if which == "data" else f"'{target}'"
-    assert code == 1 and lines == [f"{PREFIX}--output '{target}' is also an input of this command ({named}); choose "
+    assert code == 1 and lines == [f"{PREFIX}--output '{output}' is also an input of this command ({named}); choose "
                                    "another output path (--force never overwrites an input)"]
-    assert open(target, "rb").read() == before
+    assert open(target, "rb").read() == before and os.path.islink(output) == (output != target)
 
 
 def test_a_reference_of_another_length_is_refused(files):
@@ -77,7 +81,8 @@ def test_each_mistake_is_one_line_naming_the_option_and_the_fix(files, case):
                     "per line")
     elif case == "no name":
         model = ckpt
-        expected = f"--model '{ckpt}' is not NAME=CHECKPOINT; name the model, e.g. --model tiny={ckpt}"
+        expected = (f"--model '{ckpt}' is not NAME=CHECKPOINT; name the model and its checkpoint, e.g. --model "
+                    f"tiny={ckpt}")
     elif case == "rounds 0":
         extra = ["--rounds", "0"]
         expected = "--rounds 0: must be a positive integer (e.g. --rounds 3)"
