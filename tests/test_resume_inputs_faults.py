@@ -175,6 +175,23 @@ def test_a_reset_schedule_or_a_new_run_passes_the_schedule_and_architecture_chec
     check_resume(args(trained["save"], "--arch", "outlayers_transformer"))  # the run's own architecture
 
 
+def test_another_architecture_from_a_named_restore_file_points_to_finetuning(trained, lstm_run, tiny_bin):
+    """A new --save-dir does not help there: the --restore-file is loaded all the same."""
+    from fairseq import options
+
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.tools.resume import check_resume
+
+    last = os.path.join(lstm_run, "checkpoint_last.pt")
+    argv = train_args(tiny_bin, str(trained["dir"] / "finetune"), extra=["--restore-file", last, "--reset-optimizer"])
+    with pytest.raises(OutlayersConfigError) as e:
+        check_resume(options.parse_args_and_arch(options.get_training_parser(), argv))
+    assert str(e.value) == (f"'{last}' cannot be resumed with these options: --arch was outlayers_lstm, this run "
+                            "gives outlayers_transformer. To resume that run, give --arch outlayers_lstm; to keep the "
+                            "new options, drop --restore-file to train from scratch, or start from these weights "
+                            "with --finetune-from-model (where they fit the new architecture)")
+
+
 def test_nan_weights_under_stock_fairseq_generate_are_the_plugins_line(trained, tiny_bin):
     """Before: ``AssertionError: 5 < 5`` from the beam search (the NaN check covered the outlayers-* commands)."""
     proc, _ = generate(tiny_bin, trained["nan"], ["--cpu"], check=False)

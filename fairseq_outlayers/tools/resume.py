@@ -248,6 +248,9 @@ def check_resume(args):
     ways = " and ".join(_way(option, old) for option, old, _, _ in changed)
     kinds = {kind for _, _, _, kind in changed}
     keep = next(text for kind, text in KEEP_NEW if kind in kinds)
+    if "--arch" in kinds and getattr(args, "restore_file", "checkpoint_last.pt") != "checkpoint_last.pt":
+        keep = ("drop --restore-file to train from scratch, or start from these weights with --finetune-from-model "
+                "(where they fit the new architecture)")
     raise OutlayersConfigError(
         f"'{path}' cannot be resumed with these options: {what}. To resume that run, {ways}; to keep the new "
         f"options, {keep}")
