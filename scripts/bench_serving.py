@@ -13,6 +13,7 @@ this process). Times are each system's own translation time (fairseq's "Translat
 Moses detokenisation and sacreBLEU. Ratios are against the package's fairseq-generate of the same round.
 """
 import argparse
+import logging
 import os
 import re
 import statistics
@@ -21,10 +22,13 @@ import sys
 import tempfile
 import time
 
-from fairseq_outlayers.lab.bench.benchlib import add_output_args, check_output, command_line, finish, stamp
+from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors
+from fairseq_outlayers.lab.bench.benchlib import add_output_args, command_line, finish, stamp
 
 SYSTEMS = ("package fairseq-generate", "stock fairseq-generate (export)", "CTranslate2 float32", "CTranslate2 int8")
 GOAL_SPEEDUP, GOAL_BLEU = 3.0, 0.5
+DEFAULTS = {"beam": 5, "batch_size": 64, "threads": 1, "rounds": 3}
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s")
 
 
@@ -108,19 +112,33 @@ def trained_as(state) -> str:
 
 
 def checkpoint_facts(checkpoint: str) -> str:
-    import fairseq_outlayers  # noqa: F401  (the checkpoint-loading allow-list)
-    from fairseq import checkpoint_utils
+    from fairseq_outlayers.core.checkpoint_safety import read  # the safe (weights-only) load
 
-    return trained_as(checkpoint_utils.load_checkpoint_to_cpu(checkpoint))
+    return trained_as(read(checkpoint))
+
+
+def exports(name, work):
+    """The folders of a model's three exports: stock fairseq, CTranslate2 float32 and int8."""
+    return tuple(os.path.join(work, name + suffix) for suffix in ("-fairseq", "-ct2", "-ct2-int8"))
+
+
+def export_model(name, checkpoint, args, work):
+    """Write the model's three exports; a model that cannot be exported (continuous outputs, ...) is one line that
+    names its --model."""
+    from fairseq_outlayers.tools.export import export
+
+    stock, f32, int8 = exports(name, work)
+    try:
+        export(checkpoint, stock, "fairseq", data_dir=args.data)
+        export(checkpoint, f32, "ctranslate2", data_dir=args.data)
+        export(checkpoint, int8, "ctranslate2", data_dir=args.data, quantization="int8")
+    except OutlayersConfigError as e:
+        raise OutlayersConfigError(f"--model {name}={checkpoint}: {e}; leave this model out of the benchmark "
+                                   "(docs/serving.md lists the models that export)") from None
 
 
 def run_model(name, checkpoint, args, source, references, lowercase, work):
-    from fairseq_outlayers.tools.export import export
-
-    stock, f32, int8 = (os.path.join(work, name + suffix) for suffix in ("-fairseq", "-ct2", "-ct2-int8"))
-    export(checkpoint, stock, "fairseq", data_dir=args.data)
-    export(checkpoint, f32, "ctranslate2", data_dir=args.data)
-    export(checkpoint, int8, "ctranslate2", data_dir=args.data, quantization="int8")
+    stock, f32, int8 = exports(name, work)
     plugin_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_outlayers")
     runners = [
         lambda r: fairseq_generate(args.data, checkpoint, args.beam, args.batch_size, args.threads,
@@ -181,6 +199,43 @@ def report(models, args, started, load):
     return "\n".join(lines) + "\n"
 
 
+def models_of(specs):
+    """[(NAME, CHECKPOINT)] of the --model options, each checked: one line naming the --model and the fix."""
+    models = []
+    for spec in specs:
+        name, equals, checkpoint = spec.partition("=")
+        if not equals or not name or not checkpoint:
+            example = (checkpoint if equals else spec) or "checkpoints/tied/checkpoint_best.pt"
+            raise OutlayersConfigError(f"--model '{spec}' is not NAME=CHECKPOINT; name the model and its checkpoint, "
+                                       f"e.g. --model {name if equals and name else 'tiny'}={example}")
+        if not MODEL_NAME.match(name):
+            raise OutlayersConfigError(f"--model '{spec}': the name '{name}' must be letters, digits, '.', '_' or "
+                                       "'-' (it names the report's rows and the exports' folders)")
+        if name in dict(models):
+            raise OutlayersConfigError(f"--model '{spec}': the name '{name}' is given twice; give each model its "
+                                       "own name")
+        if not os.path.isfile(checkpoint):
+            what = "is a directory" if os.path.isdir(checkpoint) else "does not exist"
+            raise OutlayersConfigError(f"--model '{spec}': the checkpoint '{checkpoint}' {what}; give the path of "
+                                       "a .pt file written by fairseq-train")
+        models.append((name, checkpoint))
+    return models
+
+
+def check_args(args):
+    """Every option, before any work: one line naming the option and the fix."""
+    for option in ("rounds", "beam", "batch_size", "threads"):
+        value = getattr(args, option)
+        if value < 1:
+            flag = "--" + option.replace("_", "-")
+            raise OutlayersConfigError(f"{flag} {value}: must be a positive integer (e.g. {flag} "
+                                       f"{DEFAULTS[option]})")
+    if not os.path.isdir(args.data):
+        what = "is not a directory" if os.path.exists(args.data) else "does not exist"
+        raise OutlayersConfigError(f"--data '{args.data}' {what}; give the folder written by fairseq-preprocess "
+                                   "(its test split is translated)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="the fairseq-preprocess directory (its test split)")
@@ -190,28 +245,59 @@ def main(argv=None):
     parser.add_argument("--reference", required=True, help="the test split's raw references")
     parser.add_argument("--target-lang", default="en")
     parser.add_argument("--lowercase", action="store_true", help="score case-insensitively (lowercased data)")
-    parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--beam", type=int, default=DEFAULTS["beam"])
+    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
+    parser.add_argument("--threads", type=int, default=DEFAULTS["threads"])
+    parser.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
     add_output_args(parser, os.path.join("docs", "benchmarks", "serving_cpu.md"))
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
-    check_output(args.output, args.force)
-    with open(args.source, encoding="utf-8") as f:
-        source = [line.split() for line in f]
-    with open(args.reference, encoding="utf-8") as f:
-        references = [line.rstrip("\n") for line in f]
-    args.trained = [(name, checkpoint, checkpoint_facts(checkpoint))
-                    for name, _, checkpoint in (spec.partition("=") for spec in args.model)]
+    logging.basicConfig(format="%(message)s", level=logging.WARNING)  # as outlayers-export: its loading is quiet
+    return run(args)
+
+
+@one_line_errors
+def run(args):
+    from fairseq_outlayers.outfiles import check_output_path
+    from fairseq_outlayers.tools.evaluation.scoring import subset_sentences
+    from fairseq_outlayers.tools.rawtext import read_text
+
+    check_args(args)
+    checkpoints = models_of(args.model)
+    for option, path in (("--source", args.source), ("--reference", args.reference)):
+        if not os.path.isfile(path):
+            what = "is a directory" if os.path.isdir(path) else "does not exist"
+            raise OutlayersConfigError(f"{option} '{path}' {what}; give the test split's "
+                                       f"{'source side (BPE)' if option == '--source' else 'raw references'}, one "
+                                       "sentence per line")
+    # the report never replaces what the run reads (--force included)
+    check_output_path(args.output, args.force, [args.data, args.source, args.reference]
+                      + [checkpoint for _, checkpoint in checkpoints], option="--output")
+    source = [line.split() for line in read_text(args.source, "--source")]
+    references = read_text(args.reference, "--reference")
+    sentences = subset_sentences(args.data, "test")
+    if sentences is None and not any(name.startswith("test.") for name in os.listdir(args.data)):
+        raise OutlayersConfigError(f"--data '{args.data}' has no test split; give the folder fairseq-preprocess "
+                                   "wrote with --testpref")
+    if sentences is not None and len(source) != sentences:
+        raise OutlayersConfigError(f"--source '{args.source}' has {len(source):,} lines but the test split of "
+                                   f"--data '{args.data}' has {sentences:,} sentences; give the source side of that "
+                                   "test split")
+    if len(references) != len(source):
+        raise OutlayersConfigError(f"--reference '{args.reference}' has {len(references):,} lines but the test set "
+                                   f"has {len(source):,} sentences; give the references of the same test set, one "
+                                   "line per sentence")
+    args.trained = [(name, checkpoint, checkpoint_facts(checkpoint)) for name, checkpoint in checkpoints]
     started, load = time.time(), ", ".join(f"{x:.1f}" for x in os.getloadavg())
     models = []
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as work:
-        for spec in args.model:
-            name, _, checkpoint = spec.partition("=")
+        for name, checkpoint in checkpoints:  # every export before any timing: a refused model stops the run early
+            export_model(name, checkpoint, args, work)
+        for name, checkpoint in checkpoints:
             models.append((name, run_model(name, checkpoint, args, source, references, args.lowercase, work)))
     finish(args.output, report(models, args, started, load))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from harness import generate, train, train_args
+from harness import TINY_LSTM, generate, train, train_args
 
 from fairseq_outlayers.errors import PREFIX
 
@@ -118,6 +118,78 @@ def test_the_same_options_or_a_reset_optimizer_pass_the_check(trained, tiny_bin)
     # the same class of optimizer (fp16 and bf16 both wrap in FP16Optimizer): fairseq resumes it, so does the check
     fp16 = args("--bf16", "--restore-file", trained["fp16"])
     check_resume(fp16)
+
+
+AFTER_SCHEDULE = ("; to keep the new options, pass --reset-lr-scheduler (the weights and the optimizer state are "
+                  "kept; the learning-rate schedule starts afresh) or give a new --save-dir")
+AFTER_ARCH = ("; to keep the new options, give a new --save-dir (the weights of one architecture do not fit another, "
+              "and fairseq has no option to leave them out)")
+
+
+def test_a_resume_with_another_learning_rate_schedule_is_the_same_one_line(trained, tiny_bin, monkeypatch, capsys):
+    """Before: fairseq's ``KeyError: 'best'`` (the fixed schedule's state has no best loss), after building the
+    model, as a traceback."""
+    before = {n: os.path.getmtime(os.path.join(trained["save"], n)) for n in os.listdir(trained["save"])}
+    line = _resume(monkeypatch, capsys, tiny_bin, trained["save"], ["--lr-scheduler", "inverse_sqrt"])
+    assert line == (f"{PREFIX}'{trained['last']}' cannot be resumed with these options: --lr-scheduler was fixed, "
+                    f"this run gives inverse_sqrt. To resume that run, give --lr-scheduler fixed{AFTER_SCHEDULE}")
+    # with another optimizer too: both named, and --reset-optimizer (which resets the schedule as well) is the way
+    line = _resume(monkeypatch, capsys, tiny_bin, trained["save"], ["--lr-scheduler", "inverse_sqrt", "--optimizer",
+                                                                    "sgd"])
+    assert line == (f"{PREFIX}'{trained['last']}' cannot be resumed with these options: --optimizer was adam, this "
+                    "run gives sgd; --lr-scheduler was fixed, this run gives inverse_sqrt. To resume that run, give "
+                    f"--optimizer adam and give --lr-scheduler fixed{AFTER}")
+    assert {n: os.path.getmtime(os.path.join(trained["save"], n)) for n in os.listdir(trained["save"])} == before
+
+
+@pytest.fixture(scope="module")
+def lstm_run(tiny_bin, tmp_path_factory):
+    """An LSTM run (2 updates) with the options of ``trained``."""
+    save = str(tmp_path_factory.mktemp("lstm"))
+    train(tiny_bin, save, arch_args=TINY_LSTM, extra=["--output-layer", "tied", "--output-bias"], max_update=2)
+    return save
+
+
+@pytest.mark.parametrize("reset", [[], ["--reset-optimizer"]])
+def test_a_resume_with_another_architecture_is_the_same_one_line(lstm_run, tiny_bin, monkeypatch, capsys, reset):
+    """Before: two tracebacks (the LSTM's weights do not fit the Transformer), after building the model;
+    ``--reset-optimizer`` keeps the weights, so it is refused the same way."""
+    last = os.path.join(lstm_run, "checkpoint_last.pt")
+    line = _resume(monkeypatch, capsys, tiny_bin, lstm_run, reset)
+    assert line == (f"{PREFIX}'{last}' cannot be resumed with these options: --arch was outlayers_lstm, this run "
+                    f"gives outlayers_transformer. To resume that run, give --arch outlayers_lstm{AFTER_ARCH}")
+
+
+def test_a_reset_schedule_or_a_new_run_passes_the_schedule_and_architecture_checks(trained, lstm_run, tiny_bin):
+    from fairseq import options
+
+    from fairseq_outlayers.tools.resume import check_resume
+
+    def args(save, *extra):
+        argv = train_args(tiny_bin, save, extra=["--output-layer", "tied", "--output-bias"] + list(extra))
+        return options.parse_args_and_arch(options.get_training_parser(), argv)
+
+    check_resume(args(trained["save"], "--lr-scheduler", "inverse_sqrt", "--reset-lr-scheduler"))
+    check_resume(args(trained["save"], "--lr-scheduler", "inverse_sqrt", "--reset-optimizer"))
+    check_resume(args(str(trained["dir"] / "new-run")))  # nothing to resume: the Transformer starts afresh
+    check_resume(args(trained["save"], "--arch", "outlayers_transformer"))  # the run's own architecture
+
+
+def test_another_architecture_from_a_named_restore_file_points_to_finetuning(trained, lstm_run, tiny_bin):
+    """A new --save-dir does not help there: the --restore-file is loaded all the same."""
+    from fairseq import options
+
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.tools.resume import check_resume
+
+    last = os.path.join(lstm_run, "checkpoint_last.pt")
+    argv = train_args(tiny_bin, str(trained["dir"] / "finetune"), extra=["--restore-file", last, "--reset-optimizer"])
+    with pytest.raises(OutlayersConfigError) as e:
+        check_resume(options.parse_args_and_arch(options.get_training_parser(), argv))
+    assert str(e.value) == (f"'{last}' cannot be resumed with these options: --arch was outlayers_lstm, this run "
+                            "gives outlayers_transformer. To resume that run, give --arch outlayers_lstm; to keep the "
+                            "new options, drop --restore-file to train from scratch, or start from these weights "
+                            "with --finetune-from-model (where they fit the new architecture)")
 
 
 def test_nan_weights_under_stock_fairseq_generate_are_the_plugins_line(trained, tiny_bin):

@@ -72,3 +72,25 @@ def test_corpus_bleu_against_an_independent_computation():
     # case-sensitive when the data was cased: the capitalised references no longer match the first words
     cased, _, _ = corpus_bleu(hyp_tok, hyp_detok, ref_tok, ref_detok, lowercase=False)
     assert cased["sacrebleu"] < scores["sacrebleu"] and "case:mixed" in cased["sacrebleu_signature"]
+
+
+@pytest.mark.parametrize("tokenize", [None, "none"])
+def test_bleu_refuses_hypotheses_and_references_of_different_lengths(tokenize):
+    """sacreBLEU pairs the two line by line and scores only the shorter one: before, 5 hypotheses against 2
+    references scored the first 2 without a word (``scripts/bench_serving.py`` printed "5 of 5" and a verdict)."""
+    from sacrebleu.metrics import BLEU
+
+    from fairseq_outlayers.errors import OutlayersConfigError
+    from fairseq_outlayers.tools.evaluation.scoring import bleu_metric
+
+    hyps, refs = ["a man on a bike", "two dogs run", "a red car", "the sun", "a cat"], ["a man on a bike", "two dogs"]
+    with pytest.raises(OutlayersConfigError, match=r"^5 translations but 2 references; the reference file must have "
+                       r"one line per test sentence, in the test set's order$"):
+        bleu_metric(False, tokenize).corpus_score(hyps, [refs])
+    with pytest.raises(OutlayersConfigError, match="^2 translations but 5 references"):
+        bleu_metric(False, tokenize).corpus_score(refs, [hyps])
+    kwargs = {"tokenize": tokenize, "force": True} if tokenize else {}
+    same = bleu_metric(False, tokenize).corpus_score(hyps, [hyps[::-1]])  # the same lengths: sacreBLEU's own score
+    assert same.score == BLEU(**kwargs).corpus_score(hyps, [hyps[::-1]]).score
+    assert bleu_metric(True).sentence_score("a man", ["a man"]).score == BLEU(lowercase=True).sentence_score(
+        "a man", ["a man"]).score

@@ -8,8 +8,9 @@ is passed to fairseq as ``--restore-file``, with a warning. A ``checkpoint_last.
 (its pickle names code; a crafted or tampered file, not a damaged copy) is one line and no fallback. The unreadable file is left where it is (fairseq
 replaces it at its next save). Nothing is done when the user gave ``--restore-file``, but a missing file named by
 ``--restore-file`` or ``--finetune-from-model`` is refused (fairseq would train from scratch or end in a traceback).
-A resume whose optimizer, precision or criterion is not the checkpoint's is one line (:func:`check_resume`; fairseq
-would build the model, then fail on an ``AssertionError``).
+A resume whose architecture, optimizer, precision, criterion or learning-rate schedule is not the checkpoint's is one
+line (:func:`check_resume`; fairseq would build the model, then fail on an ``AssertionError``, a ``KeyError`` or
+two tracebacks).
 
     python -m fairseq_outlayers.tools.resume FAIRSEQ-TRAIN-ARGS...   # prints the arguments to add, one per line
 """
@@ -131,10 +132,11 @@ def optimizer_class(optimizer: str, given_precision: str) -> Optional[str]:
     return None if cls is None else cls.__name__
 
 
-def resumed_checkpoint(args) -> Optional[str]:
+def resumed_checkpoint(args, weights: bool = False) -> Optional[str]:
     """The checkpoint whose optimizer state fairseq-train will load (as ``checkpoint_utils.load_checkpoint``
-    chooses it), or None: a new run, ``--reset-optimizer``, or a fine-tuning start (which resets the optimizer)."""
-    if getattr(args, "reset_optimizer", False):
+    chooses it), or None: a new run, ``--reset-optimizer``, or a fine-tuning start (which resets the optimizer).
+    ``weights``: the checkpoint whose weights it will load, ``--reset-optimizer`` or not."""
+    if getattr(args, "reset_optimizer", False) and not weights:
         return None
     suffix = getattr(args, "checkpoint_suffix", "") or ""
     restore = getattr(args, "restore_file", "checkpoint_last.pt")
@@ -145,21 +147,28 @@ def resumed_checkpoint(args) -> Optional[str]:
     return path if os.path.isfile(path) else None
 
 
+def _name(section) -> Optional[str]:
+    """The registered name (``_name``) of a section of a checkpoint's configuration."""
+    if isinstance(section, dict):
+        return section.get("_name")
+    return getattr(section, "_name", None)
+
+
 def _saved(state) -> Optional[dict]:
-    """{"optimizer", "criterion", "precision", "optimizer_class", "criterion_class"} of a checkpoint's training
-    run, or None when it holds no optimizer history or configuration (then fairseq's own check stands)."""
+    """{"optimizer", "criterion", "precision", "optimizer_class", "criterion_class", "lr_scheduler", "arch"} of a
+    checkpoint's training run, or None when it holds no optimizer history or configuration (then fairseq's own
+    check stands)."""
     history = state.get("optimizer_history") if isinstance(state, dict) else None
     cfg = state.get("cfg") if isinstance(state, dict) else None
     if not history or not isinstance(history[-1], dict):
         return None
     if isinstance(cfg, dict):
         common = cfg.get("common") or {}
-
-        def section(name):
-            value = cfg.get(name) or {}
-            return value.get("_name") if isinstance(value, dict) else None
-
-        get, optimizer, criterion = common.get, section("optimizer"), section("criterion")
+        get, optimizer, criterion = common.get, _name(cfg.get("optimizer")), _name(cfg.get("criterion"))
+        lr_scheduler, model = _name(cfg.get("lr_scheduler")), cfg.get("model")
+        # a model of the legacy registry keeps its options as an argparse.Namespace (with .arch), a dataclass
+        # model as a dictionary (its _name)
+        arch = model.get("arch") or model.get("_name") if isinstance(model, dict) else getattr(model, "arch", None)
     elif state.get("args") is not None:
         args = state["args"]
 
@@ -167,10 +176,13 @@ def _saved(state) -> Optional[dict]:
             return getattr(args, name, False)
 
         optimizer, criterion = getattr(args, "optimizer", None), getattr(args, "criterion", None)
+        lr_scheduler, arch = getattr(args, "lr_scheduler", None), getattr(args, "arch", None)
     else:
         return None
     return {"optimizer": optimizer, "criterion": criterion, "precision": precision(get),
-            "optimizer_class": history[-1].get("optimizer_name"), "criterion_class": history[-1].get("criterion_name")}
+            "optimizer_class": history[-1].get("optimizer_name"), "criterion_class": history[-1].get("criterion_name"),
+            "lr_scheduler": lr_scheduler if isinstance(lr_scheduler, str) else None,
+            "arch": arch if isinstance(arch, str) else None}
 
 
 def _way(option: str, value: str) -> str:
@@ -179,42 +191,69 @@ def _way(option: str, value: str) -> str:
     return f"give {option} {value}"
 
 
+#: what keeps the new options, by the kind of change (the first that applies)
+KEEP_NEW = (
+    ("--arch", "give a new --save-dir (the weights of one architecture do not fit another, and fairseq has no "
+               "option to leave them out)"),
+    ("optimizer", "pass --reset-optimizer (the weights are kept; the optimizer state and learning-rate schedule "
+                  "start afresh) or give a new --save-dir"),
+    ("--lr-scheduler", "pass --reset-lr-scheduler (the weights and the optimizer state are kept; the learning-rate "
+                       "schedule starts afresh) or give a new --save-dir"),
+)
+
+
 def check_resume(args):
-    """Before fairseq-train builds anything: a resume whose optimizer, precision or criterion differs from the
-    checkpoint it resumes (fairseq's ``AssertionError: Optimizer/Criterion does not match`` after building the
-    model) is one line naming the option, the saved and the given value, and the two ways out. Raises
-    ``OutlayersConfigError``; a checkpoint that cannot be read is left to the checks that read it."""
-    path = resumed_checkpoint(args)
+    """Before fairseq-train builds anything: a resume whose architecture, optimizer, precision, criterion or
+    learning-rate schedule differs from the checkpoint it resumes (fairseq's ``AssertionError: Optimizer/Criterion
+    does not match`` after building the model, a ``KeyError`` from the schedule's state, or two tracebacks from
+    weights that do not fit) is one line naming the option, the saved and the given value, and the two ways out.
+    Raises ``OutlayersConfigError``; a checkpoint that cannot be read is left to the checks that read it. The
+    architecture is checked whenever the checkpoint's weights are loaded (``--reset-optimizer`` too), the schedule
+    unless ``--reset-optimizer`` or ``--reset-lr-scheduler`` leaves its state out."""
+    path = resumed_checkpoint(args, weights=True)
     if path is None:
         return
     state, _ = _load(path)
     saved = _saved(state)
     if saved is None:
         return
-    from fairseq.criterions import CRITERION_REGISTRY
+    changed = []  # (option, saved value, given value, kind)
+    given_arch = getattr(args, "arch", None)
+    if saved["arch"] and given_arch and saved["arch"] != given_arch:
+        changed.append(("--arch", saved["arch"], given_arch, "--arch"))
+    if not getattr(args, "reset_optimizer", False):
+        from fairseq.criterions import CRITERION_REGISTRY
 
-    given = {"optimizer": getattr(args, "optimizer", None), "criterion": getattr(args, "criterion", None),
-             "precision": precision(lambda name: getattr(args, name, False))}
-    criterion_cls = CRITERION_REGISTRY.get(given["criterion"])
-    # fully sharded training wraps half precision otherwise (fairseq's trainer): its optimizer is left to fairseq
-    fsdp = getattr(args, "ddp_backend", None) == "fully_sharded"
-    optimizer_cls = None if fsdp else optimizer_class(given["optimizer"], given["precision"])
-    changed = []
-    if criterion_cls is not None and saved["criterion_class"] not in (None, criterion_cls.__name__):
-        changed.append(("--criterion", saved["criterion"] or saved["criterion_class"], given["criterion"]))
-    if optimizer_cls is not None and saved["optimizer_class"] not in (None, optimizer_cls):
-        optimizer = [(option, old, new) for option, old, new in (
-            ("precision", saved["precision"], given["precision"]),
-            ("--optimizer", saved["optimizer"], given["optimizer"])) if old and old != new]
-        changed += optimizer or [("--optimizer", saved["optimizer_class"], given["optimizer"])]
+        given = {"optimizer": getattr(args, "optimizer", None), "criterion": getattr(args, "criterion", None),
+                 "precision": precision(lambda name: getattr(args, name, False))}
+        criterion_cls = CRITERION_REGISTRY.get(given["criterion"])
+        # fully sharded training wraps half precision otherwise (fairseq's trainer): its optimizer is left to fairseq
+        fsdp = getattr(args, "ddp_backend", None) == "fully_sharded"
+        optimizer_cls = None if fsdp else optimizer_class(given["optimizer"], given["precision"])
+        if criterion_cls is not None and saved["criterion_class"] not in (None, criterion_cls.__name__):
+            changed.append(("--criterion", saved["criterion"] or saved["criterion_class"], given["criterion"],
+                            "optimizer"))
+        if optimizer_cls is not None and saved["optimizer_class"] not in (None, optimizer_cls):
+            optimizer = [(option, old, new, "optimizer") for option, old, new in (
+                ("precision", saved["precision"], given["precision"]),
+                ("--optimizer", saved["optimizer"], given["optimizer"])) if old and old != new]
+            changed += optimizer or [("--optimizer", saved["optimizer_class"], given["optimizer"], "optimizer")]
+        given_schedule = getattr(args, "lr_scheduler", None)
+        if (not getattr(args, "reset_lr_scheduler", False) and saved["lr_scheduler"] and given_schedule
+                and saved["lr_scheduler"] != given_schedule):
+            changed.append(("--lr-scheduler", saved["lr_scheduler"], given_schedule, "--lr-scheduler"))
     if not changed:
         return
-    what = "; ".join(f"{option} was {old}, this run gives {new}" for option, old, new in changed)
-    ways = " and ".join(_way(option, old) for option, old, _ in changed)
+    what = "; ".join(f"{option} was {old}, this run gives {new}" for option, old, new, _ in changed)
+    ways = " and ".join(_way(option, old) for option, old, _, _ in changed)
+    kinds = {kind for _, _, _, kind in changed}
+    keep = next(text for kind, text in KEEP_NEW if kind in kinds)
+    if "--arch" in kinds and getattr(args, "restore_file", "checkpoint_last.pt") != "checkpoint_last.pt":
+        keep = ("drop --restore-file to train from scratch, or start from these weights with --finetune-from-model "
+                "(where they fit the new architecture)")
     raise OutlayersConfigError(
         f"'{path}' cannot be resumed with these options: {what}. To resume that run, {ways}; to keep the new "
-        "options, pass --reset-optimizer (the weights are kept; the optimizer state and learning-rate schedule "
-        "start afresh) or give a new --save-dir")
+        f"options, {keep}")
 
 
 def check_resume_argv(argv: List[str]):

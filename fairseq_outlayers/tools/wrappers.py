@@ -1,5 +1,6 @@
 """``outlayers-train`` / ``-generate`` / ``-interactive`` / ``-validate``: fairseq's CLIs with this package's
-``--user-dir`` already given, so an installed package needs no path to the repository. A user mistake ends them
+``--user-dir`` already given, so an installed package needs no path to the repository, and (``-generate`` /
+``-validate``) ``--required-batch-size-multiple 1`` unless given, so every sentence is scored. A user mistake ends them
 with one line (``fairseq_outlayers.errors.one_line_errors``). ``outlayers-generate`` / ``-interactive`` also do
 ``--replace-unk [LEXICON]`` with the package's unknown-word rule (``fairseq_outlayers.tools.evaluation.unknown_words``)."""
 import sys
@@ -130,7 +131,7 @@ def _train(bf16: bool):
     check_training_device(args)
     from fairseq_outlayers.tools.resume import check_resume
 
-    check_resume(args)  # a changed optimizer, precision or criterion: one line, before the model is built
+    check_resume(args)  # a changed arch, optimizer, precision, criterion or schedule: one line, first
     model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
     if model is not None and model.__module__.startswith("fairseq_outlayers."):
         check_new_run(args)
@@ -170,17 +171,24 @@ def train():
     return _train(bf16=_bf16_asked(sys.argv[1:]))
 
 
+def _every_sentence():
+    """``--required-batch-size-multiple 1`` unless given: with fairseq's default of 8, fairseq-generate and
+    fairseq-validate drop a last batch that is not a multiple of 8 sentences (fairseq issue #5036)."""
+    return [] if _given("--required-batch-size-multiple") else ["--required-batch-size-multiple", "1"]
+
+
 @one_line_errors
 def generate():
+    """fairseq-generate on every sentence (``_every_sentence``); ``--replace-unk`` with the package's rule."""
     check_decoding_argv(sys.argv[1:])
     _check_checkpoints(sys.argv[1:])
     if not _replace_unk_asked():
-        return _run("fairseq_cli.generate")
+        return _run("fairseq_cli.generate", _every_sentence())
     from fairseq import options
 
     from fairseq_outlayers.tools.evaluation.unknown_words import generate_main
 
-    _set_argv()
+    _set_argv(_every_sentence())
     parser = options.get_generation_parser()
     # as fairseq_cli.generate.cli_main: tasks that read model options (e.g. AudioPretraining) take --arch
     parser.add_argument("--arch", "-a", metavar="ARCH", default="wav2vec2")
@@ -203,9 +211,9 @@ def interactive():
 def validate():
     """fairseq-validate with fairseq-generate's defaults: the translation task unless ``--task`` is given
     (fairseq-validate has none: ``KeyError: None``) and ``--max-tokens 12000`` unless a batch size is given
-    (fairseq-validate asserts one)."""
+    (fairseq-validate asserts one); every sentence (``_every_sentence``)."""
     _check_checkpoints(sys.argv[1:])
-    extra = [] if _given("--task") else ["--task", "translation"]
+    extra = _every_sentence() + ([] if _given("--task") else ["--task", "translation"])
     if not (_given("--max-tokens") or _given("--batch-size") or _given("--max-sentences")):
         extra += ["--max-tokens", "12000"]
     return _run("fairseq_cli.validate", extra)

@@ -100,9 +100,37 @@ def detokenise(lines: Sequence[str], lang: str) -> List[str]:
     return [detok.detokenize(h.split()) for h in lines]
 
 
-def bleu_metric(lowercase: bool, tokenize: Optional[str] = None):
-    from sacrebleu.metrics import BLEU
+def check_line_counts(hypotheses: Sequence[str], references: Sequence[Sequence[str]]):
+    """One line when a reference stream has another number of lines than the hypotheses: sacreBLEU pairs them
+    line by line and scores only the shorter of the two, without a word."""
+    for refs in references:
+        if len(refs) != len(hypotheses):
+            raise OutlayersConfigError(f"{len(hypotheses)} translations but {len(refs)} references; the reference "
+                                       "file must have one line per test sentence, in the test set's order")
 
+
+_CHECKED_BLEU = None
+
+
+def _checked_bleu_class():
+    """sacreBLEU's BLEU whose ``corpus_score`` refuses hypotheses and references of different lengths."""
+    global _CHECKED_BLEU
+    if _CHECKED_BLEU is None:
+        from sacrebleu.metrics import BLEU
+
+        class CheckedBLEU(BLEU):
+            def corpus_score(self, hypotheses, references, n_bootstrap: int = 1):
+                if references is not None:
+                    check_line_counts(hypotheses, references)
+                return super().corpus_score(hypotheses, references, n_bootstrap)
+
+        _CHECKED_BLEU = CheckedBLEU
+    return _CHECKED_BLEU
+
+
+def bleu_metric(lowercase: bool, tokenize: Optional[str] = None):
+    """sacreBLEU's BLEU; its ``corpus_score`` refuses N hypotheses against M != N references (one line)."""
+    BLEU = _checked_bleu_class()
     if tokenize is None:
         return BLEU(lowercase=lowercase)
     # tokenised BLEU scores tokenised text on purpose: force=True keeps sacreBLEU's "forgot to detokenize"

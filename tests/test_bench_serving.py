@@ -1,0 +1,120 @@
+"""``scripts/bench_serving.py``: every mistake in its options is one line before any work, and its report never
+replaces a file it reads (``--force`` included). The checks come before any checkpoint is loaded, so most tests
+give a placeholder file as the checkpoint; the continuous model is a tiny one trained for one update."""
+import os
+import sys
+
+import pytest
+
+from harness import REPO, run, train
+from fairseq_outlayers.errors import PREFIX
+
+SCRIPT = os.path.join(REPO, "scripts", "bench_serving.py")
+
+
+@pytest.fixture
+def files(tiny_raw, tiny_bin, tmp_path):
+    """A placeholder checkpoint, the tiny test split's source and references, and where the report goes."""
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"a checkpoint")
+    reference = tmp_path / "ref.en"
+    reference.write_text(open(os.path.join(tiny_raw, "test.en"), encoding="utf-8").read(), encoding="utf-8")
+    return {"data": tiny_bin, "checkpoint": str(checkpoint), "source": os.path.join(tiny_raw, "test.de"),
+            "reference": str(reference), "output": str(tmp_path / "report.md"), "dir": tmp_path}
+
+
+def _bench(files, *extra, model=None, source=None, reference=None, output=None):
+    """The script's exit status and its standard error's lines, with ``files`` and ``extra`` as options."""
+    argv = [sys.executable, SCRIPT, "--data", files["data"], "--model", model or f"tiny={files['checkpoint']}",
+            "--source", source or files["source"], "--reference", reference or files["reference"],
+            "--output", output or files["output"], *extra]
+    proc = run(argv, check=False)
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc.returncode, lines
+
+
+def _snapshot(folder):
+    return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))
+            if os.path.isfile(os.path.join(folder, name))}
+
+
+@pytest.mark.parametrize("which", ["reference", "source", "checkpoint", "data", "a link to the reference"])
+def test_the_report_never_replaces_an_input_even_with_force(files, which):
+    """Before: ``--reference R --output R --force`` replaced the reference it had read with the report."""
+    target = os.path.join(files["data"], "dict.en.txt") if which == "data" else files.get(which, files["reference"])
+    output = target
+    if which.startswith("a link"):
+        output = str(files["dir"] / "report-link.md")
+        os.symlink(target, output)
+    before = open(target, "rb").read()
+    code, lines = _bench(files, "--force", output=output)
+    named = f"a file of '{files['data']}', which it reads" if which == "data" else f"'{target}'"
+    assert code == 1 and lines == [f"{PREFIX}--output '{output}' is also an input of this command ({named}); choose "
+                                   "another output path (--force never overwrites an input)"]
+    assert open(target, "rb").read() == before and os.path.islink(output) == (output != target)
+
+
+def test_a_reference_of_another_length_is_refused(files):
+    """Before: 10 references for a 24-sentence test set scored "24 of 24" and a verdict, without a word."""
+    short = files["dir"] / "short.en"
+    short.write_text("".join(open(files["reference"], encoding="utf-8").readlines()[:10]), encoding="utf-8")
+    before = _snapshot(files["dir"])
+    code, lines = _bench(files, reference=str(short))
+    assert code == 1 and lines == [f"{PREFIX}--reference '{short}' has 10 lines but the test set has 24 sentences; "
+                                   "give the references of the same test set, one line per sentence"]
+    code, lines = _bench(files, source=str(short))
+    assert code == 1 and lines == [f"{PREFIX}--source '{short}' has 10 lines but the test split of --data "
+                                   f"'{files['data']}' has 24 sentences; give the source side of that test split"]
+    assert _snapshot(files["dir"]) == before
+
+
+@pytest.mark.parametrize("case", ["no source", "no name", "rounds 0", "beam 0", "no checkpoint", "same name"])
+def test_each_mistake_is_one_line_naming_the_option_and_the_fix(files, case):
+    """Before: a ``FileNotFoundError``, ``ValueError`` or ``StatisticsError`` traceback, after the exports for some."""
+    missing = str(files["dir"] / "missing.de")
+    ckpt = files["checkpoint"]
+    extra, model, source, expected = [], None, None, None
+    if case == "no source":
+        source = missing
+        expected = (f"--source '{missing}' does not exist; give the test split's source side (BPE), one sentence "
+                    "per line")
+    elif case == "no name":
+        model = ckpt
+        expected = (f"--model '{ckpt}' is not NAME=CHECKPOINT; name the model and its checkpoint, e.g. --model "
+                    f"tiny={ckpt}")
+    elif case == "rounds 0":
+        extra = ["--rounds", "0"]
+        expected = "--rounds 0: must be a positive integer (e.g. --rounds 3)"
+    elif case == "beam 0":
+        extra = ["--beam", "0"]
+        expected = "--beam 0: must be a positive integer (e.g. --beam 5)"
+    elif case == "no checkpoint":
+        model = f"tiny={missing}"
+        expected = (f"--model 'tiny={missing}': the checkpoint '{missing}' does not exist; give the path of a .pt file "
+                    "written by fairseq-train")
+    else:
+        extra = ["--model", f"tiny={ckpt}"]
+        expected = f"--model 'tiny={ckpt}': the name 'tiny' is given twice; give each model its own name"
+    before = _snapshot(files["dir"])
+    code, lines = _bench(files, *extra, model=model, source=source)
+    assert code == 1 and lines == [PREFIX + expected]
+    assert _snapshot(files["dir"]) == before
+
+
+def test_a_model_that_cannot_be_exported_is_one_line_and_nothing_is_written(files, tiny_bin, tmp_path):
+    """Before: ``ExportRefused`` as a traceback (``outlayers-export`` prints its message in one line)."""
+    from fairseq_outlayers.tools.vectors import write_random_vectors
+
+    vectors = str(tmp_path / "v.vec")
+    write_random_vectors(os.path.join(tiny_bin, "dict.en.txt"), vectors, 16, 1, False)
+    save = str(tmp_path / "continuous")
+    train(tiny_bin, save, extra=["--output-layer", "continuous", "--target-vectors", vectors, "--criterion", "cosine"],
+          max_update=1)
+    checkpoint = os.path.join(save, "checkpoint_last.pt")
+    before = sorted(os.listdir(tmp_path))
+    code, lines = _bench(files, model=f"vmf={checkpoint}")
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"{PREFIX}--model vmf={checkpoint}: --output-layer continuous cannot be exported: ")
+    assert lines[0].endswith("; leave this model out of the benchmark (docs/serving.md lists the models that export)")
+    assert sorted(os.listdir(tmp_path)) == before  # no report, no export left behind
