@@ -6,13 +6,13 @@ raw text (tokenised, BPE'd and detokenised as the training data was);
 a sampled softmax lacks (``outlayers-fit-bias``);
 ``python -m fairseq_outlayers options [WORD ...]`` prints every option the package adds, with its default and help
 (``outlayers-options``)."""
+import os
 import sys
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["user-dir"]:
-        import os
 
         print(os.path.dirname(os.path.abspath(__file__)))
         return 0

@@ -9,6 +9,7 @@ in memory. A failed check is one line that names the option, the value given, th
 NaN and infinities are outside every range; so are booleans and, for ``integer`` ranges, fractions.
 """
 import argparse
+import dataclasses
 import math
 import numbers
 import os
@@ -114,7 +115,6 @@ def check_values(ranges, values: dict, defaults=None, flags=None):
 
 def config_defaults(config_class) -> dict:
     """{field: default} of a dataclass (a criterion's FairseqDataclass), for the fix of a message."""
-    import dataclasses
 
     return {f.name: f.default for f in dataclasses.fields(config_class) if f.default is not dataclasses.MISSING}
 

@@ -343,3 +343,27 @@ def test_the_package_and_the_recipes_text_tools_load_neither_torch_nor_fairseq()
              "print('ok')")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+#: function-level imports of the standard library that stay, with their reason
+LAZY_STDLIB = {}
+
+
+def test_no_function_imports_the_standard_library():
+    """A module of the standard library is imported at the top of the file: inside a function it saves nothing
+    (``LAZY_STDLIB`` names any that stays, with its reason)."""
+    late = []
+    for path in package_files():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
+                for name in names:
+                    rel = os.path.relpath(path, REPO)
+                    if name.split(".")[0] in sys.stdlib_module_names and (rel, name) not in LAZY_STDLIB:
+                        late.append(f"{rel}:{node.lineno} imports {name} inside {fn.name}")
+    assert not late, "import the standard library at the top of the file:\n" + "\n".join(late)

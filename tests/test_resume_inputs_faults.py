@@ -106,18 +106,18 @@ def test_the_resume_module_that_train_sh_runs_says_the_same(trained, tiny_bin, c
 def test_the_same_options_or_a_reset_optimizer_pass_the_check(trained, tiny_bin):
     from fairseq import options
 
-    from fairseq_outlayers.tools.resume import check_resume
+    from fairseq_outlayers.tools.resume import check_training_state
 
     def args(*extra):
         argv = train_args(tiny_bin, trained["save"], extra=["--output-layer", "tied", "--output-bias"] + list(extra))
         return options.parse_args_and_arch(options.get_training_parser(), argv)
 
-    check_resume(args())  # the run's own options
-    check_resume(args("--optimizer", "sgd", "--reset-optimizer"))
-    check_resume(args("--optimizer", "sgd", "--save-dir", str(trained["dir"] / "new")))  # a new run
+    check_training_state(args())  # the run's own options
+    check_training_state(args("--optimizer", "sgd", "--reset-optimizer"))
+    check_training_state(args("--optimizer", "sgd", "--save-dir", str(trained["dir"] / "new")))  # a new run
     # the same class of optimizer (fp16 and bf16 both wrap in FP16Optimizer): fairseq resumes it, so does the check
     fp16 = args("--bf16", "--restore-file", trained["fp16"])
-    check_resume(fp16)
+    check_training_state(fp16)
 
 
 AFTER_SCHEDULE = ("; to keep the new options, pass --reset-lr-scheduler (the weights and the optimizer state are "
@@ -163,16 +163,16 @@ def test_a_resume_with_another_architecture_is_the_same_one_line(lstm_run, tiny_
 def test_a_reset_schedule_or_a_new_run_passes_the_schedule_and_architecture_checks(trained, lstm_run, tiny_bin):
     from fairseq import options
 
-    from fairseq_outlayers.tools.resume import check_resume
+    from fairseq_outlayers.tools.resume import check_training_state
 
     def args(save, *extra):
         argv = train_args(tiny_bin, save, extra=["--output-layer", "tied", "--output-bias"] + list(extra))
         return options.parse_args_and_arch(options.get_training_parser(), argv)
 
-    check_resume(args(trained["save"], "--lr-scheduler", "inverse_sqrt", "--reset-lr-scheduler"))
-    check_resume(args(trained["save"], "--lr-scheduler", "inverse_sqrt", "--reset-optimizer"))
-    check_resume(args(str(trained["dir"] / "new-run")))  # nothing to resume: the Transformer starts afresh
-    check_resume(args(trained["save"], "--arch", "outlayers_transformer"))  # the run's own architecture
+    check_training_state(args(trained["save"], "--lr-scheduler", "inverse_sqrt", "--reset-lr-scheduler"))
+    check_training_state(args(trained["save"], "--lr-scheduler", "inverse_sqrt", "--reset-optimizer"))
+    check_training_state(args(str(trained["dir"] / "new-run")))  # nothing to resume: the Transformer starts afresh
+    check_training_state(args(trained["save"], "--arch", "outlayers_transformer"))  # the run's own architecture
 
 
 def test_another_architecture_from_a_named_restore_file_points_to_finetuning(trained, lstm_run, tiny_bin):
@@ -180,12 +180,12 @@ def test_another_architecture_from_a_named_restore_file_points_to_finetuning(tra
     from fairseq import options
 
     from fairseq_outlayers.errors import OutlayersConfigError
-    from fairseq_outlayers.tools.resume import check_resume
+    from fairseq_outlayers.tools.resume import check_training_state
 
     last = os.path.join(lstm_run, "checkpoint_last.pt")
     argv = train_args(tiny_bin, str(trained["dir"] / "finetune"), extra=["--restore-file", last, "--reset-optimizer"])
     with pytest.raises(OutlayersConfigError) as e:
-        check_resume(options.parse_args_and_arch(options.get_training_parser(), argv))
+        check_training_state(options.parse_args_and_arch(options.get_training_parser(), argv))
     assert str(e.value) == (f"'{last}' cannot be resumed with these options: --arch was outlayers_lstm, this run "
                             "gives outlayers_transformer. To resume that run, give --arch outlayers_lstm; to keep the "
                             "new options, drop --restore-file to train from scratch, or start from these weights "

@@ -30,7 +30,10 @@ import contextlib
 import importlib.util
 import logging
 import os
+import re
+import shutil
 import sys
+import tempfile
 from typing import Optional, Sequence
 
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -193,8 +196,6 @@ def keep_tied_key_out(decoder):
 def atomic_copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
     """``PathManager.copy`` for a local file, done atomically: copied to a temporary file beside ``dst_path`` and
     renamed over it, so ``dst_path`` keeps its old content when the copy fails (disk full)."""
-    import shutil
-    import tempfile
 
     if os.path.exists(dst_path) and not overwrite:
         return False
@@ -245,7 +246,6 @@ def atomic_checkpoint_copies():
 
 def _no_disk_full_traceback(record) -> bool:
     """False for the traceback fairseq logs when a checkpoint save failed on a full (or read-only) disk."""
-    import re
 
     from fairseq_outlayers.outfiles import DISK_ERRORS
 

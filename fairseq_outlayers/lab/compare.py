@@ -17,6 +17,7 @@ embedding / output-layer parameters, training target tokens/s and wall time; it 
 import argparse
 import glob
 import json
+import logging
 import os
 import platform
 import shlex
@@ -152,7 +153,6 @@ def write_plot(results, path):
     """BLEU (mean over seeds, bars for the spread) against trained parameters, one labelled point per row.
     Returns False (and writes nothing) when matplotlib is not installed."""
     try:
-        import logging
 
         logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's root logger would print font scans
         import matplotlib

@@ -3,6 +3,7 @@ prints them), ``cli`` (a console command's argparse parser), ``archs`` (every ``
 ``exports`` (how each output layer and embedding of the package exports, as its registration declares it). The
 help and docstrings they copy are held to the docs' rules by the tests (tests/test_evidence_table.py).
 """
+import argparse as _argparse
 import re
 from typing import Dict, List, Tuple
 
@@ -58,7 +59,6 @@ CLI_PARSERS = {"outlayers-pairing": _pairing_parser}
 
 def _cli_block(ctx, args: List[str]) -> List[str]:
     """The options of a console command's argparse parser: ``cli COMMAND``, a command of ``CLI_PARSERS``."""
-    import argparse as _argparse
 
     from fairseq_outlayers.tools.options import _default_text, _flags
 

@@ -21,6 +21,7 @@ comes from either
 among the exact ones (``AUTO``; tests/test_fused_cross_entropy.py checks it against the page). Half-precision
 inputs are computed in float32; the results are float32 (float64 for float64).
 """
+import importlib.util
 import inspect
 from typing import Optional
 
@@ -81,8 +82,6 @@ def chunked_argmax(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.T
 
 # -- Cut Cross-Entropy ---------------------------------------------------------------------------------------------
 def cce_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("cut_cross_entropy") is not None
 
 

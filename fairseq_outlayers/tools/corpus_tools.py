@@ -28,6 +28,8 @@ Every failure is one line naming the file (and line) and what to do.
 import argparse
 import re
 import sys
+import unicodedata
+from multiprocessing import Pool
 
 from fairseq_outlayers.outfiles import atomic_write, is_input
 
@@ -113,7 +115,6 @@ def keep_pair(src_tokens, tgt_tokens, min_len, max_len, ratio):
 
 def remove_non_printing(line):
     """Replace every Unicode 'other' character (category C*: controls, format, unassigned) by a space."""
-    import unicodedata
 
     return "".join(" " if unicodedata.category(c)[0] == "C" else c for c in line)
 
@@ -134,7 +135,6 @@ def tokenize(lines, lang, lower=False, jobs=1, chunk=20000, normalize=False):
     """Tokenise ``lines`` like ``sacremoses -l LANG tokenize`` (escaped), lowercasing when asked."""
     chunks = [(lang, lower, normalize, lines[i:i + chunk]) for i in range(0, len(lines), chunk)]
     if jobs > 1 and len(chunks) > 1:
-        from multiprocessing import Pool
 
         with Pool(jobs) as pool:
             parts = pool.map(_tokenize_chunk, chunks)

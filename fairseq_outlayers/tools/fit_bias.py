@@ -12,6 +12,7 @@ NLL (bits per target token) before and after, as JSON. Runs on the GPU when ther
 it on the CPU); the decoder features of the N sentences are kept in that device's memory.
 """
 import argparse
+import glob
 import json
 import os
 import sys
@@ -27,7 +28,6 @@ LR = Range(0, 10, low_open=True, why="Adam moves each bias by about --lr per upd
 def missing_splits(data: str, splits=("train", "valid")):
     """The splits of ``splits`` that a data-bin directory (fairseq's first path of ``a:b:c``) has no binarised file
     of (``SPLIT.SRC-TGT.LANG.idx``, or ``SPLIT1...`` for a split in several parts)."""
-    import glob
 
     folder = data.split(os.pathsep)[0]
     return [s for s in splits if not glob.glob(os.path.join(glob.escape(folder), f"{s}.*.idx"))

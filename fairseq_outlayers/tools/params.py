@@ -5,6 +5,7 @@ Rebuilds the model from the checkpoint (the dictionaries come from the data dire
 """
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -34,7 +35,6 @@ def main(argv=None):
         return fail(f"checkpoint '{args.checkpoint}' is empty (0 bytes): an interrupted save? use another "
                     "checkpoint of the run (e.g. checkpoint_best.pt or the newest checkpointN.pt)")
 
-    import logging
 
     from fairseq_outlayers.parameter_counts import format_parameter_report, parameter_report
 

@@ -9,12 +9,14 @@ is passed to fairseq as ``--restore-file``, with a warning. A ``checkpoint_last.
 replaces it at its next save). Nothing is done when the user gave ``--restore-file``, but a missing file named by
 ``--restore-file`` or ``--finetune-from-model`` is refused (fairseq would train from scratch or end in a traceback).
 A resume whose architecture, optimizer, precision, criterion or learning-rate schedule is not the checkpoint's is one
-line (:func:`check_resume`; fairseq would build the model, then fail on an ``AssertionError``, a ``KeyError`` or
+line (:func:`check_training_state`; fairseq would build the model, then fail on an ``AssertionError``, a ``KeyError`` or
 two tracebacks).
 
     python -m fairseq_outlayers.tools.resume FAIRSEQ-TRAIN-ARGS...   # prints the arguments to add, one per line
 """
+import contextlib
 import glob
+import io
 import os
 import sys
 from typing import List, Optional
@@ -202,7 +204,7 @@ KEEP_NEW = (
 )
 
 
-def check_resume(args):
+def check_training_state(args):
     """Before fairseq-train builds anything: a resume whose architecture, optimizer, precision, criterion or
     learning-rate schedule differs from the checkpoint it resumes (fairseq's ``AssertionError: Optimizer/Criterion
     does not match`` after building the model, a ``KeyError`` from the schedule's state, or two tracebacks from
@@ -256,11 +258,9 @@ def check_resume(args):
         f"options, {keep}")
 
 
-def check_resume_argv(argv: List[str]):
-    """``check_resume`` on fairseq-train arguments (``scripts/train.sh`` runs this module before fairseq-train):
+def check_training_state_argv(argv: List[str]):
+    """``check_training_state`` on fairseq-train arguments (``scripts/train.sh`` runs this module before fairseq-train):
     arguments fairseq cannot parse are left to fairseq-train, which names them."""
-    import contextlib
-    import io
 
     from fairseq import options
 
@@ -271,14 +271,14 @@ def check_resume_argv(argv: List[str]):
             args = options.parse_args_and_arch(options.get_training_parser(), list(argv))
     except (SystemExit, Exception):
         return
-    check_resume(args)
+    check_training_state(args)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     extra = restore_args(argv)
     try:
-        check_resume_argv(list(argv) + extra)
+        check_training_state_argv(list(argv) + extra)
     except OutlayersConfigError as e:
         raise SystemExit(f"{PROG}: error: {e}") from None
     for a in extra:

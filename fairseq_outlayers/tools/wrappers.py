@@ -3,7 +3,11 @@
 ``-validate``) ``--required-batch-size-multiple 1`` unless given, so every sentence is scored. A user mistake ends them
 with one line (``fairseq_outlayers.errors.one_line_errors``). ``outlayers-generate`` / ``-interactive`` also do
 ``--replace-unk [LEXICON]`` with the package's unknown-word rule (``fairseq_outlayers.tools.evaluation.unknown_words``)."""
+import contextlib
+import importlib
+import os
 import sys
+import traceback
 
 import fairseq_outlayers.models  # noqa: F401  (registers the plugin: fairseq skips a --user-dir already imported)
 from fairseq_outlayers import USER_DIR
@@ -26,8 +30,6 @@ def _set_argv(extra=()):
 
 
 def _run(module_name, extra=()):
-    import importlib
-
     _set_argv(extra)
     return importlib.import_module(module_name).cli_main()
 
@@ -58,7 +60,6 @@ def _check_checkpoints(argv):
     """The checkpoints of ``--path`` are readable fairseq checkpoints with finite weights, before fairseq starts. A
     path that is not a file (a sharded checkpoint's base name, or a missing file) is left to fairseq's loader, whose
     errors are one line too (``errors.load_error_message``)."""
-    import os
 
     path = _option_value(argv, "--path")
     paths = [p for p in (path or "").split(os.pathsep) if os.path.isfile(p)]
@@ -83,7 +84,6 @@ def check_training_device(args):
 def _save_error(exc: BaseException):
     """(message, partial file) for an ``OSError`` raised while fairseq wrote a checkpoint (disk full, quota, a
     read-only file system), or None for any other exception."""
-    import traceback
 
     if not isinstance(exc, OSError):
         return None
@@ -98,7 +98,6 @@ def _save_error(exc: BaseException):
             target = local["dst_path"]
     if target is None:
         return None
-    import os
 
     reason = exc.strerror or str(exc)
     folder = os.path.dirname(target) or "."
@@ -129,9 +128,9 @@ def _train(bf16: bool):
             raise OutlayersConfigError("--use-plasma-view with bf16 is not supported by outlayers-train; drop it")
 
     check_training_device(args)
-    from fairseq_outlayers.tools.resume import check_resume
+    from fairseq_outlayers.tools.resume import check_training_state
 
-    check_resume(args)  # a changed arch, optimizer, precision, criterion or schedule: one line, first
+    check_training_state(args)  # a changed arch, optimizer, precision, criterion or schedule: one line, first
     model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
     if model is not None and model.__module__.startswith("fairseq_outlayers."):
         check_new_run(args)
@@ -151,8 +150,6 @@ def _train(bf16: bool):
         found = _save_error(e)
         if found is None:
             raise
-        import contextlib
-        import os
 
         message, partial = found
         with contextlib.suppress(OSError):

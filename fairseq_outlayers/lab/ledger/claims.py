@@ -3,6 +3,7 @@
 the rule of ``stats.target_verdict``, ``claims_table`` / ``further_verdicts`` / ``claims_section`` write them.
 ``render`` re-exports these names; the README's evidence table is ``evidence``'s.
 """
+import json
 import math
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -40,7 +41,6 @@ def read_claims(path: str) -> List[Dict]:
     its baseline, a numeric ``target`` (the least difference in BLEU the claim asks for), optionally a
     ``saving`` {"parameters": one of SAVINGS, "at_least": percent} and ``further_seeds`` (the seeds planned for a
     verdict over more seeds); a "best" claim names a table and ``at_least`` (a mean BLEU)."""
-    import json
 
     try:
         with open(path, encoding="utf-8") as f:

@@ -9,6 +9,7 @@ observed absolute difference + 1) / (resamples + 1). With one seed it is exactly
 same resamples: tests/test_ledger.py checks it against ``sacrebleu.significance.PairedTest``;
 tests/test_ledger_stats.py checks the vectorised resampling against a loop over the resamples).
 """
+import logging
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -35,7 +36,6 @@ def sentence_stats(hyps: List[str], refs: List[str], lowercase: bool) -> np.ndar
 
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
-    import logging
 
     bleu = bleu_metric(lowercase)
     rows = []

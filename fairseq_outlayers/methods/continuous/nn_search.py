@@ -3,6 +3,7 @@ predicted vector ê by ``êᵀe_j`` over the unit target table, exactly (a chunk
 or with a faiss inner-product index, and the log-probabilities renormalised over the K best words.
 """
 import contextlib
+import logging
 import math
 from typing import Optional
 
@@ -42,7 +43,6 @@ def nearest_neighbours(e_hat: torch.Tensor, table: torch.Tensor, k: int = 1,
 
 def import_faiss():
     """The faiss module, or a one-line error that says how to install it."""
-    import logging
 
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # it logs every instruction set it tries
     try:

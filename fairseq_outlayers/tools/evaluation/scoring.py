@@ -11,9 +11,11 @@ the package (``lab/compare.py``, the ledger, ``scripts/evaluate.sh``, the sweep 
   ``SRC_FILE,REF_FILE`` pair prepared with the training run's tokeniser, case and BPE (``fairseq_outlayers.tools.rawtext``);
 * ``parse_raw_sets(specs)``: the ``NAME=SRC_FILE,REF_FILE`` command-line form.
 """
+import gzip
 import os
 import re
 import subprocess
+import zlib
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -209,8 +211,6 @@ def read_lines(path: str, what: str, allow_empty: bool = False) -> List[str]:
     with open(path, "rb") as f:
         data = f.read()
     if path.endswith(".gz"):
-        import gzip
-        import zlib
 
         try:
             data = gzip.decompress(data)

@@ -4,6 +4,8 @@ estimates A(y|x) from the links, pairs the two dictionaries (lexical meaning, sa
 the pairing file that ``fairseq-train --embeddings shared-private --pairing pairs.txt`` reads
 (``fairseq_outlayers.methods.shared_private.word_pairs``).
 """
+import logging
+import time
 from fairseq_outlayers.methods.shared_private.word_pairs import DEFAULT_THRESHOLD, load_dictionary, pair_dictionaries, read_parallel
 
 from .alignment import estimate_probabilities, read_pharaoh, systran_links
@@ -16,10 +18,8 @@ __all__ = ["make_pairing"]
 def make_pairing(src_text, tgt_text, src_dict_path, tgt_dict_path, aligner="systran", alignment=None,
                  direction="forward", threshold=DEFAULT_THRESHOLD, iterations=5, log=None):
     """The whole pipeline as a Python call; returns (Pairing, timings dict with seconds and word counts)."""
-    import time
 
     if log is None:
-        import logging
 
         log = logging.getLogger(__name__).warning
     src_dict, tgt_dict = load_dictionary(src_dict_path), load_dictionary(tgt_dict_path)

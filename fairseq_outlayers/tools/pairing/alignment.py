@@ -23,6 +23,7 @@ Backends (each yields the links ``[(i, j), ...]`` of every sentence pair, i a so
 import logging
 import os
 import struct
+import sys
 import tempfile
 from collections import Counter
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -145,7 +146,6 @@ def _import_systran():
     try:
         import systran_align
     except ImportError:
-        import sys
 
         where = ("it has no build for Python 3.12 or later" if sys.version_info >= (3, 12)
                  else "pip install systran-align, or")
