@@ -97,7 +97,10 @@ def fast_tier(request):
 
 @pytest.fixture
 def commands_in_process(monkeypatch):
-    """For a test whose code under test starts commands itself (the lab's ledger and compare runners): each command
-    that ``harness.run`` would call in the test process is called there too (``in_process.popen``), the others
-    start as processes. A test module asks for it with ``pytestmark = pytest.mark.usefixtures(...)``."""
-    monkeypatch.setattr(subprocess, "Popen", in_process.popen(subprocess.Popen))
+    """For a test whose code under test starts commands itself (the lab's ledger and compare runners): the starter
+    they take (``tools.commands.STARTER``) calls each command that ``harness.run`` would call in the test process
+    there too (``in_process.popen``); the others start as processes. A test module asks for it with ``pytestmark =
+    pytest.mark.usefixtures(...)``."""
+    from fairseq_outlayers.tools import commands
+
+    monkeypatch.setattr(commands, "STARTER", in_process.popen(subprocess.Popen))  # the runners' injected starter

@@ -884,13 +884,13 @@ def test_the_run_environment_reaches_fairseq_train_and_generate(tmp_path, monkey
     assert open(log_path).read().strip() == "seen 1 1"
     calls = []
 
-    def fake_subprocess_run(cmd, **kw):
-        calls.append(kw.get("env"))
+    def fake_run(cmd, env=None, cwd=None):
+        calls.append(env)
         os.makedirs(str(tmp_path / "gen"), exist_ok=True)
         (tmp_path / "gen" / "generate-test.txt").write_text("H-0\t-0.1\ta b\n")
         return sp.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(scoring.subprocess, "run", fake_subprocess_run)
+    monkeypatch.setattr(scoring.commands, "run", fake_run)
     # the checkpoint is checked before fairseq-generate runs; this one is a name only (the fake run reads nothing)
     monkeypatch.setattr("fairseq_outlayers.core.checkpoint_safety.check_decodable", lambda path: None)
     assert scoring.generate("data", "ckpt", str(tmp_path / "gen"), env={"CUDA_VISIBLE_DEVICES": "1"})[1] == ["a b"]

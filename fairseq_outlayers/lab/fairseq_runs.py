@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+from fairseq_outlayers.tools import commands
 
 DONE_TRAINING = "done training in"  # fairseq_cli/train.py logs it once every checkpoint of the run is saved
 
@@ -37,7 +38,7 @@ def run_training(cmd, log_path, what, prog="compare", append=False, label="", en
     with open(log_path, "a" if append else "w", buffering=1) as out:  # line-buffered: a killed runner loses no line
         # fairseq logs to stdout: unbuffered for live progress
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        proc = commands.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         finished = False
         for line in proc.stdout:
             out.write(line)
@@ -135,8 +136,7 @@ def epoch_seconds(log_path, subset="valid"):
 
 
 def parameter_counts(checkpoint, prog="compare"):
-    proc = subprocess.run([sys.executable, "-m", "fairseq_outlayers", "params", checkpoint, "--json"],
-                          capture_output=True, text=True)
+    proc = commands.run([sys.executable, "-m", "fairseq_outlayers", "params", checkpoint, "--json"])
     if proc.returncode != 0:
         raise SystemExit(f"{prog}: parameter report failed for {checkpoint}:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout[proc.stdout.index("{"):])

@@ -14,12 +14,12 @@ the package (``lab/compare.py``, the ledger, ``scripts/evaluate.sh``, the sweep 
 import gzip
 import os
 import re
-import subprocess
 import zlib
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import write_text
+from fairseq_outlayers.tools import commands
 from fairseq_outlayers.tools.commands import executable, user_dir
 from fairseq_outlayers.tools.rawtext import Preparation, binarise, data_languages, read_text
 
@@ -73,7 +73,7 @@ def generate(data_bin: str, checkpoint: str, results_dir: str, beam: int = 5, le
     os.makedirs(results_dir, exist_ok=True)
     cmd = generate_command(data_bin, checkpoint, beam, lenpen, batch_size, subset) + [
         "--results-path", results_dir, *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **env) if env else None)
+    proc = commands.run(cmd, env=dict(os.environ, **env) if env else None)
     if proc.returncode != 0:
         raise OutlayersConfigError(f"fairseq-generate failed on {data_bin} ({subset}) with {checkpoint}: "
                                    f"{failure_line(proc.stderr)}")
