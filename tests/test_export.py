@@ -388,7 +388,7 @@ def test_a_damaged_checkpoint_is_one_line(tmp_path):
 def test_a_refused_layer_writes_nothing(tiny_bin, tmp_path):
     save = str(tmp_path / "ck")
     train(tiny_bin, save, extra=["--output-layer", "softmax", "--output-bias"], max_update=2)
-    code, lines = _cli(os.path.join(save, "checkpoint_last.pt"), str(tmp_path / "out"), "--to", "ctranslate2")
+    code, lines = _cli(os.path.join(save, "checkpoint_last.pt"), str(tmp_path / "out"), "--to", "fairseq")
     assert code == 1 and lines[-1].startswith("fairseq_outlayers: error: stock fairseq's Transformer output "
                                               "projection has no bias")
     assert sorted(os.listdir(tmp_path)) == ["ck"]
