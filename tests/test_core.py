@@ -506,7 +506,7 @@ def test_the_tools_and_the_lab_read_a_method_from_the_registries(monkeypatch):
     layers = dict(OUTPUT_LAYER_REGISTRY)  # the layer registered below leaves with the test
     monkeypatch.setattr(registry, "OUTPUT_LAYER_REGISTRY", layers)
     monkeypatch.setattr(seam_options, "OUTPUT_LAYER_REGISTRY", layers)
-    register_output_layer("later", help="x", decode_scale="later_scale", options=(
+    register_output_layer("later", help="x", decode_scale="later_scale", export="a test layer", options=(
         Option("--later-table", None, metavar="FILE", file="its table"),))(lambda *a, **k: None)
     assert decode_scale(["--output-layer", "later"]) == "later_scale"
     cfg = argparse.Namespace(task=argparse.Namespace(data="d1:d2"), model=argparse.Namespace(later_table="t.txt"))

@@ -287,7 +287,8 @@ def test_an_old_out_that_cannot_be_removed_is_named(tmp_path, monkeypatch):
     [left] = outfiles.leftovers(str(out))
     assert os.listdir(out) == ["new.txt"]
     assert notes == [f"the previous OUT could not be removed: it is in '{left}/old'; remove it (rm -r '{left}')"]
-    with pytest.raises(OutlayersConfigError, match=r"holds the previous version of OUT .*, which could not be removed: remove it"):
+    with pytest.raises(OutlayersConfigError, match=r"holds the previous version of OUT .*, which could not be "
+                       r"removed: remove it"):
         outfiles.check_leftovers(str(out))
 
 
@@ -309,8 +310,8 @@ def test_the_checkpoint_copy_is_the_one_atomic_helper(tmp_path, monkeypatch):
 def test_an_output_bias_is_refused_by_fairseq_and_taken_by_ctranslate2(bias_checkpoint, tmp_path):
     code, lines = _cli(bias_checkpoint, str(tmp_path / "out"), "--to", "fairseq")
     assert code == 1 and lines == [PREFIX + "stock fairseq's Transformer output projection has no bias, and this "
-                                   "model's output layer has a per-word one (--output-layer softmax with --output-bias, "
-                                   "or the layer's own); export it with --to ctranslate2"]
+                                   "model's output layer has a per-word one (--output-layer softmax with "
+                                   "--output-bias, or the layer's own); export it with --to ctranslate2"]
     assert os.listdir(tmp_path) == []
     report = exporter.export(bias_checkpoint, str(tmp_path / "ct2"), "ctranslate2")
     assert report.startswith(f"wrote {tmp_path / 'ct2'}: a CTranslate2 model of a Transformer")
@@ -333,3 +334,21 @@ def test_the_targets_are_declarations():
     with pytest.raises(ExportRefused, match=r"^--to ctranslate2: CTranslate2 converts fairseq Transformers only, "
                        r"not the lstm; use --to fairseq$"):
         exporter._check_family(exporter.get_target("ctranslate2"), exporter.FAMILIES[1])
+
+
+@pytest.mark.parametrize("export", [None, "", "  ", 3])
+def test_a_registration_must_decide_its_export(export):
+    """export= is a function or a sentence: a registration without one (or with anything else) is refused when it
+    registers, and every registered entry of the package has decided."""
+    from fairseq_outlayers.models.registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, register_embeddings,
+                                                   register_output_layer)
+
+    flags = {} if export is None else {"export": export}
+    for register, registry, kind in ((register_output_layer, OUTPUT_LAYER_REGISTRY, "output layer"),
+                                     (register_embeddings, EMBEDDING_REGISTRY, "embeddings")):
+        with pytest.raises(ValueError, match=rf"^{kind} 'undecided' must declare export=: a function of the built "
+                           r"module .* or a sentence saying why it cannot export$"):
+            register("undecided", help="x", **flags)(lambda *args, **kwargs: None)
+        assert "undecided" not in registry
+        for name, spec in registry.items():
+            assert callable(spec.export) or (isinstance(spec.export, str) and spec.export.strip()), name

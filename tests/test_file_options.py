@@ -20,7 +20,8 @@ NAME = "file-test-layer"
 @pytest.fixture
 def file_layer():
     options = (Option("--file-test-table", None, metavar="FILE", help="a table", file="its test table"),)
-    register_output_layer(NAME, help="reads a file", options=options)(lambda *args, **kwargs: None)
+    register_output_layer(NAME, help="reads a file", options=options, export="a test layer")(
+        lambda *args, **kwargs: None)
     yield
     unregister_output_layer(NAME)
 

@@ -82,7 +82,8 @@ class SeamSpec:
     shape_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
     table_options: Dict[str, Optional[Callable]] = field(default_factory=dict)
     # how a trained entry leaves the package (``outlayers-export``): a function of the built module that returns
-    # the plain tensors a stock fairseq model holds, or one sentence saying why it cannot; None: not declared.
+    # the plain tensors a stock fairseq model holds, or one sentence saying why it cannot; the registration must
+    # give one or the other (``check_export``).
     # Output layer: ``export(layer) -> (weight, bias or None)`` with the same log-probabilities as
     # ``log_softmax(F.linear(features, weight, bias))``; embeddings: ``export(embedding) -> (V, d) table`` with
     # ``embedding(tokens) == table[tokens]``. Either may raise ``errors.ExportRefused`` for one trained instance
@@ -141,6 +142,14 @@ class EmbeddingSpec(SeamSpec):
     no_word_matrix: Optional[str] = None
 
 
+def check_export(kind: str, spec: SeamSpec):
+    """A registration decides how its entry exports: a function, or a sentence saying why it cannot."""
+    if callable(spec.export) or (isinstance(spec.export, str) and spec.export.strip()):
+        return
+    raise ValueError(f"{kind} '{spec.name}' must declare export=: a function of the built module that returns its "
+                     "plain tensors (e.g. folded_linear, lookup_table), or a sentence saying why it cannot export")
+
+
 OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
 EMBEDDING_REGISTRY: Dict[str, EmbeddingSpec] = {}
 
@@ -150,12 +159,15 @@ def register_output_layer(name: str, help: str, options=(), **flags):
     ``options=(Option(...), ...)`` declares the layer's own options, each with the default that fills it when the
     user leaves it unset; ``set_defaults(args)`` only derives options from others. The options' ranges and
     ``check_args(args, num_words)`` are checked by the core when the options are parsed, before any data is read;
-    the layer's module checks its arguments again when built. ``flags``: the other fields of ``OutputLayerSpec``."""
+    the layer's module checks its arguments again when built. ``flags``: the other fields of ``OutputLayerSpec``;
+    ``export=`` is required (a function or a sentence saying why not)."""
 
     def wrapper(build):
         if name in OUTPUT_LAYER_REGISTRY:
             raise ValueError(f"output layer '{name}' is registered twice")
-        OUTPUT_LAYER_REGISTRY[name] = OutputLayerSpec(name, build, help, tuple(options), **flags)
+        spec = OutputLayerSpec(name, build, help, tuple(options), **flags)
+        check_export("output layer", spec)
+        OUTPUT_LAYER_REGISTRY[name] = spec
         return build
 
     return wrapper
@@ -169,7 +181,9 @@ def register_embeddings(name: str, help: str, options=(), **flags):
     def wrapper(build):
         if name in EMBEDDING_REGISTRY:
             raise ValueError(f"embeddings '{name}' are registered twice")
-        EMBEDDING_REGISTRY[name] = EmbeddingSpec(name, build, help, tuple(options), **flags)
+        spec = EmbeddingSpec(name, build, help, tuple(options), **flags)
+        check_export("embeddings", spec)
+        EMBEDDING_REGISTRY[name] = spec
         return build
 
     return wrapper

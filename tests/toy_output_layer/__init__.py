@@ -42,6 +42,7 @@ class ScaledCosineOutput(FactorisedSoftmaxOutput):
 @register_output_layer("toy-cosine", help="scaled-cosine softmax s * cos(h, w_v) (a toy, registered from tests/); "
                        "option --toy-cosine-scale",
                        options=[Option("--toy-cosine-scale", DEFAULT_SCALE, type=float, metavar="S",
-                                       range=Range(0, low_open=True), help="scale s of the cosine logits, fixed")])
+                                       range=Range(0, low_open=True), help="scale s of the cosine logits, fixed")],
+                       export="its logits divide h by its length, which no linear map does")
 def build_toy_cosine(args, task, decoder_embed_tokens, input_dim):
     return ScaledCosineOutput(len(task.target_dictionary), input_dim, scale=args.toy_cosine_scale)
