@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -254,8 +255,10 @@ def leftovers(out: str) -> List[str]:
         names = os.listdir(parent)
     except OSError:
         return []
+    # the prefix and mkdtemp's 8 characters: not the folders of another OUT whose name extends this one's
+    ours = re.compile(re.escape(prefix) + r"[a-z0-9_]{8}")
     return sorted(os.path.join(parent, n) for n in names
-                  if n.startswith(prefix) and os.path.isdir(os.path.join(parent, n))
+                  if ours.fullmatch(n) and os.path.isdir(os.path.join(parent, n))
                   and not os.path.islink(os.path.join(parent, n)))
 
 

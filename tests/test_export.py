@@ -211,7 +211,7 @@ def ctranslate2_runs(jobs, source: str, tmp_path):
 
 def _check(cases, made, tmp_path, tiny_raw) -> int:
     """The stock runs give the package's hypotheses and scores; CTranslate2 its hypotheses, near-ties aside.
-    Returns the number of near-ties."""
+    Returns the near-ties, each named by its case, beam and sentence."""
     wrong, jobs = [], {}
     for case in cases:
         ours, _, ct2_dir, _ = made[case.name]
@@ -226,15 +226,17 @@ def _check(cases, made, tmp_path, tiny_raw) -> int:
             jobs[case.name] = {"checkpoint": made[case.name][3], "out": ct2_dir,
                                "ours": {beam: {key: tokens for key, (_, tokens) in ours[beam].items()}
                                         for beam in BEAMS}}
-    ties = 0
+    ties = []
     for name, beams in ctranslate2_runs(jobs, os.path.join(tiny_raw, "test.de"), tmp_path).items():
         for beam, rows in beams.items():
             for key, theirs, gap in rows:
-                ties += gap is not None
-                if gap is not None and gap > NEAR_TIE[int(beam)]:
-                    wrong.append(f"{name}, beam {beam}, sentence {key}: CTranslate2 {theirs!r}, ours "
-                                 f"{jobs[name]['ours'][int(beam)][key]!r} (log-probabilities {gap:.2g} apart)")
+                if gap is None:
+                    continue
+                named = (f"{name}, beam {beam}, sentence {key}: CTranslate2 {theirs!r}, ours "
+                         f"{jobs[name]['ours'][int(beam)][key]!r} (log-probabilities {gap:.2g} apart)")
+                (wrong if gap > NEAR_TIE[int(beam)] else ties).append(named)
     assert wrong == []
+    print("near-ties:", *ties, sep="\n  ")  # shown with pytest -s or -rP
     return ties
 
 
@@ -247,7 +249,7 @@ def _run_cases(cases, tiny_raw, tiny_bin, tiny_bin_joined, tmp_path):
     if runs:
         stock_generate(runs)
     ties = _check(cases, made, tmp_path, tiny_raw)
-    assert ties <= 2 * len(cases)  # near-ties are rare: at most one in 24 sentences at each beam
+    assert len(ties) <= 2 * len(cases), ties  # near-ties are rare: at most one in 24 sentences at each beam
 
 
 # two tests, so that two workers share the cases; stock fairseq starts once in each

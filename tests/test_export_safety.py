@@ -290,6 +290,9 @@ def test_an_old_out_that_cannot_be_removed_is_named(tmp_path, monkeypatch):
     with pytest.raises(OutlayersConfigError, match=r"holds the previous version of OUT .*, which could not be "
                        r"removed: remove it"):
         outfiles.check_leftovers(str(out))
+    assert outfiles.leftovers(str(tmp_path / "ou")) == [] and outfiles.leftovers(str(tmp_path / "o")) == []
+    (tmp_path / ".outlayers-out-x-abcdefgh").mkdir()  # the work folder of OUT 'out-x', not of 'out'
+    assert outfiles.leftovers(str(out)) == [left]
 
 
 def test_the_checkpoint_copy_is_the_one_atomic_helper(tmp_path, monkeypatch):
