@@ -289,28 +289,29 @@ def atomic_dir(out: str, option: str = "OUT", notes: Optional[List[str]] = None)
     error nothing is left, and an existing ``out`` is as it was. ``notes`` receives a sentence when the old ``out``
     could not be removed after the swap (it stays in the hidden work folder, which the next run names)."""
     parent = os.path.dirname(os.path.abspath(out))
-    made = []  # the missing directories above OUT, made here and removed again on failure
+    made = []  # the missing directories above OUT, deepest first, made here and removed again on failure
     top = parent
     while not os.path.isdir(top):
         made.append(top)
         top = os.path.dirname(top)
     existed = os.path.lexists(out)
-    staging = new = None
+    staging = None
     published = False
     try:
         with removed_on_termination():
             for directory in reversed(made):
                 os.mkdir(directory)
             staging = tempfile.mkdtemp(prefix=staging_prefix(out), dir=parent)
-            new = os.path.join(staging, "new")
+            new, old = os.path.join(staging, "new"), os.path.join(staging, "old")
             os.mkdir(new)  # the umask's mode, as mkdir gives it (mkdtemp's folder is the user's only)
             yield new
             _sync_tree(new)
             if existed and _exchange(new, out):  # OUT is the new directory in one step; the old one is at new
                 published = True
-                os.rename(new, os.path.join(staging, "old"))
+                with contextlib.suppress(OSError):
+                    os.rename(new, old)
             elif existed:  # rename aside, then in: the old one stays in the work folder until the new one is in place
-                os.rename(out, os.path.join(staging, "old"))
+                os.rename(out, old)
                 os.rename(new, out)
                 published = True
             else:
@@ -319,29 +320,26 @@ def atomic_dir(out: str, option: str = "OUT", notes: Optional[List[str]] = None)
             _sync_dir(parent)
     except BaseException as e:
         if not published:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
             for directory in made:
                 with contextlib.suppress(OSError):
                     os.rmdir(directory)
-        kept = "the old one is left as it was" if existed else "nothing was written"
-        error = _disk_error(e, out, f"{option} is not written, {kept}")
+        kept = f"{option} is not written" + (", the old one is left as it was" if existed else "")
+        error = _disk_error(e, out, kept)
         if error is None and isinstance(e, OSError) and not published:
-            reason = e.strerror or str(e)
-            error = OutlayersConfigError(f"could not write {option} '{out}' ({reason}); {kept}: check the "
+            error = OutlayersConfigError(f"could not write {option} '{out}' ({e.strerror or e}); {kept}: check the "
                                          f"permissions of '{out if existed else parent}' (chmod, chattr -i) or "
                                          "choose another path")
         if error is not None:
             raise error from e
         raise
     finally:
-        if staging is not None:
+        if staging is not None and os.path.isdir(staging):
             shutil.rmtree(staging, ignore_errors=True)
-            if os.path.isdir(staging):
-                if os.path.isdir(os.path.join(staging, "old")) and published and notes is not None:
-                    notes.append(f"the previous {option} could not be removed: it is in "
-                                 f"'{os.path.join(staging, 'old')}'; remove it (rm -r '{staging}')")
-                else:
-                    with contextlib.suppress(OSError):
-                        shutil.rmtree(staging)
+            if os.path.isdir(staging) and published and notes is not None:
+                notes.append(f"the previous {option} could not be removed: it is in "
+                             f"'{os.path.join(staging, 'old')}'; remove it (rm -r '{staging}')")
 
 
 def _sync_dir(path: str):

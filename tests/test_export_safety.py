@@ -193,9 +193,9 @@ def test_an_immutable_out_is_one_line(own_data, tmp_path):
         code, lines = _cli(own_data[0], str(out), "--to", "fairseq", "--force")
     finally:
         subprocess.run(["chattr", "-i", str(out)], check=True)
-    assert code == 1 and lines == [PREFIX + f"could not write OUT '{out}' (Operation not permitted); the old one is "
-                                   f"left as it was: check the permissions of '{out}' (chmod, chattr -i) or choose "
-                                   "another path"]
+    assert code == 1 and lines == [PREFIX + f"could not write OUT '{out}' (Operation not permitted); OUT is not "
+                                   f"written, the old one is left as it was: check the permissions of '{out}' "
+                                   "(chmod, chattr -i) or choose another path"]
     assert os.listdir(out) == ["mine.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
 
 
@@ -271,6 +271,21 @@ def test_a_replacement_killed_midway_is_named_on_the_next_run(own_data, tmp_path
     shutil.rmtree(left)
     code, lines = _cli(own_data[0], str(out), "--to", "fairseq", "--force")
     assert code == 0 and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_missing_folders_above_out_are_removed_on_failure(tmp_path):
+    out = tmp_path / "a" / "b" / "out"
+    with pytest.raises(OutlayersConfigError, match=rf"^could not write '{out}' \(No space left on device\); OUT is not "
+                       r"written: free space in "):
+        with outfiles.atomic_dir(str(out)) as new:
+            with open(os.path.join(new, "x"), "w") as f:
+                f.write("x")
+            raise OSError(28, "No space left on device")
+    assert os.listdir(tmp_path) == []
+    with outfiles.atomic_dir(str(out)) as new:
+        with open(os.path.join(new, "x"), "w") as f:
+            f.write("x")
+    assert os.listdir(out) == ["x"] and os.listdir(out.parent) == ["out"]
 
 
 def test_an_old_out_that_cannot_be_removed_is_named(tmp_path, monkeypatch):
