@@ -210,10 +210,10 @@ def atomic_copy(src: str, dst: str):
     are raised as they come (a caller may report a full disk its own way)."""
     directory = os.path.dirname(os.path.abspath(dst))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(dst) + ".", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f, open(src, "rb") as source:
-            shutil.copyfileobj(source, f, 1 << 20)
-            f.flush()
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         _publish(tmp, dst)
     except BaseException:
