@@ -370,3 +370,16 @@ def test_a_registration_must_decide_its_export(export):
         assert "undecided" not in registry
         for name, spec in registry.items():
             assert callable(spec.export) or (isinstance(spec.export, str) and spec.export.strip()), name
+
+
+def test_what_ctranslate2_cannot_hold_is_one_line(tiny_bin, tmp_path):
+    """CTranslate2's converter lists what its Transformer cannot hold (here the activation): one line, nothing
+    written."""
+    save = str(tmp_path / "ck")
+    train(tiny_bin, save, arch_args=TINY_TRANSFORMER + ["--activation-fn", "tanh"], extra=["--output-layer", "tied"],
+          max_update=1)
+    code, lines = _cli(os.path.join(save, "checkpoint_last.pt"), str(tmp_path / "out"), "--to", "ctranslate2")
+    assert code == 1 and lines[-1].startswith(PREFIX + "--to ctranslate2: CTranslate2 cannot hold this model "
+                                              "(Option --activation-fn tanh is not supported"), lines
+    assert lines[-1].endswith("); use --to fairseq")  # CTranslate2's list of its activations in between
+    assert sorted(os.listdir(tmp_path)) == ["ck"]

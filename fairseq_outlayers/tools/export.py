@@ -383,7 +383,14 @@ def write_ctranslate2(job: Job, directory: str):
         _write_dictionaries(job.task, job.options, work)
         converter = Converter(checkpoint, work, source_lang=job.options.source_lang,
                               target_lang=job.options.target_lang, unsafe_deserialization=True)
-        converter.convert(directory, quantization=job.values.get("quantization"), force=True)
+        try:
+            converter.convert(directory, quantization=job.values.get("quantization"), force=True)
+        except ValueError as e:  # CTranslate2's list of what its Transformer cannot hold ("- Option ... ")
+            reasons = [line[2:] for line in str(e).splitlines() if line.startswith("- ")]
+            if not reasons:
+                raise
+            raise ExportRefused(f"--to ctranslate2: CTranslate2 cannot hold this model ({'; '.join(reasons)}); "
+                                "use --to fairseq") from None
     _copy_extras(job.data_dir, directory)
 
 
