@@ -193,7 +193,8 @@ def keep_tied_key_out(decoder):
 
 def atomic_copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
     """``PathManager.copy`` for a local file, done atomically (``outfiles.atomic_copy``: a temporary file beside
-    ``dst_path``, flushed and renamed over it), so ``dst_path`` keeps its old content when the copy fails (disk full)."""
+    ``dst_path``, flushed and renamed over it), so ``dst_path`` keeps its old content when the copy fails (disk
+    full)."""
     if os.path.exists(dst_path) and not overwrite:
         return False
     outfiles.atomic_copy(src_path, dst_path)

@@ -6,6 +6,7 @@ protected from OUT and ``--force``; a full disk, an immutable OUT, a broken ``ct
 next run names what an interrupted one left. The tiny models are trained on a copy of the data in the test's own
 folder, so that a failure here could never delete the shared fixtures.
 """
+import json
 import os
 import shutil
 import stat
@@ -157,30 +158,42 @@ def test_a_ctranslate2_that_does_not_load_is_one_line(own_data, tmp_path, monkey
     assert os.listdir(tmp_path) == []
 
 
-#: an export in a new Python whose files may not grow past a few kilobytes: the disk is "full" for it
+#: exports in a new Python whose files may not grow past a few kilobytes: the disk is "full" for them; prints the
+#: exit status of each argv of the JSON list
 FULL_DISK = r"""
-import resource, signal, sys
+import json, resource, signal, sys
 from fairseq_outlayers.tools.export import main
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
-sys.exit(main(sys.argv[1:]))
+codes = []
+for argv in json.loads(sys.argv[1]):
+    try:
+        codes.append(main(argv))
+    except SystemExit as e:
+        codes.append(e.code)
+print(json.dumps(codes))
 """
 
 
-@pytest.mark.parametrize("to", ["fairseq", "ctranslate2"])
-def test_a_full_disk_is_one_line_and_keeps_the_old_out(own_data, to, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "mine.txt").write_text("the old export")
+def test_a_full_disk_is_one_line_and_keeps_the_old_out(own_data, tmp_path):
+    """Both targets, each over an existing OUT with --force, in one new Python."""
+    outs = {to: tmp_path / to for to in ("fairseq", "ctranslate2")}
+    for out in outs.values():
+        out.mkdir()
+        (out / "mine.txt").write_text("the old export")
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, own_data[0], str(out), "--to", to, "--force"],
-                          env=env, capture_output=True, text=True, timeout=600)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert lines[-1].startswith(PREFIX + f"could not write '{out}' (File too large); OUT is not written, the old one "
-                               f"is left as it was: free space in '{tmp_path}'"), lines
-    assert os.listdir(out) == ["mine.txt"] and (out / "mine.txt").read_text() == "the old export"
-    assert sorted(os.listdir(tmp_path)) == ["out"]  # no work folder left
+    runs = [[own_data[0], str(out), "--to", to, "--force"] for to, out in outs.items()]
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, json.dumps(runs)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [1, 1], proc.stdout[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith(PREFIX)]
+    assert lines == [PREFIX + f"could not write '{out}' (File too large); OUT is not written, the old one is left as "
+                     f"it was: free space in '{tmp_path}' (or choose another path) and run again"
+                     for out in outs.values()], proc.stderr[-3000:]
+    for out in outs.values():
+        assert os.listdir(out) == ["mine.txt"] and (out / "mine.txt").read_text() == "the old export"
+    assert sorted(os.listdir(tmp_path)) == ["ctranslate2", "fairseq"]  # no work folder left
 
 
 def test_an_immutable_out_is_one_line(own_data, tmp_path):
