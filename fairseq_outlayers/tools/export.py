@@ -454,6 +454,10 @@ def _check_family(target: Target, family: Family):
 
 
 def _check_options(target: Target, values: Dict[str, object]):
+    known = {option.dest for t in TARGETS for option in t.options}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise TypeError(f"export() got options that no target declares: {', '.join(unknown)}")
     for other in TARGETS:
         for option in other.options:
             if values.get(option.dest) is not None and option not in target.options:
