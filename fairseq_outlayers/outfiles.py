@@ -17,14 +17,24 @@
   holds either the old file or the complete new one, never a half-written one. A write that fails for want of
   space (disk full, quota, file too large, read-only or failing disk) is an ``OutlayersConfigError`` that says
   the old file is left as it was.
+* ``atomic_copy(src, dst)``: a file copied the same way (temporary file, fsync, rename).
+* ``atomic_dir(out, option)``: a context manager giving a new empty directory beside ``out`` to fill; on success it
+  takes the place of ``out`` (an existing ``out`` is replaced: both swapped in one step where the system can, else
+  the old one renamed aside first), so ``out`` is at every instant the old directory or the complete new one. The
+  hidden folder it works in (``.outlayers-NAME-*``) is removed; a run killed with SIGKILL, or an old ``out`` that
+  cannot be removed, leaves it, and ``check_leftovers(out, option)`` names it on the next run with what to do.
+* ``user_mode(directory)``: the mode a new file or directory gets from the user's umask; every output gets it.
 """
 import contextlib
+import ctypes
 import errno
 import os
+import re
+import shutil
 import signal
 import tempfile
 import threading
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, List, Optional
 
 from fairseq_outlayers.errors import OutlayersConfigError
 
@@ -150,6 +160,31 @@ def removed_on_termination(signals=(signal.SIGTERM, signal.SIGHUP)):
             signal.signal(s, handler)
 
 
+def user_mode(directory: bool = False) -> int:
+    """The mode that a new directory (or file) gets from the user's umask, as ``mkdir`` (or ``touch``) gives it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
+def _publish(tmp: str, path: str):
+    """Rename the complete, flushed file ``tmp`` over ``path``, with the old file's mode or the user's usual one."""
+    if os.path.exists(path):
+        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+    else:
+        os.chmod(tmp, user_mode())
+    os.replace(tmp, path)
+
+
+def _disk_error(e: BaseException, path: str, what: str) -> Optional[OutlayersConfigError]:
+    """The one line for a write to ``path`` that failed for want of space or a writable disk, else None."""
+    if isinstance(e, OSError) and e.errno in DISK_ERRORS:
+        directory = os.path.dirname(os.path.abspath(path))
+        return OutlayersConfigError(f"could not write '{path}' ({e.strerror or e}); {what}: free space in "
+                                    f"'{directory}' (or choose another path) and run again")
+    return None
+
+
 @contextlib.contextmanager
 def atomic_write(path: str, mode: str = "w", encoding: Optional[str] = "utf-8"):
     """``with atomic_write(path) as f: f.write(...)``: ``path`` appears complete or not at all."""
@@ -160,21 +195,175 @@ def atomic_write(path: str, mode: str = "w", encoding: Optional[str] = "utf-8"):
             yield f
             f.flush()
             os.fsync(f.fileno())
-        if os.path.exists(path):  # keep the old file's permissions
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.errno in DISK_ERRORS:
-            kept = "left as it was" if os.path.exists(path) else "not written"
-            raise OutlayersConfigError(f"could not write '{path}' ({e.strerror or e}); it is {kept}: free space in "
-                                       f"'{directory}' (or choose another path) and run again") from e
+        error = _disk_error(e, path, "it is " + ("left as it was" if os.path.exists(path) else "not written"))
+        if error is not None:
+            raise error from e
         raise
+
+
+def atomic_copy(src: str, dst: str):
+    """Copy ``src`` to ``dst`` atomically (``dst`` keeps its old content when the copy fails, e.g. disk full). Errors
+    are raised as they come (a caller may report a full disk its own way)."""
+    directory = os.path.dirname(os.path.abspath(dst))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(dst) + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        _publish(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# -- a directory replaced in one step -------------------------------------------------------------------------
+#: renameat2's flag that swaps two paths in one step (Linux 3.15+, on most local file systems)
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap the paths ``a`` and ``b`` in one step; False where the system or file system cannot."""
+    try:
+        rename = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    at_cwd = -100  # AT_FDCWD
+    if rename(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), b)
+
+
+def staging_prefix(out: str) -> str:
+    """The name that the hidden work folders of ``out`` start with, beside it."""
+    return f".outlayers-{os.path.basename(os.path.abspath(out))}-"
+
+
+def leftovers(out: str) -> List[str]:
+    """The work folders of ``out`` that an interrupted or incomplete replacement left beside it, sorted."""
+    parent = os.path.dirname(os.path.abspath(out))
+    prefix = staging_prefix(out)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    # the prefix and mkdtemp's 8 characters: not the folders of another OUT whose name extends this one's
+    ours = re.compile(re.escape(prefix) + r"[a-z0-9_]{8}")
+    return sorted(os.path.join(parent, n) for n in names
+                  if ours.fullmatch(n) and os.path.isdir(os.path.join(parent, n))
+                  and not os.path.islink(os.path.join(parent, n)))
+
+
+def check_leftovers(out: str, option: str = "OUT"):
+    """One line naming a folder that an earlier write of ``out`` left, and what to do with it."""
+    found = leftovers(out)
+    if not found:
+        return
+    folder = found[0]
+    old, new = os.path.join(folder, "old"), os.path.join(folder, "new")
+    if os.path.isdir(old) and not os.path.lexists(out):
+        raise OutlayersConfigError(f"{option} '{out}' is missing and its previous version is in '{old}' (an earlier "
+                                   f"replacement was interrupted): move it back (mv '{old}' '{out}') or remove "
+                                   f"'{folder}', then run again")
+    if os.path.isdir(old):
+        what = f"holds the previous version of {option} '{out}', which could not be removed"
+    elif os.path.isdir(new):
+        what = f"holds an unfinished write of {option} '{out}' (a run was interrupted, or is still running)"
+    else:
+        what = f"is a work folder of {option} '{out}' that a run left"
+    raise OutlayersConfigError(f"'{folder}' {what}: remove it (rm -r '{folder}') and run again")
+
+
+@contextlib.contextmanager
+def atomic_dir(out: str, option: str = "OUT", notes: Optional[List[str]] = None):
+    """``with atomic_dir(out) as new: ...write files in new...``: ``out`` becomes the complete ``new`` when the block
+    ends without error, replacing an existing ``out`` (the caller decides whether it may: ``--force``); on any
+    error nothing is left, and an existing ``out`` is as it was. ``notes`` receives a sentence when the old ``out``
+    could not be removed after the swap (it stays in the hidden work folder, which the next run names)."""
+    parent = os.path.dirname(os.path.abspath(out))
+    made = []  # the missing directories above OUT, deepest first, made here and removed again on failure
+    top = parent
+    while not os.path.isdir(top):
+        made.append(top)
+        top = os.path.dirname(top)
+    existed = os.path.lexists(out)
+    staging = None
+    published = False
+    try:
+        with removed_on_termination():
+            for directory in reversed(made):
+                os.mkdir(directory)
+            staging = tempfile.mkdtemp(prefix=staging_prefix(out), dir=parent)
+            new, old = os.path.join(staging, "new"), os.path.join(staging, "old")
+            os.mkdir(new)  # the umask's mode, as mkdir gives it (mkdtemp's folder is the user's only)
+            yield new
+            _sync_tree(new)
+            if existed and _exchange(new, out):  # OUT is the new directory in one step; the old one is at new
+                published = True
+                with contextlib.suppress(OSError):
+                    os.rename(new, old)
+            elif existed:  # rename aside, then in: the old one stays in the work folder until the new one is in place
+                os.rename(out, old)
+                os.rename(new, out)
+                published = True
+            else:
+                os.rename(new, out)
+                published = True
+            _sync_dir(parent)
+    except BaseException as e:
+        if not published:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            for directory in made:
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)
+        kept = f"{option} is not written" + (", the old one is left as it was" if existed else "")
+        error = _disk_error(e, out, kept)
+        if error is None and isinstance(e, OSError) and not published:
+            error = OutlayersConfigError(f"could not write {option} '{out}' ({e.strerror or e}); {kept}: check the "
+                                         f"permissions of '{out if existed else parent}' (chmod, chattr -i) or "
+                                         "choose another path")
+        if error is not None:
+            raise error from e
+        raise
+    finally:
+        if staging is not None and os.path.isdir(staging):
+            shutil.rmtree(staging, ignore_errors=True)
+            if os.path.isdir(staging) and published and notes is not None:
+                notes.append(f"the previous {option} could not be removed: it is in "
+                             f"'{os.path.join(staging, 'old')}'; remove it (rm -r '{staging}')")
+
+
+def _sync_dir(path: str):
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _sync_tree(top: str):
+    """Every file and directory under ``top`` flushed to the disk, so that the rename publishes complete files."""
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _sync_dir(root)
 
 
 def write_text(path: str, text: str):

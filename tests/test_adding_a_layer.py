@@ -103,8 +103,9 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
         assert rendered.splitlines() == ["docs/serving.md: block 'exports' rewritten"], rendered
         with open(os.path.join(root, "docs", "serving.md"), encoding="utf-8") as f:
             serving = f.read()
-        assert re.search(r"^\| `--output-layer softmax`.*, `scaled-cosine`, `unigram-prior` \| yes \| `folded_linear`: ",
-                         serving, re.M)
+        assert re.search(r"^\| `--output-layer softmax`.*, `unigram-prior` \| yes \| `folded_linear`: ", serving, re.M)
+        assert re.search(r"^\| `--output-layer scaled-cosine` \| no \| its logits divide P h by its length", serving,
+                         re.M)
         new_tests = [path for path in NEW_FILES if path.startswith("tests/")]
         run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + new_tests +
             ["tests/test_option_checks.py", "tests/test_options_listing.py", "tests/test_core.py",

@@ -203,7 +203,7 @@ def test_a_torch_without_linear_cross_entropy_and_cut_cross_entropy_installed(mo
     line naming torch 2.13, and --fused-impl torch is refused when the criterion is built."""
     import sys
 
-    from fairseq_outlayers.criterions.fused_cross_entropy import FusedCrossEntropyCriterion
+    from fairseq_outlayers.losses.fused_cross_entropy import FusedCrossEntropyCriterion
 
     monkeypatch.delattr(torch.nn.functional, "linear_cross_entropy")
     monkeypatch.setattr(sys.modules[FusedCrossEntropyCriterion.__module__], "cce_available", lambda: True)

@@ -31,11 +31,10 @@ import importlib.util
 import logging
 import os
 import re
-import shutil
 import sys
-import tempfile
 from typing import Optional, Sequence
 
+from fairseq_outlayers import outfiles
 from fairseq_outlayers.errors import OutlayersConfigError
 
 logger = logging.getLogger(__name__)
@@ -194,27 +193,12 @@ def keep_tied_key_out(decoder):
 # ---- checkpoint copies -------------------------------------------------------------------------------------------
 
 def atomic_copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
-    """``PathManager.copy`` for a local file, done atomically: copied to a temporary file beside ``dst_path`` and
-    renamed over it, so ``dst_path`` keeps its old content when the copy fails (disk full)."""
-
+    """``PathManager.copy`` for a local file, done atomically (``outfiles.atomic_copy``: a temporary file beside
+    ``dst_path``, flushed and renamed over it), so ``dst_path`` keeps its old content when the copy fails (disk
+    full)."""
     if os.path.exists(dst_path) and not overwrite:
         return False
-    folder = os.path.dirname(os.path.abspath(dst_path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(dst_path) + ".", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(src_path, tmp)
-        if os.path.exists(dst_path):  # the mode the file had, else the one a plain copy would get
-            os.chmod(tmp, os.stat(dst_path).st_mode & 0o7777)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, dst_path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    outfiles.atomic_copy(src_path, dst_path)
     return True
 
 

@@ -164,8 +164,8 @@ def check_declared(kind: str, name: str, options, export):
                              f"{', '.join(RESUME_KINDS)}): say whether a resume with another value would change a "
                              "parameter's shape or a saved buffer, a frozen table, or nothing saved")
     if not (callable(export) or (isinstance(export, str) and export.strip())):
-        raise ValueError(f"{kind} '{name}': export= must be a function of the built module or one sentence saying "
-                         "why it has no stock fairseq form")
+        raise ValueError(f"{kind} '{name}' must declare export=: a function of the built module that returns its "
+                         "plain tensors (e.g. folded_linear, lookup_table), or a sentence saying why it cannot export")
 
 
 OUTPUT_LAYER_REGISTRY: Dict[str, OutputLayerSpec] = {}
@@ -177,7 +177,8 @@ def register_output_layer(name: str, help: str, options=(), **flags):
     ``options=(Option(...), ...)`` declares the layer's own options, each with the default that fills it when the
     user leaves it unset; ``set_defaults(args)`` only derives options from others. The options' ranges and
     ``check_args(args, num_words)`` are checked by the core when the options are parsed, before any data is read;
-    the layer's module checks its arguments again when built. ``flags``: the other fields of ``OutputLayerSpec``."""
+    the layer's module checks its arguments again when built. ``flags``: the other fields of ``OutputLayerSpec``;
+    ``export=`` is required (a function or a sentence saying why not)."""
 
     def wrapper(build):
         if name in OUTPUT_LAYER_REGISTRY:

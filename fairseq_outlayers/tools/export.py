@@ -1,18 +1,25 @@
-"""``outlayers-export CHECKPOINT OUT --to fairseq|ctranslate2``: a trained model that runs without this package.
+"""``outlayers-export CHECKPOINT OUT --to TARGET``: a trained model that runs without this package.
 
 At inference most of the package's layers are a plain linear map once their weights are computed, and its
 embeddings are plain tables. Each registered output layer and embedding declares how (``export`` in
-``core/registry.py``), or why it cannot. The export rebuilds the model as a stock fairseq ``transformer`` or
-``lstm`` holding those tensors, checks that both give the same log-probabilities on a batch, and writes:
+``core/registry.py``), or why it cannot. The export rebuilds the model as its architecture family's stock twin
+(``FAMILIES``: fairseq's ``transformer`` or ``lstm``) holding those tensors, checks that both give the same
+log-probabilities on a batch, and hands it to the target's writer (``TARGETS``):
 
-* ``--to fairseq``: ``OUT/model.pt`` with its dictionaries (and ``bpecodes`` when the data has one). Stock
+* ``fairseq``: ``OUT/model.pt`` with its dictionaries (and ``bpecodes`` when the data has one). Stock
   ``fairseq-generate`` / ``fairseq-interactive`` load it with no ``--user-dir`` and torch's default weights-only
   loading: the file holds only tensors, dicts, lists and plain values.
-* ``--to ctranslate2``: a CTranslate2 model directory made by CTranslate2's own fairseq converter (on a stock
-  checkpoint written for it in a temporary directory), with ``--quantization`` passed on.
+* ``ctranslate2``: a CTranslate2 model directory made by CTranslate2's own fairseq converter (on a stock
+  checkpoint written for it in a temporary directory), with ``--quantization`` passed on. CTranslate2's
+  Transformer holds a bias for its output projection, so a layer with a per-word bias (``--output-bias``) exports
+  there, which stock fairseq's Transformer cannot hold.
 
-OUT is written in a temporary directory beside it and renamed into place when complete; an existing OUT is
-refused unless ``--force``, and OUT may never be, or hold, an input.
+A new target is one ``Target`` entry (the families it takes, its options, its writer) and its writer function; a
+new architecture family is one ``Family`` entry naming its stock twin.
+
+OUT is written in a hidden folder beside it and takes its place in one step when complete (``outfiles.atomic_dir``);
+an existing OUT is refused unless ``--force``, and OUT may never be, hold or lie inside an input: the checkpoint,
+its folder, ``--data``, or the data folder recorded in the checkpoint when ``--data`` is not given.
 """
 import argparse
 import dataclasses
@@ -20,21 +27,23 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Dict, Optional
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
 import fairseq_outlayers.models  # noqa: F401  (registers the plugin: fairseq skips a --user-dir already imported)
 from fairseq_outlayers.core.checkpoint_safety import check_finite, read
-from fairseq_outlayers.tools.checkpoints import load_trained
+from fairseq_outlayers.core.registry import (EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, get_embedding_spec,
+                                             get_output_layer_spec)
 from fairseq_outlayers.errors import ExportRefused, OutlayersConfigError, one_line_errors
 from fairseq_outlayers.models.lstm import OutlayersLSTMModel
-from fairseq_outlayers.core.registry import get_embedding_spec, get_output_layer_spec
 from fairseq_outlayers.models.transformer import OutlayersTransformerModel
+from fairseq_outlayers.outfiles import atomic_dir, check_leftovers
+from fairseq_outlayers.tools.checkpoints import load_trained
 
 logger = logging.getLogger("fairseq_outlayers.export")
 
-TARGETS = ("fairseq", "ctranslate2")
 #: CTranslate2's weight types (``ct2-fairseq-converter --quantization``)
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 #: the largest difference of a log-probability between the package's model and its stock rebuild that the export
@@ -46,17 +55,80 @@ DATA_EXTRAS = ("bpecodes",)
 NOT_DECLARED = "declares no export (its registration has no export=...)"
 
 
-# -- the stock model ------------------------------------------------------------------------------------------
-def _family(model):
-    """'transformer' or 'lstm': the stock fairseq model that holds this package's model of that architecture."""
-    if isinstance(model, OutlayersTransformerModel):
-        return "transformer"
-    if isinstance(model, OutlayersLSTMModel):
-        return "lstm"
-    raise ExportRefused(f"the model is a {type(model).__name__}, not one of this package's Transformer or LSTM "
-                        "models; export a checkpoint written by fairseq-train --user-dir fairseq_outlayers")
+# -- the architecture families and their stock twins ----------------------------------------------------------
+def _transformer_options(values: dict, args, tensors):
+    weight, target = tensors["weight"], tensors["target"]
+    tied = weight.shape == target.shape and bool(torch.equal(weight, target))
+    share_all = bool(getattr(args, "share_all_embeddings", False)) and tied \
+        and bool(torch.equal(tensors["source"], target))
+    values.update(share_all_embeddings=share_all, share_decoder_input_output_embed=tied, adaptive_softmax_cutoff=None,
+                  decoder_output_dim=int(weight.size(1)))
 
 
+def _transformer_fills(model, tensors) -> Dict[str, torch.Tensor]:
+    fills = {"decoder.output_projection.weight": tensors["weight"]}
+    if tensors["bias"] is not None:  # a target that holds it (Family.output_bias is False: see build_stock)
+        fills["decoder.output_projection.bias"] = tensors["bias"]
+    return fills
+
+
+def _lstm_options(values: dict, args, tensors):
+    values.update(share_all_embeddings=False, share_decoder_input_output_embed=False, adaptive_softmax_cutoff=None,
+                  decoder_attention="1")
+
+
+def _lstm_fills(model, tensors) -> Dict[str, torch.Tensor]:
+    weight, bias = tensors["weight"], tensors["bias"]
+    fills = {"decoder.fc_out.weight": weight,
+             "decoder.fc_out.bias": bias if bias is not None else weight.new_zeros(weight.size(0))}
+    if model.decoder.attention.input_proj is None:  # dot score: stock fairseq always projects the query
+        fills["decoder.attention.input_proj.weight"] = torch.eye(model.decoder.hidden_size)
+    return fills
+
+
+def _lstm_checks(model, args, tensors):
+    """What stock fairseq's LSTM cannot hold: a deeper decoder than encoder."""
+    if args.encoder_layers != args.decoder_layers:
+        raise ExportRefused(f"stock fairseq's LSTM needs --encoder-layers equal to --decoder-layers (this model: "
+                            f"{args.encoder_layers} and {args.decoder_layers})")
+
+
+@dataclass(frozen=True)
+class Family:
+    """An architecture family of the package and its stock twin: the fairseq architecture that holds the same
+    model once the seams are plain tensors."""
+    name: str
+    model_class: type
+    stock: str  # the stock fairseq architecture (``--arch``) of the twin
+    label: str  # how messages name the twin
+    output_bias: bool  # the twin's output projection holds a per-word bias
+    options: Callable  # options(values, args, tensors): the twin's options that the seams decide
+    fills: Callable  # fills(model, tensors) -> {state key: tensor}: the twin's weights that the seams give
+    checks: Optional[Callable] = None  # checks(model, args, tensors): refuses what the twin cannot hold
+
+
+FAMILIES: Tuple[Family, ...] = (
+    Family("transformer", OutlayersTransformerModel, "transformer", "stock fairseq's Transformer", False,
+           _transformer_options, _transformer_fills),
+    Family("lstm", OutlayersLSTMModel, "lstm", "stock fairseq's LSTM", True, _lstm_options, _lstm_fills, _lstm_checks),
+)
+
+
+def family_of(model) -> Family:
+    """The family of this package's ``model``; a refusal in one line for any other model."""
+    for family in FAMILIES:
+        if isinstance(model, family.model_class):
+            return family
+    names = " or ".join(f.name.capitalize() if f.name != "lstm" else "LSTM" for f in FAMILIES)
+    raise ExportRefused(f"the model is a {type(model).__name__}, not one of this package's {names} models; export a "
+                        "checkpoint written by fairseq-train --user-dir fairseq_outlayers")
+
+
+def _family(model) -> str:
+    return family_of(model).name
+
+
+# -- the seams' tensors --------------------------------------------------------------------------------------
 def _declared(spec, what: str, module, *extra):
     """What the registry entry ``spec`` declares for ``module``; a refusal in one line naming ``what``."""
     if spec.export is None:
@@ -81,6 +153,7 @@ def seam_tensors(model, args) -> Dict[str, Optional[torch.Tensor]]:
     return {"source": source, "target": target, "weight": weight, "bias": bias}
 
 
+# -- the stock model ------------------------------------------------------------------------------------------
 def _stock_keys(family: str, task_name: str):
     """Every option a stock fairseq-train run of ``family`` on ``task_name`` has (model, task, training)."""
     from fairseq import options
@@ -89,80 +162,70 @@ def _stock_keys(family: str, task_name: str):
     return set(vars(options.parse_args_and_arch(parser, ["DATA", "--arch", family, "--task", task_name])))
 
 
-def stock_args(args, family: str, tensors, task_cfg=None) -> argparse.Namespace:
-    """The model's options as stock fairseq's ``family`` reads them: this package's options (and the values it
-    records) left out, the tying done by the stock model where the tensors allow, the architecture's defaults
-    filled in."""
+def stock_args(args, family, tensors, task_cfg=None) -> argparse.Namespace:
+    """The model's options as the stock twin of ``family`` (a ``Family`` or its name) reads them: this package's
+    options (and the values it records) left out, the tying done by the stock model where the tensors allow, the
+    architecture's defaults filled in."""
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
+    family = family if isinstance(family, Family) else next(f for f in FAMILIES if f.name == family)
     # an argparse Namespace (fairseq-train) or a DictConfig (fairseq-hydra-train, whose model section has no task
     # options: those come from the task's own configuration)
     task_values = _plain(task_cfg) if task_cfg is not None else {}
     given = {**task_values, "task": task_values.get("_name"), **_plain(args)}
-    keys = _stock_keys(family, given.get("task") or "translation")
+    keys = _stock_keys(family.stock, given.get("task") or "translation")
     values = {k: v for k, v in given.items() if k in keys}
-    values.update(arch=family, _name=family, user_dir=None)
-    weight, target = tensors["weight"], tensors["target"]
-    tied = weight.shape == target.shape and bool(torch.equal(weight, target))
-    if family == "transformer":
-        share_all = bool(getattr(args, "share_all_embeddings", False)) and tied \
-            and bool(torch.equal(tensors["source"], target))
-        values.update(share_all_embeddings=share_all, share_decoder_input_output_embed=tied,
-                      adaptive_softmax_cutoff=None, decoder_output_dim=int(weight.size(1)))
-    else:
-        values.update(share_all_embeddings=False, share_decoder_input_output_embed=False,
-                      adaptive_softmax_cutoff=None, decoder_attention="1")
+    values.update(arch=family.stock, _name=family.stock, user_dir=None)
+    family.options(values, args, tensors)
     stock = argparse.Namespace(**values)
-    ARCH_CONFIG_REGISTRY[family](stock)
+    ARCH_CONFIG_REGISTRY[family.stock](stock)
     return stock
 
 
-def _lstm_checks(model, args, tensors):
-    """What stock fairseq's LSTM cannot hold: a deeper decoder than encoder, attention other than Luong's."""
-    if args.encoder_layers != args.decoder_layers:
-        raise ExportRefused(f"stock fairseq's LSTM needs --encoder-layers equal to --decoder-layers (this model: "
-                            f"{args.encoder_layers} and {args.decoder_layers})")
+def _bias_refusal(family: Family, args) -> ExportRefused:
+    holders = [t.name for t in TARGETS if t.output_bias and family.name in t.families]
+    layer = getattr(args, "output_layer", "?")
+    fix = f"export it with --to {' or --to '.join(holders)}" if holders else "train it without --output-bias"
+    return ExportRefused(f"{family.label} output projection has no bias, and this model's output layer has a per-word "
+                         f"one (--output-layer {layer} with --output-bias, or the layer's own); {fix}")
 
 
-def stock_state(model, stock_model, family: str, tensors) -> Dict[str, torch.Tensor]:
+def stock_state(model, stock_model, family, tensors) -> Dict[str, torch.Tensor]:
     """The stock model's state dict filled from this package's model: the seams' tensors, everything else by name
     (the rest of both architectures is fairseq's own code)."""
+    family = family if isinstance(family, Family) else next(f for f in FAMILIES if f.name == family)
     source = model.state_dict()
     fills = {"encoder.embed_tokens.weight": tensors["source"], "decoder.embed_tokens.weight": tensors["target"]}
-    if family == "transformer":
-        if tensors["bias"] is not None:
-            raise ExportRefused("stock fairseq's Transformer output projection has no bias, and this model's output "
-                                "layer has a per-word one (--output-bias, or the layer's own)")
-        fills["decoder.output_projection.weight"] = tensors["weight"]
-    else:
-        weight, bias = tensors["weight"], tensors["bias"]
-        fills["decoder.fc_out.weight"] = weight
-        fills["decoder.fc_out.bias"] = bias if bias is not None else weight.new_zeros(weight.size(0))
-        attention = model.decoder.attention
-        if attention.input_proj is None:  # dot score: stock fairseq always projects the query, here by the identity
-            fills["decoder.attention.input_proj.weight"] = torch.eye(model.decoder.hidden_size)
+    fills.update(family.fills(model, tensors))
     state = {}
     for key, value in stock_model.state_dict().items():
         given = fills.get(key, source.get(key))
         if given is None or given.shape != value.shape:
             found = "missing" if given is None else f"of shape {tuple(given.shape)}"
-            raise ExportRefused(f"stock fairseq's {family} has the weight '{key}' of shape {tuple(value.shape)}, "
+            raise ExportRefused(f"stock fairseq's {family.stock} has the weight '{key}' of shape {tuple(value.shape)}, "
                                 f"which this model holds {found}")
         state[key] = given.detach().to(value.dtype).clone().contiguous()
     return state
 
 
-def build_stock(model, args, task):
-    """(stock model, its options): this package's ``model`` rebuilt as stock fairseq, in evaluation mode."""
+def build_stock(model, args, task, output_bias: bool = False):
+    """(stock model, its options): this package's ``model`` rebuilt as its family's stock twin, in evaluation mode.
+    ``output_bias``: the target holds a per-word output bias where the twin has none (CTranslate2); the twin then
+    gets a biased output projection (``torch.nn.Linear``), which the target's writer carries over."""
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     model.eval()
-    family = _family(model)
+    family = family_of(model)
     tensors = seam_tensors(model, args)
-    if family == "lstm":
-        _lstm_checks(model, args, tensors)
+    if family.checks is not None:
+        family.checks(model, args, tensors)
+    if tensors["bias"] is not None and not family.output_bias and not output_bias:
+        raise _bias_refusal(family, args)
     options = stock_args(args, family, tensors, getattr(task, "cfg", None))
-    stock_model = ARCH_MODEL_REGISTRY[family].build_model(options, task)
+    stock_model = ARCH_MODEL_REGISTRY[family.stock].build_model(options, task)
+    if tensors["bias"] is not None and not family.output_bias:
+        weight = tensors["weight"]
+        stock_model.decoder.output_projection = torch.nn.Linear(weight.size(1), weight.size(0), bias=True)
     stock_model.load_state_dict(stock_state(model, stock_model, family, tensors), strict=True)
     stock_model.eval()
     return stock_model, options
@@ -221,7 +284,6 @@ def stock_checkpoint(state: dict, stock_model, options, namespace: bool = False)
     if isinstance(sections["task"], dict):  # a legacy task section is the whole option set: keep its task keys
         sections["task"] = {k: v for k, v in sections["task"].items() if k in vars(options) or k == "_name"}
     sections["model"] = _plain(options)
-    updates = 0
     history = state.get("optimizer_history") or [{}]
     updates = int(history[-1].get("num_updates", 0) or 0)
     return {
@@ -254,47 +316,221 @@ def _copy_extras(data_dir: Optional[str], directory: str):
             shutil.copyfile(path, os.path.join(directory, name))
 
 
-def _write_fairseq(state, stock_model, options, task, data_dir, directory):
-    torch.save(stock_checkpoint(state, stock_model, options), os.path.join(directory, "model.pt"))
-    _write_dictionaries(task, options, directory)
-    _copy_extras(data_dir, directory)
+@dataclass
+class Job:
+    """What a target's writer gets: the training state, the checked stock model and its options, the task, the data
+    folder the export read, and the target's own option values."""
+    state: dict
+    stock_model: torch.nn.Module
+    options: argparse.Namespace
+    task: object
+    data_dir: Optional[str]
+    values: Dict[str, object]
 
 
-def _write_ctranslate2(state, stock_model, options, task, data_dir, directory, quantization):
+def save(obj, path: str):
+    """``torch.save`` to ``path``, a failed write raised as its ``OSError`` (torch reports a full disk as a
+    ``RuntimeError`` "unexpected pos"), which ``outfiles.atomic_dir`` reports in one line."""
+    with open(path, "wb") as f:
+        try:
+            torch.save(obj, f)
+        except RuntimeError as e:
+            cause = e.__cause__ or e.__context__
+            if isinstance(cause, OSError):
+                raise cause from None
+            raise
+
+
+def write_fairseq(job: Job, directory: str):
+    """OUT/model.pt, its two dictionaries and the data's extras, for stock fairseq-generate/-interactive."""
+    save(stock_checkpoint(job.state, job.stock_model, job.options), os.path.join(directory, "model.pt"))
+    _write_dictionaries(job.task, job.options, directory)
+    _copy_extras(job.data_dir, directory)
+
+
+def _import_ctranslate2():
+    """CTranslate2's fairseq converter; one line when the package is missing or does not load."""
     try:
         from ctranslate2.converters.fairseq import FairseqConverter
     except ImportError:
         raise OutlayersConfigError("--to ctranslate2 needs the ctranslate2 package: pip install "
                                    "'fairseq_outlayers[serve]' (or pip install ctranslate2)") from None
-    with tempfile.TemporaryDirectory(prefix="outlayers-export-") as work:
+    except OSError as e:  # a shared library that is missing or broken
+        raise OutlayersConfigError(f"--to ctranslate2: the ctranslate2 package does not load ({e}); reinstall it: "
+                                   "pip install --force-reinstall ctranslate2") from None
+    return FairseqConverter
+
+
+def write_ctranslate2(job: Job, directory: str):
+    """A CTranslate2 model directory, made by CTranslate2's own fairseq converter from a stock checkpoint written
+    for it; an output bias that the stock Transformer cannot hold is set on CTranslate2's output projection."""
+    FairseqConverter = _import_ctranslate2()
+    weights = job.stock_model.state_dict()
+    bias = weights.pop("decoder.output_projection.bias", None)
+
+    class Converter(FairseqConverter):
+        def _load(self):
+            spec = super()._load()
+            if bias is not None:
+                spec.decoder.projection.bias = bias.detach().float().numpy()
+            return spec
+
+    # beside the output (in the export's hidden work folder, on OUT's disk), not in the system's temporary directory
+    with tempfile.TemporaryDirectory(prefix="ct2-input-", dir=os.path.dirname(os.path.abspath(directory))) as work:
         # a checkpoint of our own making, read back by CTranslate2's converter: its legacy Namespace is trusted
         checkpoint = os.path.join(work, "model.pt")
-        torch.save(stock_checkpoint(state, stock_model, options, namespace=True), checkpoint)
-        _write_dictionaries(task, options, work)
-        converter = FairseqConverter(checkpoint, work, source_lang=options.source_lang,
-                                     target_lang=options.target_lang, unsafe_deserialization=True)
-        os.rmdir(directory)  # the converter makes the directory itself
-        converter.convert(directory, quantization=quantization)
-    _copy_extras(data_dir, directory)
+        saved = stock_checkpoint(job.state, job.stock_model, job.options, namespace=True)
+        saved["model"] = weights
+        save(saved, checkpoint)
+        _write_dictionaries(job.task, job.options, work)
+        converter = Converter(checkpoint, work, source_lang=job.options.source_lang,
+                              target_lang=job.options.target_lang, unsafe_deserialization=True)
+        try:
+            converter.convert(directory, quantization=job.values.get("quantization"), force=True)
+        except ValueError as e:  # CTranslate2's list of what its Transformer cannot hold ("- Option ... ")
+            reasons = [line[2:] for line in str(e).splitlines() if line.startswith("- ")]
+            if not reasons:
+                raise
+            raise ExportRefused(f"--to ctranslate2: CTranslate2 cannot hold this model ({'; '.join(reasons)}); "
+                                "use --to fairseq") from None
+    _copy_extras(job.data_dir, directory)
 
 
-def _check_out(out: str, checkpoint: str, data_dir: Optional[str], force: bool):
-    """OUT is not an input, nor inside one, nor holds one; it exists only with --force; its parent is writable."""
-    real = os.path.realpath(out)
-    for given in (checkpoint, data_dir):
+# -- the targets ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TargetOption:
+    """A command-line option of one target."""
+    flag: str
+    help: str
+    choices: Optional[Tuple[str, ...]] = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where ``--to NAME`` writes: the architecture families it takes (the others refused with ``refuses``), its
+    options, its writer ``writer(job, directory)`` and what the report calls its output."""
+    name: str
+    label: str
+    families: Tuple[str, ...]
+    writer: Callable
+    wrote: str
+    help: str
+    options: Tuple[TargetOption, ...] = ()
+    refuses: str = ""  # why another family is refused ("CTranslate2 converts fairseq Transformers only")
+    output_bias: bool = False  # holds a per-word output bias even where the family's stock twin has none
+    ready: Optional[Callable] = None  # checked before any data is read (its package imports)
+
+    def describe(self, values: Dict[str, object]) -> str:
+        given = [f"{v}" for o in self.options for v in [values.get(o.dest)] if v is not None]
+        return self.wrote + (f" ({', '.join(given)})" if given else "")
+
+
+TARGETS: Tuple[Target, ...] = (
+    Target("fairseq", "stock fairseq", ("transformer", "lstm"), write_fairseq,
+           "stock fairseq checkpoint (model.pt)",
+           "OUT/model.pt and its dictionaries for stock fairseq-generate/-interactive"),
+    Target("ctranslate2", "CTranslate2", ("transformer",), write_ctranslate2, "CTranslate2 model",
+           "a CTranslate2 model directory (needs pip install ctranslate2)",
+           options=(TargetOption("--quantization", "the weight type CTranslate2 stores (default: float32, as "
+                                 "trained)", QUANTIZATIONS),),
+           refuses="CTranslate2 converts fairseq Transformers only", output_bias=True, ready=_import_ctranslate2),
+)
+
+
+def get_target(name: str) -> Target:
+    for target in TARGETS:
+        if target.name == name:
+            return target
+    raise OutlayersConfigError(f"--to '{name}' is unknown; choose one of: {', '.join(t.name for t in TARGETS)}")
+
+
+def _check_family(target: Target, family: Family):
+    if family.name not in target.families:
+        others = [t.name for t in TARGETS if family.name in t.families]
+        fix = f"use --to {' or --to '.join(others)}" if others else "no target takes it"
+        raise ExportRefused(f"--to {target.name}: {target.refuses}, not the {family.name}; {fix}")
+
+
+def _check_options(target: Target, values: Dict[str, object]):
+    known = {option.dest for t in TARGETS for option in t.options}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise TypeError(f"export() got options that no target declares: {', '.join(unknown)}")
+    for other in TARGETS:
+        for option in other.options:
+            if values.get(option.dest) is not None and option not in target.options:
+                raise OutlayersConfigError(f"{option.flag} is {other.label}'s; it needs --to {other.name}")
+
+
+# -- what the export reads, and OUT ---------------------------------------------------------------------------
+def _section(state: dict, name: str) -> dict:
+    cfg = state.get("cfg")
+    section = cfg.get(name) if isinstance(cfg, dict) else None
+    if section is None and state.get("args") is not None:
+        section = vars(state["args"])
+    return section if isinstance(section, dict) else {}
+
+
+def recorded_inputs(state: dict, data_dir: Optional[str]) -> List[Tuple[str, str, bool]]:
+    """(what, path, read as a whole folder) of the inputs that the checkpoint names and the export reads: the data
+    folder it records (unless ``--data`` replaces it; each of a ``:``-separated list) and the files of its file
+    options."""
+    found = []
+    if not data_dir:
+        data = _section(state, "task").get("data") or _section(state, "model").get("data")
+        for path in str(data).split(os.pathsep) if data else []:
+            if path:
+                found.append(("the data folder recorded in the checkpoint", path, True))
+    model = _section(state, "model")
+    for registry in (OUTPUT_LAYER_REGISTRY, EMBEDDING_REGISTRY):
+        for spec in registry.values():
+            for option in spec.options:
+                value = model.get(option.dest)
+                if option.file and isinstance(value, str) and value:
+                    found.append((f"the file of {option.flag} recorded in the checkpoint", value, False))
+    return found
+
+
+def _holds(directory: str, path: str) -> bool:
+    """``path`` is ``directory`` or lies under it (both resolved: links followed)."""
+    a, b = os.path.realpath(directory), os.path.realpath(path)
+    return a == b or b.startswith(a.rstrip(os.sep) + os.sep)
+
+
+def check_out_name(out: str):
+    """OUT names a directory that may be written: not empty, not the current directory nor one above it."""
+    if not out or not out.strip():
+        raise OutlayersConfigError("OUT is empty; give the directory to write, e.g. serve/model")
+    if _holds(out, os.getcwd()):
+        raise OutlayersConfigError(f"OUT '{out}' is the current directory or holds it; give a new directory for the "
+                                   "export, e.g. serve/model")
+
+
+def check_inputs(out: str, inputs: List[Tuple[str, Optional[str], bool]]):
+    """OUT is not an input and does not hold one (links followed), and does not lie inside a data folder, which
+    the export reads as a whole. OUT may lie inside the checkpoint's folder (``checkpoints/NAME/serve``): the
+    export writes nothing else there."""
+    for what, given, folder in inputs:
         if not given:
             continue
-        inside = os.path.realpath(given)
-        if real == inside or inside.startswith(real.rstrip(os.sep) + os.sep) \
-                or (os.path.isdir(inside) and real.startswith(inside.rstrip(os.sep) + os.sep)):
-            raise OutlayersConfigError(f"OUT '{out}' is, holds or lies inside an input of this export ('{given}'); "
-                                       "choose another OUT (--force never replaces an input)")
+        if _holds(out, given) or (folder and os.path.isdir(given) and _holds(given, out)):
+            raise OutlayersConfigError(f"OUT '{out}' is, holds or lies inside an input of this export ({what} "
+                                       f"'{given}'); choose another OUT (--force never replaces an input)")
+
+
+def _check_out(out: str, force: bool):
+    """OUT exists only with --force and as a directory; no earlier write left a work folder; its parent is
+    writable."""
+    check_leftovers(out)
     if os.path.lexists(out) and not force:
         raise OutlayersConfigError(f"OUT '{out}' exists; choose another path or pass --force to replace it")
     if os.path.lexists(out) and not os.path.isdir(out):
         raise OutlayersConfigError(f"OUT '{out}' exists and is not a directory; choose another path")
-    parent = os.path.dirname(os.path.abspath(out))
-    existing = parent
+    existing = os.path.dirname(os.path.abspath(out))
     while not os.path.isdir(existing):  # missing directories above OUT are made when it is written
         if os.path.lexists(existing):
             raise OutlayersConfigError(f"OUT '{out}': '{existing}' is not a directory; choose another path")
@@ -303,64 +539,65 @@ def _check_out(out: str, checkpoint: str, data_dir: Optional[str], force: bool):
         raise OutlayersConfigError(f"OUT '{out}': cannot write in '{existing}'; choose a writable directory")
 
 
-def _replace(tmp: str, out: str):
-    """Move the finished ``tmp`` to ``out``, an existing ``out`` removed only once the new one is in place."""
-    old = None
-    if os.path.lexists(out):
-        old = tempfile.mkdtemp(prefix=".outlayers-old-", dir=os.path.dirname(os.path.abspath(out)))
-        os.rmdir(old)
-        os.rename(out, old)
-    os.rename(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _check_given(checkpoint: str, data_dir: Optional[str]):
+    if not os.path.isfile(checkpoint):
+        what = "is a directory" if os.path.isdir(checkpoint) else "does not exist"
+        raise OutlayersConfigError(f"checkpoint '{checkpoint}' {what}; pass the path of a .pt file written by "
+                                   "fairseq-train")
+    if data_dir is not None and not os.path.isdir(data_dir):
+        what = "is not a directory" if os.path.exists(data_dir) else "does not exist"
+        raise OutlayersConfigError(f"--data '{data_dir}' {what}; give the data directory that holds the "
+                                   "dictionaries (dict.SRC.txt, dict.TGT.txt)")
 
 
-def load(checkpoint: str, data_dir: Optional[str] = None):
-    """(model, model options, task, checkpoint state) through the package's safe loader."""
-    state = read(checkpoint)
+def load(checkpoint: str, data_dir: Optional[str] = None, state: Optional[dict] = None):
+    """(model, model options, task, checkpoint state) through the package's safe loader; a model of stock fairseq
+    (or of another plugin) is refused in one line."""
+    state = read(checkpoint) if state is None else state
     check_finite(checkpoint, state)
     model, _cfg, task = load_trained(checkpoint, data_dir)
+    family_of(model)
     return model, model.outlayers_args, task, state
 
 
 def export(checkpoint: str, out: str, to: str, data_dir: Optional[str] = None, quantization: Optional[str] = None,
-           force: bool = False) -> str:
-    """Write ``checkpoint`` as a stock model to ``out``; returns a one-line report."""
-    if to not in TARGETS:
-        raise OutlayersConfigError(f"--to '{to}' is unknown; choose one of: {', '.join(TARGETS)}")
-    if quantization is not None and to != "ctranslate2":
-        raise OutlayersConfigError("--quantization is CTranslate2's; it needs --to ctranslate2")
-    _check_out(out, checkpoint, data_dir, force)
-    if not os.path.isfile(checkpoint):
-        raise OutlayersConfigError(f"checkpoint '{checkpoint}' does not exist or is not a file")
-    model, args, task, state = load(checkpoint, data_dir)
-    family = _family(model)
-    if to == "ctranslate2" and family != "transformer":
-        raise ExportRefused(f"--to ctranslate2: CTranslate2 converts fairseq Transformers only, not the {family}; "
-                            "use --to fairseq")
-    stock_model, options = build_stock(model, args, task)
-    _languages(task, options)
+           force: bool = False, **options) -> str:
+    """Write ``checkpoint`` as a stock model to ``out`` through the target ``to``; returns a one-line report.
+    ``quantization`` and ``options``: the targets' options by dest (each refused for a target without it)."""
+    target = get_target(to)
+    values = dict(options, quantization=quantization)
+    _check_options(target, values)
+    check_out_name(out)
+    _check_given(checkpoint, data_dir)
+    if target.ready is not None:
+        target.ready()
+    inputs = [("the checkpoint", checkpoint, False), ("--data", data_dir, True),
+              ("the checkpoint's folder", os.path.dirname(os.path.abspath(checkpoint)), False),
+              ("the checkpoint's folder", os.path.dirname(os.path.realpath(checkpoint)), False)]
+    check_inputs(out, inputs)  # before the checkpoint is read, the inputs on the command line
+    state = read(checkpoint)
+    inputs += recorded_inputs(state, data_dir)
+    check_inputs(out, inputs)
+    _check_out(out, force)
+    model, args, task, state = load(checkpoint, data_dir, state)
+    family = family_of(model)
+    _check_family(target, family)
+    stock_model, stock_options = build_stock(model, args, task, output_bias=target.output_bias)
+    _languages(task, stock_options)
     difference = max_difference(model, stock_model, task)
     if not difference <= TOLERANCE:
-        raise ExportRefused(f"the stock {family} gives log-probabilities up to {difference:.3g} away from this "
+        raise ExportRefused(f"the stock {family.name} gives log-probabilities up to {difference:.3g} away from this "
                             f"model's (more than {TOLERANCE:g}); nothing was written")
     data = getattr(task.cfg, "data", None) if hasattr(task, "cfg") else None
     data = data_dir or (str(data).split(os.pathsep)[0] if data else None)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".outlayers-export-", dir=os.path.dirname(os.path.abspath(out)))
-    try:
-        if to == "fairseq":
-            _write_fairseq(state, stock_model, options, task, data, tmp)
-        else:
-            _write_ctranslate2(state, stock_model, options, task, data, tmp, quantization)
-        _replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    what = "CTranslate2 model" + (f" ({quantization})" if quantization else "") if to == "ctranslate2" \
-        else "stock fairseq checkpoint (model.pt)"
-    kind = "an LSTM" if family == "lstm" else "a Transformer"
-    return (f"wrote {out}: a {what} of {kind} with --output-layer {args.output_layer}, --embeddings "
-            f"{args.embeddings}; largest log-probability difference to the package's model {difference:.2g}")
+    job = Job(state, stock_model, stock_options, task, data, values)
+    notes: List[str] = []
+    with atomic_dir(out, "OUT", notes) as new:
+        target.writer(job, new)
+    kind = "an LSTM" if family.name == "lstm" else "a Transformer"
+    return "; ".join([f"wrote {out}: a {target.describe(values)} of {kind} with --output-layer {args.output_layer}, "
+                      f"--embeddings {args.embeddings}; largest log-probability difference to the package's model "
+                      f"{difference:.2g}"] + notes)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -370,11 +607,11 @@ def parser() -> argparse.ArgumentParser:
         "translates with, after checking that both give the same log-probabilities.")
     p.add_argument("checkpoint", help="a checkpoint written by fairseq-train --user-dir fairseq_outlayers")
     p.add_argument("out", help="the directory to write (refused if it exists, unless --force)")
-    p.add_argument("--to", required=True, choices=TARGETS,
-                   help="fairseq: OUT/model.pt and its dictionaries for stock fairseq-generate/-interactive; "
-                   "ctranslate2: a CTranslate2 model directory (needs pip install ctranslate2)")
-    p.add_argument("--quantization", choices=QUANTIZATIONS,
-                   help="--to ctranslate2: the weight type CTranslate2 stores (default: float32, as trained)")
+    p.add_argument("--to", required=True, choices=[t.name for t in TARGETS],
+                   help="; ".join(f"{t.name}: {t.help}" for t in TARGETS))
+    for target in TARGETS:
+        for option in target.options:
+            p.add_argument(option.flag, choices=option.choices, help=f"--to {target.name}: {option.help}")
     p.add_argument("--data", metavar="DIR", help="the data directory with the dictionaries, if it moved since "
                    "training")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists (never an input)")
@@ -384,8 +621,9 @@ def parser() -> argparse.ArgumentParser:
 @one_line_errors
 def main(argv=None):
     logging.basicConfig(format="%(message)s", level=logging.WARNING)
-    args = parser().parse_args(argv)
-    print(export(args.checkpoint, args.out, args.to, args.data, args.quantization, args.force))
+    args = vars(parser().parse_args(argv))
+    checkpoint, out, to, data, force = (args.pop(k) for k in ("checkpoint", "out", "to", "data", "force"))
+    print(export(checkpoint, out, to, data, force=force, **args))
     return 0
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import fairseq_outlayers.models  # noqa: F401  (registers the package's models, before the toy joins their registry)
 from fairseq_outlayers.core.registry import Option, register_output_layer
-from fairseq_outlayers.core.output_layer import FactorisedSoftmaxOutput, folded_linear
+from fairseq_outlayers.core.output_layer import FactorisedSoftmaxOutput
 from fairseq_outlayers.value_checks import Range
 
 DEFAULT_SCALE = 10.0
@@ -44,6 +44,6 @@ class ScaledCosineOutput(FactorisedSoftmaxOutput):
                        options=[Option("--toy-cosine-scale", DEFAULT_SCALE, type=float, metavar="S",
                                        range=Range(0, low_open=True), help="scale s of the cosine logits, fixed",
                                        resume="shape")],  # a saved buffer: the checkpoint keeps its value
-                       export=folded_linear)
+                       export="its logits divide h by its length, which no linear map does")
 def build_toy_cosine(args, task, decoder_embed_tokens, input_dim):
     return ScaledCosineOutput(len(task.target_dictionary), input_dim, scale=args.toy_cosine_scale)
