@@ -234,9 +234,10 @@ def test_download_wheels_fetches_what_an_offline_install_of_that_python_needs(tm
     calls = log.read_text().splitlines()
     assert calls[0].startswith("-m pip wheel") and "antlr4-python3-runtime==4.9.3" in calls[0]
     binary = [c for c in calls if "--only-binary=:all:" in c]
-    assert binary and all(f"--python-version {pyver}" in c and "--platform manylinux_2_28_x86_64" in c
+    tags = ("manylinux_2_28_x86_64", "manylinux_2_18_x86_64", "manylinux2014_x86_64")  # torch, nccl, older ones
+    assert binary and all(f"--python-version {pyver}" in c and all(f"--platform {t}" in c for t in tags)
                           and f"--find-links {wheels}" in c for c in binary), calls
-    source = [c for c in calls if "--no-binary :all:" in c]
+    source = [c for c in calls if "--no-binary" in c]
     if pyver == "3.12":
         assert any(" fairseq-fixed==0.12.3.1" in c for c in binary)
         assert not any("fairseq-fixed" in c for c in source)
