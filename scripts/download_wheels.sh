@@ -3,7 +3,7 @@
 # so that a machine without network (a closed GPU cluster) can install with `WHEELS=DIR make install`.
 #
 #   bash scripts/download_wheels.sh DIR [PYTHON_VERSION] [PLATFORM]
-#   bash scripts/download_wheels.sh wheels-cp312 3.12          # x86-64 Linux: manylinux_2_28 and older tags
+#   bash scripts/download_wheels.sh wheels-cp312 3.12          # x86-64 Linux: manylinux tags up to glibc 2.28
 #
 # TORCH (default torch==2.13.0) and TORCH_INDEX (default: PyPI) pick the torch build, e.g.
 #   TORCH=torch==2.5.1 TORCH_INDEX=https://download.pytorch.org/whl/cu124 bash scripts/download_wheels.sh DIR 3.12
@@ -22,9 +22,11 @@ TORCH_INDEX=${TORCH_INDEX:-}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$DIR"
 
-# torch 2.13's wheels are manylinux_2_28, older packages' manylinux2014: by default any of these tags
+# pip takes a --platform tag as it is written, not the older ones it implies: by default every x86-64 manylinux
+# tag from glibc 2.28 (torch 2.13's wheels) down to 2.5 (manylinux1)
 platforms=()
-for p in ${PLATFORM:-manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64}; do
+default_tags="$(for m in $(seq 28 -1 17); do echo "manylinux_2_${m}_x86_64"; done) manylinux2014_x86_64"
+for p in ${PLATFORM:-$default_tags manylinux2010_x86_64 manylinux1_x86_64}; do
   platforms+=(--platform "$p")
 done
 "$PYTHON" -m pip wheel -q --no-deps -w "$DIR" antlr4-python3-runtime==4.9.3
@@ -47,7 +49,7 @@ case "$PYVER" in 3.10|3.11) align=(systran-align);; esac
 fairseq=(fairseq-fixed==0.12.3.1)
 case "$PYVER" in
   3.10|3.11|3.12) ;;
-  *) "$PYTHON" -m pip download -q --no-deps --no-binary :all: -d "$DIR" fairseq-fixed==0.12.3.1
+  *) "$PYTHON" -m pip download -q --no-deps --no-binary fairseq-fixed -d "$DIR" fairseq-fixed==0.12.3.1
      fairseq=(cffi hydra-core==1.3.2 omegaconf==2.3.0 regex tqdm bitarray torchaudio scikit-learn packaging);;
 esac
 "$PYTHON" -m pip download "${target[@]}" "${index[@]}" "${pins[@]}" "$TORCH" "${fairseq[@]}" \

@@ -27,13 +27,16 @@ TORCH_EXTRA_INDEX=${TORCH_EXTRA_INDEX:-}
 die() { echo "install.sh: error: $*" >&2; exit 1; }
 step() { echo "==> $*"; }
 
-# The Pythons fairseq-fixed builds and runs on; setup.py's python_requires says the same (a test checks).
+# The Pythons fairseq-fixed builds and runs on; setup.py's python_requires says the same (a test checks). On 3.14
+# it builds, but `import fairseq` fails (its options' Optional[str] types reach argparse as `str | None`).
 PY_SUPPORTED="3.10 3.11 3.12 3.13"
 command -v "$PYTHON" >/dev/null || die "'$PYTHON' not found; install Python 3.10-3.13 or set PYTHON=/path/to/python3.13"
 pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 case " $PY_SUPPORTED " in
   *" $pyver "*) ;;
-  *) die "Python $pyver is not supported: use Python 3.10-3.13 (set PYTHON=/path/to/python3.13)";;
+  *) why=""
+     [ "${pyver%%.*}" = 3 ] && [ "${pyver#*.}" -ge 14 ] 2>/dev/null && why=" (fairseq 0.12 does not import on it)"
+     die "Python $pyver is not supported$why: use Python 3.10-3.13 (set PYTHON=/path/to/python3.13)";;
 esac
 CXX=${CXX:-g++}
 command -v "$CXX" >/dev/null || die "no C++ compiler ($CXX) found: fairseq and fastBPE compile C++ extensions; install it (Debian/Ubuntu: apt-get install g++) or set CXX"

@@ -25,14 +25,16 @@ def _run(tmp_path, env):
     return subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=full, timeout=60)
 
 
-@pytest.mark.parametrize("version", ["3.9", "3.14", "3.1"])
+@pytest.mark.parametrize("version", ["3.9", "3.14", "3.15", "3.1"])
 def test_rejects_unsupported_python(tmp_path, version):
-    """Below 3.10 and above 3.13 (3.14: fairseq-fixed is not known to build there) the install stops in one line
-    naming the range and the fix, before it creates anything or compiles."""
+    """Below 3.10 and above 3.13 the install stops in one line naming the range and the fix, before it creates
+    anything or compiles; from 3.14 on it says why (fairseq-fixed 0.12.3.1 builds on 3.14.10, but `import fairseq`
+    fails: TypeError: str | None is not callable)."""
     fake = _fake(tmp_path, f"python{version}", f'echo "{version}"\n')
     proc = _run(tmp_path, {"PYTHON": fake})
     assert proc.returncode == 1
-    assert proc.stderr == (f"install.sh: error: Python {version} is not supported: use Python 3.10-3.13 "
+    why = " (fairseq 0.12 does not import on it)" if version in ("3.14", "3.15") else ""
+    assert proc.stderr == (f"install.sh: error: Python {version} is not supported{why}: use Python 3.10-3.13 "
                            "(set PYTHON=/path/to/python3.13)\n")
     assert not (tmp_path / "venv").exists()  # nothing was created
 
@@ -232,9 +234,10 @@ def test_download_wheels_fetches_what_an_offline_install_of_that_python_needs(tm
     calls = log.read_text().splitlines()
     assert calls[0].startswith("-m pip wheel") and "antlr4-python3-runtime==4.9.3" in calls[0]
     binary = [c for c in calls if "--only-binary=:all:" in c]
-    assert binary and all(f"--python-version {pyver}" in c and "--platform manylinux_2_28_x86_64" in c
+    tags = ("manylinux_2_28_x86_64", "manylinux_2_18_x86_64", "manylinux2014_x86_64")  # torch, nccl, older ones
+    assert binary and all(f"--python-version {pyver}" in c and all(f"--platform {t}" in c for t in tags)
                           and f"--find-links {wheels}" in c for c in binary), calls
-    source = [c for c in calls if "--no-binary :all:" in c]
+    source = [c for c in calls if "--no-binary" in c]
     if pyver == "3.12":
         assert any(" fairseq-fixed==0.12.3.1" in c for c in binary)
         assert not any("fairseq-fixed" in c for c in source)
