@@ -447,12 +447,30 @@ def test_the_written_checkpoint_holds_only_plain_types(tied_checkpoint, tmp_path
     assert ours & set(state["cfg"]["model"]) == set()
 
 
+def _export_blocks():
+    """{page: the method folders its ``exports`` blocks name} of every page of docs/."""
+    import glob
+    import re
+
+    from harness import REPO
+
+    out = {}
+    for page in sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))):
+        with open(page, encoding="utf-8") as f:
+            text = re.sub(r"^```.*?^```", "", f.read(), flags=re.M | re.S)  # a page printed as an example
+            for match in re.finditer(r"<!-- generated: exports ([\w ]+) -->", text):
+                out.setdefault(os.path.basename(page), []).extend(match.group(1).split())
+    return out
+
+
 def _export_rows():
-    """{(flag, name): [export, how]} of the ``exports`` block, rendered from the registries as docs/serving.md's."""
+    """{(flag, name): [export, how]} of the ``exports`` blocks of the docs, rendered from the registries."""
     from fairseq_outlayers.lab.option_blocks import _exports_block
 
     rows = {}
-    for line in _exports_block(None, []):
+    folders = [f for names in _export_blocks().values() for f in names]
+    assert len(folders) == len(set(folders)), folders  # a method's table is on one page
+    for line in _exports_block(None, folders):
         if line.startswith("| `--"):
             options, export, how = line[2:-2].split(" | ")
             flag = options[1:].split(" ", 1)[0]
@@ -463,15 +481,17 @@ def _export_rows():
 
 
 def test_the_serving_page_lists_every_seam_as_the_registries_declare_it():
-    """docs/serving.md's table is the generated block ``exports``, equal to its render from the registries (so a
-    layer added to a registry needs no hand edit): a row per output layer and embedding of the package; "yes"
-    with the function's name for a function, "no" with the reason for a sentence, "not declared" for neither."""
+    """Every output layer and embedding of the package is in a generated ``exports`` block, equal to its render
+    from the registries: docs/serving.md's for the package's methods, a method's own page for one added later (so
+    a new method changes no other page); "yes" with the function's name for a function, "no" with the reason for a
+    sentence."""
     from fairseq_outlayers.lab import docs
     from harness import REPO
 
-    page = os.path.join(REPO, "docs", "serving.md")
-    assert "<!-- generated: exports -->" in docs.read_document(page)
-    assert docs.stale([page], docs.Context(REPO)) == []
+    blocks = _export_blocks()
+    assert {"baselines", "joint", "fixed"} <= set(blocks["serving.md"])
+    pages = [os.path.join(REPO, "docs", page) for page in blocks]
+    assert docs.stale(pages, docs.Context(REPO)) == []
     rows = _export_rows()
     expected = {(flag, name): spec for flag, registry in (("--output-layer", OUTPUT_LAYER_REGISTRY),
                                                           ("--embeddings", EMBEDDING_REGISTRY))

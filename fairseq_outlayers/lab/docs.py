@@ -5,7 +5,8 @@ table, is rendered from committed files between two marker comments, never typed
     python -m fairseq_outlayers.lab.docs --check    # exit 1, naming the file and block, where one differs,
                                                     # and each prose figure that no committed page holds
 
-A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end generated -->``. Kinds:
+A block is ``<!-- generated: KIND ARGS -->``, the rendered text, then ``<!-- end generated -->``; one inside a
+fenced code block is an example of a page (docs/architecture.md prints a method's page) and is left as it is. Kinds:
 
 - ``claims [PAGE]``: the claims of ``docs/results/claims.json`` (those whose page is PAGE) with the verdict the
   ledger's rule gives over the protocol's seeds (``ledger.render.claims_table``);
@@ -196,7 +197,11 @@ def render_text(text: str, ctx: Context, where: str = "text") -> str:
         raise OutlayersConfigError(f"{where}: a '<!-- generated: ... -->' marker has no '<!-- end generated -->' "
                                    "line after it")
 
+    fences = [f.span() for f in re.finditer(r"^```.*?^```", text, re.M | re.S)]
+
     def one(m):
+        if any(start <= m.start() < end for start, end in fences):  # a page printed as an example (a code block)
+            return m.group(0)
         spec = m.group("spec").split()
         if not spec or spec[0] not in KINDS:
             raise OutlayersConfigError(f"{where}: unknown generated block '{m.group('spec')}'; kinds: "

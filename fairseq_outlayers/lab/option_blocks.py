@@ -107,19 +107,24 @@ def export_cells(export) -> Tuple[str, str]:
 
 
 def _exports_block(ctx, args: List[str]) -> List[str]:
-    """Every output layer and embedding of the package, in the registries' order, with how it exports
-    (``SeamSpec.export``); entries that export alike share a row."""
+    """How the output layers and embeddings of the named method folders (``methods/NAME/``) export
+    (``SeamSpec.export``), in the registries' order; entries that export alike share a row. A method's own page
+    holds the block of its folder, so a method added in its folder changes no other page."""
     import fairseq_outlayers.models  # noqa: F401  (registers the methods)
     from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
 
-    if args:
-        raise OutlayersConfigError(f"an exports block takes no arguments, not '{' '.join(args)}'")
+    folders = {spec.build.__module__.split(".")[2] for spec in list(OUTPUT_LAYER_REGISTRY.values())
+               + list(EMBEDDING_REGISTRY.values()) if spec.build.__module__.startswith("fairseq_outlayers.methods.")}
+    unknown = sorted(set(args) - folders)
+    if not args or unknown:
+        raise OutlayersConfigError(f"an exports block names method folders (of: {', '.join(sorted(folders))}), not "
+                                   f"'{' '.join(unknown or args)}'")
     lines = ["Generated from the registries (`export=` of each registration).", "",
              "| option | export | how |", "| --- | --- | --- |"]
     for flag, registry in (("--output-layer", OUTPUT_LAYER_REGISTRY), ("--embeddings", EMBEDDING_REGISTRY)):
         rows: Dict[Tuple[str, str], List[str]] = {}
         for name, spec in registry.items():
-            if spec.build.__module__.startswith("fairseq_outlayers."):  # not an entry a test or a plugin adds
+            if spec.build.__module__.split(".")[2:3] in ([a] for a in args):
                 rows.setdefault(export_cells(spec.export), []).append(name)
         for (export, how), names in rows.items():
             options = ", ".join([f"`{flag} {names[0]}`"] + [f"`{n}`" for n in names[1:]])
