@@ -29,8 +29,9 @@ def module_name(path: str) -> str:
     return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
 
 
-def imports(path: str, module: str):
-    """(line, imported module) for every import of a ``fairseq_outlayers`` module in the file."""
+def imports(path: str, module: str, packages: bool = False):
+    """(line, imported module) for every import of a module of the package (``module``'s root) in the file; with
+    ``packages``, also the module a ``from M import N`` names (M)."""
     package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
@@ -41,13 +42,13 @@ def imports(path: str, module: str):
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            names = [f"{target}.{a.name}" for a in node.names]
-            for name in names if target.split(".")[0] == "fairseq_outlayers" else []:
+            names = [target] * packages + [f"{target}.{a.name}" for a in node.names]
+            for name in names if target.split(".")[0] == module.split(".")[0] else []:
                 # ``from fairseq_outlayers.lab import compare`` imports fairseq_outlayers.lab.compare
                 yield node.lineno, name
         elif isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.split(".")[0] == "fairseq_outlayers":
+                if a.name.split(".")[0] == module.split(".")[0]:
                     yield node.lineno, a.name
 
 
@@ -68,9 +69,8 @@ def import_graph(package=PACKAGE, repo=REPO):
         files[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = path
     graph = {}
     for module, path in files.items():
-        own = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
         targets = set()
-        for _line, target in _imports(path, own):
+        for _line, target in imports(path, module, packages=True):
             name = target if target in files else target.rsplit(".", 1)[0]
             if name not in files:
                 continue
@@ -84,28 +84,6 @@ def import_graph(package=PACKAGE, repo=REPO):
 def _parents(module):
     parts = module.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def _imports(path, package):
-    """(line, imported module or module.name) of every import of the package's own modules in the file."""
-    root = package.split(".")[0]
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.split(".")[0] == root:
-                yield node.lineno, target
-                for a in node.names:
-                    yield node.lineno, f"{target}.{a.name}"
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.split(".")[0] == root:
-                    yield node.lineno, a.name
 
 
 def circles(graph):
