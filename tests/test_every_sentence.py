@@ -1,5 +1,5 @@
 """Every sentence is scored: fairseq 0.12 builds batches of a multiple of ``--required-batch-size-multiple``
-sentences (8 by default) and drops a last batch that is not one (fairseq issue #5036). ``outlayers-generate`` and
+sentences (8 by default) and drops a last batch that is not one (fairseq's GitHub thread 5036). ``outlayers-generate`` and
 ``outlayers-validate`` pass ``--required-batch-size-multiple 1`` unless it is given, and every documented command
 that translates or validates a set passes it. On the tiny corpus (24 sentences a split), batches of 5 sentences
 show it: fairseq drops the last 4."""

@@ -184,7 +184,7 @@ def register_output_layer(name: str, help: str, options=(), **flags):
         if name in OUTPUT_LAYER_REGISTRY:
             raise ValueError(f"output layer '{name}' is registered twice")
         spec = OutputLayerSpec(name, build, help, tuple(options), **flags)
-        check_declared("--output-layer", name, spec.options, spec.export)
+        check_declared("output layer", name, spec.options, spec.export)
         OUTPUT_LAYER_REGISTRY[name] = spec
         return build
 
@@ -200,7 +200,7 @@ def register_embeddings(name: str, help: str, options=(), **flags):
         if name in EMBEDDING_REGISTRY:
             raise ValueError(f"embeddings '{name}' are registered twice")
         spec = EmbeddingSpec(name, build, help, tuple(options), **flags)
-        check_declared("--embeddings", name, spec.options, spec.export)
+        check_declared("embeddings", name, spec.options, spec.export)
         EMBEDDING_REGISTRY[name] = spec
         return build
 

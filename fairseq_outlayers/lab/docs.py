@@ -22,8 +22,9 @@ fenced code block is an example of a page (docs/architecture.md prints a method'
   section a WORD picks (``outlayers-options``, read from the registries); the word ``seams`` gives the
   options of the two seams themselves;
 - ``archs``: every ``--arch`` of the package with its description;
-- ``exports``: every output layer and embedding of the package with how it exports (``export=`` of its
-  registration: a function, a sentence saying why not, or nothing, which ``outlayers-export`` refuses);
+- ``exports FOLDER...``: the output layers and embeddings of those method folders with how they export (``export=``
+  of each registration); docs/serving.md names the package's, a method's own page its own;
+- ``methods``: the README's table of methods, from each registration's ``ABOUT`` (summary, paper, page)
 - ``cli COMMAND``: the options of a console command's argparse parser (the commands of
   ``option_blocks.CLI_PARSERS``, a fixed table: a document names what is rendered, it runs nothing it names);
 - ``bench FILE [N ...]``: the tables of a benchmark page (the N-th ones), verbatim, with its date and commit;
@@ -50,7 +51,7 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger_blocks import (CLAIMS, LEDGER, TEST, _claims_block, _further_block,  # noqa: F401
                                                  _readme_block, _rows_block, _rule_block, _seed_scores_block)
 from fairseq_outlayers.lab.option_blocks import (_archs_block, _cell, _cli_block, _exports_block,  # noqa: F401
-                                                 _options_block, _seam_row)
+                                                 _methods_block, _options_block, _seam_row)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCHMARKS = "docs/benchmarks"
@@ -188,7 +189,7 @@ def _bench_block(ctx: Context, args: List[str]) -> List[str]:
 KINDS = {"claims": _claims_block, "rule": _rule_block, "further-seeds": _further_block,
          "readme-evidence": _readme_block, "rows": _rows_block, "seed-scores": _seed_scores_block,
          "options": _options_block, "cli": _cli_block,
-         "archs": _archs_block, "exports": _exports_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
+         "archs": _archs_block, "exports": _exports_block, "methods": _methods_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
 
 
 def render_text(text: str, ctx: Context, where: str = "text") -> str:

@@ -5,6 +5,7 @@ help and docstrings they copy are held to the docs' rules by the tests (tests/te
 """
 import argparse as _argparse
 import re
+import sys
 from typing import Dict, List, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -86,6 +87,35 @@ def _archs_block(ctx, args: List[str]) -> List[str]:
             + [f"| `{name}` | {_cell(doc)} |" for name, doc in arch_sections()])
 
 
+def _methods_block(ctx, args: List[str]) -> List[str]:
+    """The README's table of methods: every registration module (``methods/*/register.py``) or loss of the package
+    that declares ``ABOUT`` (summary, paper, page), oldest paper first, with the options it registers."""
+    import fairseq_outlayers.models  # noqa: F401  (registers the methods and losses)
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY
+
+    if args:
+        raise OutlayersConfigError(f"a methods block takes no arguments, not '{' '.join(args)}'")
+    rows = []
+    for name, module in sorted(sys.modules.items()):
+        about = getattr(module, "ABOUT", None)
+        if not name.startswith("fairseq_outlayers.") or not isinstance(about, dict):
+            continue
+        layers = [n for n, s in OUTPUT_LAYER_REGISTRY.items() if s.build.__module__ == name]
+        embeddings = [n for n, s in EMBEDDING_REGISTRY.items() if s.build.__module__ == name]
+        criterions = [n for n, c in CRITERION_REGISTRY.items() if getattr(c, "__module__", None) == name]
+        flag, names = next((f, n) for f, n in (("--output-layer", layers), ("--embeddings", embeddings),
+                                                ("--criterion", criterions)) if n)
+        option = " / ".join([f"`{flag} {names[0]}`"] + [f"`{n}`" for n in names[1:]])
+        year = int(re.search(r"\d{4}", about["paper"]).group(0))
+        page = about["page"]
+        rows.append((year, f"| {option} | {_cell(about['summary'])} | {about['paper']} | "
+                           f"[{page[:-3]}](docs/{page}) |"))
+    return (["| option | what it is | paper | docs |", "| --- | --- | --- | --- |"]
+            + [row for _year, row in sorted(rows, key=lambda r: r[0])])
+
+
 def _first_sentence(doc: str) -> str:
     """The first sentence of a docstring, on one line, with reST's double backticks as Markdown's single ones."""
     text = " ".join((doc or "").split()).replace("``", "`")
@@ -95,7 +125,7 @@ def _first_sentence(doc: str) -> str:
 def export_cells(export) -> Tuple[str, str]:
     """(export, how) of a registration's ``export``: a function exports (how: its name and the first sentence of
     its docstring), a sentence says why not, and nothing declared is refused as ``outlayers-export`` says."""
-    from fairseq_outlayers.tools.export import NOT_DECLARED
+    from fairseq_outlayers.tools.stock import NOT_DECLARED
 
     if callable(export):
         summary = _first_sentence(export.__doc__)

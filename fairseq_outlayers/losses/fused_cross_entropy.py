@@ -29,6 +29,10 @@ from fairseq_outlayers.value_checks import Range, check_values, config_defaults
 
 logger = logging.getLogger(__name__)
 
+#: the README's row of this method (``python -m fairseq_outlayers.lab.docs`` renders the table from it)
+ABOUT = {"summary": "the softmax-type layers' loss without the N × V logits (Cut Cross-Entropy on CUDA)",
+         "paper": "Wijmans et al. 2025", "page": "fused-loss.md"}
+
 
 @dataclass
 class FusedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):

@@ -4,6 +4,10 @@ from fairseq_outlayers.core.registry import register_embeddings, register_output
 
 from .softmax import LearnedSoftmaxOutput, TiedSoftmaxOutput
 
+#: the README's row of this method (``python -m fairseq_outlayers.lab.docs`` renders the table from it)
+ABOUT = {"summary": "learned output matrix, untied or tied to the decoder embedding",
+         "paper": "Press & Wolf 2017", "page": "usage.md"}
+
 
 @register_embeddings("standard", help="one learned matrix per dictionary (fairseq's usual embeddings)",
                      export=lookup_table)

@@ -23,6 +23,10 @@ from .target_vectors import TargetTable, load_target_table, write_example_vector
 
 logger = logging.getLogger(__name__)
 
+#: the README's row of this method (``python -m fairseq_outlayers.lab.docs`` renders the table from it)
+ABOUT = {"summary": "predicts a word vector (vMF, cosine, L2, max-margin losses)",
+         "paper": "Kumar & Tsvetkov 2019", "page": "continuous-outputs.md"}
+
 #: the smallest --continuous-topk fairseq's beam search can run with: K = 1 leaves a hypothesis whose best word is
 #: </s> (not allowed before --min-len) with no finite continuation, and fairseq asserts at the maximum length
 MIN_TOPK = 2

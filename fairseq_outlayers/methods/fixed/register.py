@@ -14,6 +14,10 @@ from .fixed_random import INITS, FixedRandomOutput, is_power_of_two
 
 logger = logging.getLogger(__name__)
 
+#: the README's row of this method (``python -m fairseq_outlayers.lab.docs`` renders the table from it)
+ABOUT = {"summary": "fixed random classifier, never trained",
+         "paper": "Shalev et al. 2021", "page": "fixed-targets.md"}
+
 #: the layer's options: flag, default (filled when left unset), help, allowed values
 OPTIONS = (
     Option("--fixed-targets-init", "uniform", metavar="{" + ",".join(INITS) + "}",  # paper section 3.1

@@ -13,6 +13,10 @@ from fairseq_outlayers.value_checks import FROZEN_BYTES, TRAINED_BYTES, Range, c
 
 from .joint_output import ACTIVATIONS, STRUCTURES, JointOutputLayer
 
+#: the README's row of this method (``python -m fairseq_outlayers.lab.docs`` renders the table from it)
+ABOUT = {"summary": "joint input-output embedding (+ `--criterion sampled_softmax`)",
+         "paper": "Pappas et al. 2018", "page": "joint-output.md"}
+
 #: the layer's options: flag, default (filled when left unset), help, allowed values
 OPTIONS = (
     Option("--joint-dim", 512, type=int, metavar="N",

@@ -20,6 +20,10 @@ from .word_pairs.pairs import index_maps, lambdas_from_string, read_pairing, wri
 
 logger = logging.getLogger(__name__)
 
+#: the README's row of this method (``python -m fairseq_outlayers.lab.docs`` renders the table from it)
+ABOUT = {"summary": "source and target words share part of their embedding",
+         "paper": "Liu et al. 2019", "page": "shared-private.md"}
+
 DEFAULT_LAMBDAS = "0.9,0.7,0.5"
 #: the embeddings' options: flag, default (filled when left unset), help
 OPTIONS = (
