@@ -27,7 +27,16 @@ A row file holds ``fairseq-train`` options (text after ``#`` is a comment); its 
 * ``budget: N``: a quick row: N updates, no early stopping, the last checkpoint tested (the demo and the sweep);
   without it the row runs the converged protocol (``protocol_options``);
 * ``decodes: B B@S ...``: further test decodes recorded beside the row's own (``decodes`` in the record): beam B,
-  and for a continuous-output row beam B with ``--continuous-score-scale S``.
+  and for a continuous-output row beam B with ``--continuous-score-scale S``;
+* ``test-beam: N``: the beam of the record's test translations when it differs from the validation beam of
+  ``beam:`` (a continuous-output row: early stopping on nearest-neighbour decoding, tested at beam 5);
+* ``scales: none S ...``: a continuous-output row's score scale at the test beam, chosen on the validation split
+  among these (``none``: the model's own; S: ``--continuous-score-scale S``); the record keeps the choice and the
+  validation score of each (``decoding.scale``, ``decoding.scale_validation``); the test is decoded once;
+* ``teacher: ROW [--matrix output|input] [--random-below N] [--center]``: the row's ``--target-vectors @teacher``
+  are ROW's trained model of the same seed (``outlayers-vectors export`` of its ``checkpoint_best.pt``; with
+  ``--random-below N`` a mixed table drawn with the run's seed). ROW is a row file of the same folder; the runner
+  trains it first, or reuses its checkpoint, and records the vectors' digest (``teacher.py``).
 
 The first comment line that is not a directive describes the row. The options (with the base's) are complete
 (architecture, optimiser, criterion, data): the runner adds only the protocol, the seed and paths.
@@ -44,8 +53,10 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger.steps import parse_step
 
 DIRECTIVES = ("baseline", "method", "table", "validate", "beam", "patience", "after", "from", "base", "budget",
-              "decodes")
-DIRECTIVE = re.compile(r"^#\s*([a-z]+)\s*:\s*(.*?)\s*$")
+              "decodes", "test-beam", "scales", "teacher")
+DIRECTIVE = re.compile(r"^#\s*([a-z-]+)\s*:\s*(.*?)\s*$")
+#: the value of ``--target-vectors`` in a row with ``# teacher:``, replaced by the exported file when it trains
+TEACHER_VECTORS = "@teacher"
 #: base options that belong to the base criterion (each takes one value)
 CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
 
@@ -113,6 +124,64 @@ def parse_decodes(text: str) -> List[Tuple[int, Optional[float]]]:
     return out
 
 
+def parse_scales(text: str) -> List[Optional[float]]:
+    """``"none 10 20"`` -> [None, 10.0, 20.0]: the candidate score scales of ``# scales:``."""
+    out = []
+    for item in text.split():
+        if item == "none":
+            out.append(None)
+            continue
+        try:
+            value = float(item)
+        except ValueError:
+            raise ValueError(f"'{item}' is neither 'none' nor a number") from None
+        if not 0 < value < float("inf"):
+            raise ValueError(f"'{item}': a scale must be a positive number")
+        out.append(value)
+    if not out or len(set(out)) != len(out):
+        raise ValueError("give one or more different scales, e.g. 'none 10 20 40'")
+    return out
+
+
+@dataclass
+class Teacher:
+    """``# teacher: ROW [--matrix output|input] [--random-below N] [--center]``."""
+    row: str
+    matrix: str = "output"
+    random_below: int = 0
+    center: bool = False
+
+    def vectors_name(self) -> str:
+        """The exported file's name in the teacher's run directory."""
+        mixed = f".random-below{self.random_below}{'.centred' if self.center else ''}" if self.random_below else ""
+        return f"vectors.{self.matrix}{mixed}.vec"
+
+
+def parse_teacher(text: str) -> Teacher:
+    words = shlex.split(text)
+    if not words or words[0].startswith("-"):
+        raise ValueError("name the teacher row first, e.g. 'word-softmax' or 'word-softmax --random-below 5'")
+    teacher, rest = Teacher(words[0]), iter(words[1:])
+    for word in rest:
+        if word == "--matrix":
+            teacher.matrix = next(rest, "")
+            if teacher.matrix not in ("output", "input"):
+                raise ValueError("--matrix is 'output' or 'input'")
+        elif word == "--random-below":
+            value = next(rest, "")
+            if not (value.isascii() and value.isdigit()) or int(value) < 1:
+                raise ValueError("--random-below needs a count >= 1")
+            teacher.random_below = int(value)
+        elif word == "--center":
+            teacher.center = True
+        else:
+            raise ValueError(f"'{word}' is not --matrix, --random-below or --center")
+    if teacher.center and not teacher.random_below:
+        raise ValueError("--center is for a mixed table (--random-below N); centre plain vectors with "
+                         "--target-vectors-center")
+    return teacher
+
+
 def decode_key(beam: int, scale: Optional[float]) -> str:
     """The record's key of a decode: ``"5"``, or ``"5@40"`` with a score scale."""
     return str(beam) if scale is None else f"{beam}@{scale:g}"
@@ -137,6 +206,9 @@ class LedgerRow:
     base_args: List[str] = field(default_factory=list)  # the ``# base:`` file's options, under ``train_args``
     budget: Optional[int] = None  # updates of a quick row (no early stopping); None: the converged protocol
     decodes: List[Tuple[int, Optional[float]]] = field(default_factory=list)
+    test_beam: Optional[int] = None  # ``# test-beam:``: the beam of the test translations (default: ``beam``)
+    scales: List[Optional[float]] = field(default_factory=list)  # ``# scales:``: chosen on validation
+    teacher: Optional[Teacher] = None  # ``# teacher:``: target vectors from that row's model of the same seed
 
     def options(self) -> List[str]:
         """The row's fairseq-train options after its data directory: the base's, then its own."""
@@ -148,6 +220,10 @@ class LedgerRow:
 
     def decoding_beam(self, default: int) -> int:
         return self.beam or default
+
+    def testing_beam(self, default: int) -> int:
+        """The beam of the record's test translations."""
+        return self.test_beam or self.decoding_beam(default)
 
     def stopping_patience(self, default: int) -> int:
         return self.patience or default
@@ -271,7 +347,8 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optio
         raise OutlayersConfigError(f"{path}: the row names no --data-bin and no --data was given; add "
                                    "'--data-bin DIR' to the row")
     row = LedgerRow(name, path, data_bin, train_args, description, trained_as=trained_as)
-    for key, parse, attr in (("after", parse_step, "after"), ("decodes", parse_decodes, "decodes")):
+    for key, parse, attr in (("after", parse_step, "after"), ("decodes", parse_decodes, "decodes"),
+                             ("scales", parse_scales, "scales"), ("teacher", parse_teacher, "teacher")):
         if key in found:
             value, lineno = found[key]
             try:
@@ -294,13 +371,13 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optio
             raise OutlayersConfigError(f"{path}:{lineno}: '# validate: loss' needs the reason BLEU validation "
                                        "is not used, e.g. '# validate: loss -- ...'")
         row.validate, row.validate_reason = metric, reason
-    for key in ("beam", "patience", "budget"):
+    for key in ("beam", "patience", "budget", "test-beam"):
         if key in found:
             value, lineno = found[key]
             if not (value.isascii() and value.isdigit()) or int(value) < 1:
                 raise OutlayersConfigError(f"{path}:{lineno}: '# {key}: {value}': the {key} must be a positive "
                                            "integer")
-            setattr(row, key, int(value))
+            setattr(row, key.replace("-", "_"), int(value))
     if row.budget is not None:
         for key in ("validate", "patience"):
             if key in found:
@@ -309,9 +386,47 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optio
     if trained_as:
         row.validate, row.validate_reason = source.validate, source.validate_reason
         row.beam, row.patience, row.budget = source.beam, source.patience, source.budget
+        row.test_beam, row.scales, row.teacher = source.test_beam, source.scales, source.teacher
+        if row.teacher is not None:
+            raise OutlayersConfigError(f"{path}: '# from: {row.trained_as}': a step row of a row with '# teacher:' is "
+                                       "not supported yet; give the step row its own options and teacher")
+    else:
+        _check_teacher(row, path, found)
     if budget is not None:
         row.budget = budget
     return row
+
+
+def _check_teacher(row: LedgerRow, path: str, found) -> None:
+    """A ``# teacher:`` row names ``--target-vectors @teacher`` (and a row without one does not); its teacher is a
+    row file of the same folder (checked when it runs: ``teacher.py``)."""
+    options = row.options()
+    named = [v for k, v in zip(options, options[1:]) if k == "--target-vectors"]
+    if row.teacher is not None:
+        lineno = found["teacher"][1]
+        if named != [TEACHER_VECTORS]:
+            raise OutlayersConfigError(f"{path}:{lineno}: a row with '# teacher:' gives '--target-vectors "
+                                       f"{TEACHER_VECTORS}' (replaced by the teacher's exported vectors); it gives "
+                                       f"{named or 'no --target-vectors'}")
+        if row.teacher.row == row.name:
+            raise OutlayersConfigError(f"{path}:{lineno}: a row cannot be its own teacher")
+        if row.budget is not None:
+            raise OutlayersConfigError(f"{path}:{lineno}: '# teacher:' is for a converged row (not with "
+                                       "'# budget:')")
+    elif TEACHER_VECTORS in named:
+        raise OutlayersConfigError(f"{path}: '--target-vectors {TEACHER_VECTORS}' needs '# teacher: ROW' (the row "
+                                   "whose trained model gives the vectors)")
+
+
+def teacher_path(row: LedgerRow) -> str:
+    """The row file of ``row``'s teacher: a row file of the same folder."""
+    return _parent(row.path, row.teacher.row, 0)
+
+
+def with_vectors(options: List[str], vectors: str) -> List[str]:
+    """``options`` with ``--target-vectors @teacher`` replaced by the file ``vectors``."""
+    return [vectors if a == TEACHER_VECTORS and k == "--target-vectors" else a
+            for k, a in zip([""] + options[:-1], options)]
 
 
 def target_is_bpe(data_bin: str) -> bool:

@@ -40,7 +40,7 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.tools.evaluation.scoring import evaluate
 from fairseq_outlayers.lab.fairseq_runs import log
 from fairseq_outlayers.lab.ledger import records, patience, steps
-from fairseq_outlayers.lab.ledger.rows import LedgerRow, decode_key, row_options
+from fairseq_outlayers.lab.ledger.rows import LedgerRow, decode_key, row_options, with_vectors
 from fairseq_outlayers.outfiles import check_writable_dir, write_text
 from fairseq_outlayers.tools.commands import executable, user_dir
 from fairseq_outlayers.tools.rawtext import Preparation
@@ -134,10 +134,10 @@ def curve(log_path: str) -> List[Dict]:
 
 
 @contextlib.contextmanager
-def _locked(run_dir: str):
+def _locked(run_dir: str, name: str = ".lock"):
     """Hold ``run_dir``'s lock: one training at a time in a run directory (a row and the step rows ``from`` it,
     or two ``ledger run`` calls, may reach the same seed at once: the second waits, then finds it trained)."""
-    with open(os.path.join(run_dir, ".lock"), "w") as f:
+    with open(os.path.join(run_dir, name), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -248,7 +248,13 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     train_dir = os.path.join(s.work, f"{row.training_name()}.seed{seed}")
     # a step row's training is its parent's: the parent's record (if any) says when it is finished
     parent = records.recorded(s.ledger, row.trained_as, seed, options, row.path) if row.trained_as else None
-    trained = train(row, seed, s, options, train_dir, parent["updates"] if parent else None)
+    train_options, teacher_facts = options, None
+    if row.teacher is not None:  # the first stage: the teacher's model of this seed, exported (teacher.py)
+        from fairseq_outlayers.lab.ledger import teacher
+
+        vectors, teacher_facts = teacher.prepare(row, seed, s, train_dir)
+        train_options = with_vectors(options, vectors)
+    trained = train(row, seed, s, train_options, train_dir, parent["updates"] if parent else None)
     seconds, digest, files, cmd, log_path = (trained[k] for k in ("seconds", "data_digest", "file_digests",
                                                                   "command", "log"))
     last_ckpt, best_ckpt = (os.path.join(train_dir, f"checkpoint_{k}.pt") for k in ("last", "best"))
@@ -272,11 +278,15 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     direction = ["--source-lang", src_lang, "--target-lang", tgt_lang] if src_lang else []
     tests, hyps, refs = {}, {}, {}
     sets = [(s.test_name, None, s.test_ref)] + [(n, src, ref) for n, (src, ref) in sorted(s.extra_sets.items())]
-    beam = row.decoding_beam(s.beam)
+    beam = row.testing_beam(s.beam)
+    scale, scale_validation = None, None
+    if row.scales:  # the score scale of the test beam, chosen on the validation split
+        scale, scale_validation = choose_scale(row, test_ckpt, run_dir, prep, beam, direction, s)
+    scaled = direction + (["--model-overrides", repr({decode_scale(options): scale})] if scale is not None else [])
     for name, src, ref in sets:
         tests[name], _, hyps[name], refs[name] = evaluate(prep, row.data_bin, test_ckpt,
                                                        os.path.join(run_dir, f"eval-{name}"), ref, src, beam,
-                                                       s.lenpen, s.batch_size, extra=direction, env=s.env)
+                                                       s.lenpen, s.batch_size, extra=scaled, env=s.env)
         tests[name].update(source=src, reference_file=ref)
         tests[name]["generate"] = " ".join(shlex.quote(c) for c in tests[name]["generate"])
     as_trained = None
@@ -284,7 +294,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         name, _, ref = sets[0]
         before, _, before_hyps, _ = evaluate(prep, row.data_bin, best_ckpt,
                                              os.path.join(run_dir, f"eval-{name}-as-trained"), ref, None, beam,
-                                             s.lenpen, s.batch_size, extra=direction, env=s.env)
+                                             s.lenpen, s.batch_size, extra=scaled, env=s.env)
         as_trained = {name: before_hyps}
         after["as_trained"] = {name: {k: before.get(k) for k in ("sacrebleu", "tokenized_bleu")}}
         if parent is not None:  # the checkpoint the parent's record was made with (else: retrained, and said so)
@@ -309,6 +319,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "options": options,
         "command": " ".join(shlex.quote(c) for c in cmd),
         **({"after": after} if after is not None else {}),
+        **({"teacher": teacher_facts} if teacher_facts is not None else {}),
         "preparation": prep.describe(), "data_digest": digest, "file_digests": files,
         "commit": commit, "machine": desc, "device": device,
         "epochs": last["epoch"], "updates": last["updates"], "best_epoch": best["epoch"],
@@ -317,7 +328,8 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "tokens_per_second": finite(fairseq_runs.training_speed(log_path)),
         "curve": curve(log_path),
         "params": fairseq_runs.parameter_counts(test_ckpt, prog="ledger"),
-        "decoding": {"beam": beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10},
+        "decoding": {"beam": beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10,
+                     **({"scale": scale, "scale_validation": scale_validation} if row.scales else {})},
         "lowercase": prep.lowercase,
         "test": tests,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -334,6 +346,31 @@ def _valid_bleu(row: LedgerRow, ckpt: str, run_dir: str, prep: Preparation, beam
     scores, _, _, _ = evaluate(prep, row.data_bin, ckpt, os.path.join(run_dir, "eval-valid"), s.valid_ref, None, beam,
                                s.lenpen, s.batch_size, subset="valid", extra=direction, env=s.env)
     return scores["sacrebleu"]
+
+
+def choose_scale(row: LedgerRow, ckpt: str, run_dir: str, prep: Preparation, beam: int, direction: List[str],
+                 s: Settings) -> Tuple[Optional[float], Dict[str, float]]:
+    """(the scale of ``row.scales`` whose decode at ``beam`` scores best on the validation split -- None: the model's
+    own --, {"none" or "S": validation sacreBLEU}); ties go to the first candidate. Never reads the test set."""
+    if not s.valid_ref:
+        raise OutlayersConfigError(f"{row.path}: '# scales:' chooses the score scale on the validation split; give "
+                                   "--valid-ref (the raw reference of the data's validation split)")
+    option = decode_scale(row_options(row, 1, s.patience, s.max_epoch, s.beam))
+    if option is None:
+        raise OutlayersConfigError(f"{row.path}: '# scales:' is for an output layer with a score scale "
+                                   "(--output-layer continuous)")
+    scores, best = {}, None
+    for scale in row.scales:
+        key = "none" if scale is None else f"{scale:g}"
+        extra = direction + ([] if scale is None else ["--model-overrides", repr({option: scale})])
+        result, _, _, _ = evaluate(prep, row.data_bin, ckpt, os.path.join(run_dir, f"eval-valid-beam{beam}-{key}"),
+                                   s.valid_ref, None, beam, s.lenpen, s.batch_size, subset="valid", extra=extra,
+                                   env=s.env)
+        scores[key] = result["sacrebleu"]
+        log(f"{row.name}: validation beam {beam} scale {key}: sacreBLEU {scores[key]}", "ledger")
+        if best is None or scores[key] > scores["none" if best[0] is None else f"{best[0]:g}"]:
+            best = (scale,)
+    return best[0], scores
 
 
 def add_decodes(row: LedgerRow, record: Dict, s: Settings) -> Dict:
