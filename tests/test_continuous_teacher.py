@@ -231,3 +231,23 @@ def test_a_mixed_teacher_table_is_exported_with_the_runs_seed(words, tmp_path):
         assert torch.allclose(table[w], drawn[k], atol=1e-7)
     assert all(abs(v.norm().item() - 1) < 1e-6 for v in table.values())
     shutil.rmtree(work)  # nothing else of the test needs it
+
+
+def test_seeds_of_a_row_decoded_otherwise_are_not_mixed(tmp_path):
+    """A row whose recorded seeds were tested at beam 1 cannot gain a seed tested at beam 5 (or with a scale chosen
+    on validation): its seeds are averaged."""
+    from fairseq_outlayers.lab.ledger.runner import Settings, check_decoding
+
+    folder = tmp_path / "t"
+    folder.mkdir()
+    path = folder / "20-word-vmf.args"
+    path.write_text("# continuous\n# beam: 1\n--data-bin d --output-layer continuous\n")
+    s = Settings(ledger=str(tmp_path), work=str(tmp_path), test_ref="r")
+    old = [{"row": "word-vmf", "table": "t", "seed": 1, "decoding": {"beam": 1}}]
+    check_decoding(old, read_ledger_row(str(path)), s)  # as recorded: fine
+    path.write_text("# continuous\n# beam: 1\n# test-beam: 5\n# scales: none 10\n--data-bin d --output-layer "
+                    "continuous\n")
+    with pytest.raises(OutlayersConfigError, match="seed 1 of row 'word-vmf' was tested at beam 1, the row now asks "
+                                                   "for beam 5, scale chosen on validation"):
+        check_decoding(old, read_ledger_row(str(path)), s)
+    check_decoding([dict(old[0], row="other")], read_ledger_row(str(path)), s)  # another row's records: fine

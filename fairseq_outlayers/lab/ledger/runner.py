@@ -160,6 +160,7 @@ def check_before_training(runs: List[Tuple[LedgerRow, int]], s: Settings) -> Lis
     for row, seed in runs:
         options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
         if records.recorded(s.ledger, row.name, seed, options, row.path, after=row.after) is None:
+            check_decoding(existing, row, s)
             digest = digests.setdefault(options[0], records.data_digest(options[0]))
             records.check_data(existing, row.table, options[0], digest, row.path)
             for warning in records.check_files(existing, row.table, row.name, records.file_digests(options),
@@ -167,6 +168,25 @@ def check_before_training(runs: List[Tuple[LedgerRow, int]], s: Settings) -> Lis
                 if warning not in warnings:
                     warnings.append(warning)
     return warnings
+
+
+def check_decoding(existing: List[Dict], row: LedgerRow, s: Settings) -> None:
+    """An error when a recorded seed of ``row`` was tested at another beam, or with(out) a score scale chosen on
+    validation, than the row now asks for (``# test-beam:``, ``# scales:``): its seeds are averaged, so they must
+    be decoded alike."""
+    beam, tuned = row.testing_beam(s.beam), bool(row.scales)
+    for r in existing:
+        if r["row"] != row.name or r["table"] != row.table:
+            continue
+        decoding = r.get("decoding") or {}
+        if decoding.get("beam", beam) != beam or ("scale_validation" in decoding) != tuned:
+            was = f"beam {decoding.get('beam')}" + (", scale chosen on validation" if "scale_validation" in decoding
+                                                    else "")
+            now = f"beam {beam}" + (", scale chosen on validation" if tuned else "")
+            raise OutlayersConfigError(
+                f"{row.path}: seed {r['seed']} of row '{row.name}' was tested at {was}, the row now asks for {now}; "
+                "the seeds of a row are averaged, so give the new decoding a new row (a new row file), or move "
+                "the old records away to run the row again")
 
 
 def train_command(options: List[str], run_dir: str) -> List[str]:
