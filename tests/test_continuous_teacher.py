@@ -172,6 +172,7 @@ def test_a_student_after_its_interrupted_teacher_then_a_changed_teacher_refused(
     vectors = os.path.join(work, "teacher.seed1", "vectors.output.vec")
     t = student["teacher"]
     assert (t["row"], t["seed"], t["best_updates"], t["retrained"]) == ("teacher", 1, teacher["best_updates"], False)
+    assert t["record_matches"] is True  # the recorded model itself
     assert t["vectors_digest"] == records.file_digest(vectors)
     assert t["checkpoint_digest"] == records.file_digest(os.path.join(work, "teacher.seed1", "checkpoint_best.pt"))
     assert t["export"].startswith("outlayers-vectors export ") and "--matrix output" in t["export"]
