@@ -211,9 +211,9 @@ def test_a_student_after_its_interrupted_teacher_then_a_changed_teacher_refused(
 
 @pytest.mark.long
 @in_process
-def test_a_mixed_teacher_table_is_exported_with_the_runs_seed(words, tmp_path):
+def test_a_mixed_teacher_table_is_exported_with_the_runs_seed(words, tmp_path, capsys):
     """The mixed table of a teacher row: words counted fewer than N times get random unit rows drawn with the
-    run's seed, every row a unit vector."""
+    run's seed, every row a unit vector; the ledger page names the teacher and the scales tried."""
     rows, ledger, work = tmp_path / "rows", str(tmp_path / "runs"), str(tmp_path / "work")
     _rows(rows, words["data"], "# teacher: teacher --random-below 7")
     assert ledger_main(_args(words, ledger, str(rows / "*.args"), work)) == 0
@@ -231,7 +231,13 @@ def test_a_mixed_teacher_table_is_exported_with_the_runs_seed(words, tmp_path):
     for k, w in enumerate(rare):
         assert torch.allclose(table[w], drawn[k], atol=1e-7)
     assert all(abs(v.norm().item() - 1) < 1e-6 for v in table.values())
-    shutil.rmtree(work)  # nothing else of the test needs it
+    shutil.rmtree(work)  # the tables come from the records alone
+    capsys.readouterr()
+    assert ledger_main(["render", "--ledger", ledger, "--out", "-", "--claims", "", "--seeds", "1"]) == 0
+    page = capsys.readouterr().out
+    assert "Early stopping on validation bleu; beam 5, score scale chosen on validation among none, 10." in page
+    assert ("Target vectors: the output matrix of the same seed's `teacher` (`checkpoint_best.pt`), words seen fewer "
+            "than 7 times random unit vectors; the digests are in the records.") in page
 
 
 def test_seeds_of_a_row_decoded_otherwise_are_not_mixed(tmp_path):

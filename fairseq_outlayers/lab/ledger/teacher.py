@@ -119,7 +119,8 @@ def prepare(row: LedgerRow, seed: int, s, student_dir: str) -> Tuple[str, Dict]:
     checkpoint, facts = _teacher_checkpoint(teacher, seed, s)
     with _locked(teacher_dir, ".export.lock"):  # two students of one teacher (--jobs): one export at a time
         vectors, export = _export(row, seed, checkpoint, row.data_bin)
-    facts.update(export)
+    facts.update(export, matrix=row.teacher.matrix, random_below=row.teacher.random_below,
+                 center=row.teacher.center)
     claim = os.path.join(student_dir, STUDENT_FILE)
     before = records.read_json(claim) if os.path.exists(claim) else None
     if os.path.exists(claim) and not isinstance(before, dict):
