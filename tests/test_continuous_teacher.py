@@ -258,3 +258,23 @@ def test_seeds_of_a_row_decoded_otherwise_are_not_mixed(tmp_path):
                                                    "for beam 5, scale chosen on validation"):
         check_decoding(old, read_ledger_row(str(path)), s)
     check_decoding([dict(old[0], row="other")], read_ledger_row(str(path)), s)  # another row's records: fine
+
+
+def test_status_of_a_student_names_its_teacher_and_reads_its_partial_run(tmp_path):
+    from fairseq_outlayers.lab.ledger.rows import teacher_vectors
+    from fairseq_outlayers.lab.ledger.status import run_state
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("a 1\n")
+    _rows(tmp_path / "rows", str(data))
+    row = read_ledger_row(str(tmp_path / "rows" / "20-student.args"))
+    work, ledger = str(tmp_path / "work"), str(tmp_path / "runs")
+    state = run_state(row, 1, ledger, work, 5, 50, 5)
+    assert state["text"] == f"not started: first teacher seed 1 (trained unless its checkpoint is in {work}), exported"
+    run_dir = tmp_path / "work" / "student.seed1"
+    run_dir.mkdir(parents=True)
+    vectors = teacher_vectors(row, 1, work)
+    assert vectors == os.path.join(work, "teacher.seed1", "vectors.output.vec")
+    (run_dir / "options.json").write_text(json.dumps(with_vectors(row_options(row, 1, 5, 50, 5), vectors)))
+    assert run_state(row, 1, ledger, work, 5, 50, 5)["state"] == "partial"  # not "other options"

@@ -423,6 +423,11 @@ def teacher_path(row: LedgerRow) -> str:
     return _parent(row.path, row.teacher.row, 0)
 
 
+def teacher_vectors(row: LedgerRow, seed: int, work: str) -> str:
+    """Where the ledger exports the vectors of ``row``'s teacher for ``seed``: in the teacher's run directory."""
+    return os.path.join(work, f"{row.teacher.row}.seed{seed}", row.teacher.vectors_name())
+
+
 def with_vectors(options: List[str], vectors: str) -> List[str]:
     """``options`` with ``--target-vectors @teacher`` replaced by the file ``vectors``."""
     return [vectors if a == TEACHER_VECTORS and k == "--target-vectors" else a

@@ -38,6 +38,9 @@ def teacher_row(row: LedgerRow) -> LedgerRow:
     if teacher.teacher is not None:
         raise OutlayersConfigError(f"{row.path}: its teacher {teacher.path} has a teacher of its own; a teacher is "
                                    "a row trained on its own (one stage)")
+    if teacher.trained_as:
+        raise OutlayersConfigError(f"{row.path}: its teacher {teacher.path} is a step row ('# from:'); name the row "
+                                   "it is trained as")
     if teacher.budget is not None:
         raise OutlayersConfigError(f"{row.path}: its teacher {teacher.path} is a quick row ('# budget:'); a "
                                    "teacher is trained under the converged protocol")
@@ -90,7 +93,7 @@ def _export(row: LedgerRow, seed: int, checkpoint: str, data_bin: str) -> Tuple[
     from fairseq_outlayers.tools.vectors import MixedTable, export_target_vectors
 
     t = row.teacher
-    output = os.path.join(os.path.dirname(checkpoint), t.vectors_name())  # the run directory is the seed's
+    output = os.path.join(os.path.dirname(checkpoint), t.vectors_name())  # rows.teacher_vectors: the seed's
     sidecar = os.path.splitext(output)[0] + ".json"
     ckpt_digest = records.file_digest(checkpoint)
     done = records.read_json(sidecar) if os.path.exists(sidecar) else None
