@@ -259,10 +259,21 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
 
 
 def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
-    """(record, True when it was already in the ledger)."""
+    """(record, True when it was already in the ledger). One call at a time per row and seed (a lock in its own run
+    directory): a teacher's own run and a student that needs it (``--jobs N``) never both record it."""
     options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
     done = records.recorded(s.ledger, row.name, seed, options, row.path, after=row.after)
     if done is not None:
+        return add_decodes(row, done, s), True
+    own = os.path.join(s.work, f"{row.name}.seed{seed}")
+    os.makedirs(own, exist_ok=True)
+    with _locked(own, ".run.lock"):
+        return _run_locked(row, seed, s, options)
+
+
+def _run_locked(row: LedgerRow, seed: int, s: Settings, options: List[str]) -> Tuple[Dict, bool]:
+    done = records.recorded(s.ledger, row.name, seed, options, row.path, after=row.after)
+    if done is not None:  # recorded while this call waited for the lock
         return add_decodes(row, done, s), True
     commit = git_commit()  # the code this call runs (read now: the checkout may change while it trains)
     train_dir = os.path.join(s.work, f"{row.training_name()}.seed{seed}")

@@ -20,6 +20,7 @@ and the vectors' digest. Teacher checkpoints stay in ``--work``; nothing of a ru
 import json
 import os
 import shlex
+import time
 from typing import Dict, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -56,7 +57,7 @@ def _teacher_checkpoint(teacher: LedgerRow, seed: int, s) -> Tuple[str, Dict]:
     run_dir = os.path.join(s.work, f"{teacher.training_name()}.seed{seed}")
     best = os.path.join(run_dir, "checkpoint_best.pt")
     record = records.recorded(s.ledger, teacher.name, seed, options, teacher.path)
-    retrained = False
+    retrained, start = False, time.time()
     if record is None:
         log(f"{teacher.name} seed {seed}: the teacher is not recorded; training and recording it first", "ledger")
         record, _ = runner.run(teacher, seed, s)
@@ -67,7 +68,8 @@ def _teacher_checkpoint(teacher: LedgerRow, seed: int, s) -> Tuple[str, Dict]:
         retrained = True
     state = runner.checkpoint_state(best)
     facts = {"row": teacher.name, "seed": seed, "checkpoint": os.path.basename(best),
-             "best_updates": state["updates"], "validation_best": state["best"], "retrained": retrained}
+             "best_updates": state["updates"], "validation_best": state["best"], "retrained": retrained,
+             "seconds": round(time.time() - start, 1)}  # this call's time on the teacher (0 when reused)
     # the checkpoint is the recorded model when its best update and validation score are the record's (a teacher
     # trained again by this call, or by hand into its run directory, may differ: CPU runs reproduce, GPU runs not)
     facts["record_matches"] = (state["updates"] == record["best_updates"]
