@@ -85,7 +85,7 @@ def test_teacher_scales_and_test_beam_directives(tmp_path):
     assert '"beam": 1' in " ".join(options) and "@teacher" in options  # the records keep the placeholder
     assert with_vectors(options, "v.vec")[options.index("@teacher")] == "v.vec"
     for text, why in (("# teacher: base\n--data-bin d --output-layer continuous --target-vectors v.vec\n",
-                       "--target-vectors @teacher"),
+                       "as the value of the option that reads its vectors, once"),
                       ("# x\n--data-bin d --output-layer continuous --target-vectors @teacher\n", "needs '# teacher"),
                       ("# teacher: base --center\n--data-bin d --target-vectors @teacher\n", "mixed table"),
                       ("# teacher: base --matrix both\n--data-bin d --target-vectors @teacher\n", "'output' or"),

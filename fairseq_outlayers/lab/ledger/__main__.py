@@ -92,7 +92,7 @@ def _run(args) -> int:
         for row, seed in runs:
             options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
             step = f" (in work/{row.training_name()}.seed{seed}), then {shlex.join(row.after)}" if row.after else ""
-            vectors = (f" (--target-vectors: {row.teacher.row} seed {seed}'s checkpoint_best.pt exported as "
+            vectors = (f" (@teacher: {row.teacher.row} seed {seed}'s checkpoint_best.pt exported as "
                        f"{row.teacher.vectors_name()}, training {row.teacher.row} first unless it is in --work)"
                        if row.teacher else "")
             print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}{step}{vectors}")

@@ -33,8 +33,8 @@ A row file holds ``fairseq-train`` options (text after ``#`` is a comment); its 
 * ``scales: none S ...``: a continuous-output row's score scale at the test beam, chosen on the validation split
   among these (``none``: the model's own; S: ``--continuous-score-scale S``); the record keeps the choice and the
   validation score of each (``decoding.scale``, ``decoding.scale_validation``); the test is decoded once;
-* ``teacher: ROW [--matrix output|input] [--random-below N] [--center]``: the row's ``--target-vectors @teacher``
-  are ROW's trained model of the same seed (``outlayers-vectors export`` of its ``checkpoint_best.pt``; with
+* ``teacher: ROW [--matrix output|input] [--random-below N] [--center]``: the row's vectors option, given as
+  ``@teacher`` (``directives.py``), is ROW's trained model of the same seed (``outlayers-vectors export`` of its ``checkpoint_best.pt``; with
   ``--random-below N`` a mixed table drawn with the run's seed). ROW is a row file of the same folder; the runner
   trains it first, or reuses its checkpoint, and records the vectors' digest (``teacher.py``).
 
@@ -51,12 +51,13 @@ from typing import List, Optional, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger.steps import parse_step
+from fairseq_outlayers.lab.ledger.directives import (  # noqa: F401  (read from here too)
+    TEACHER_VECTORS, Teacher, check_teacher, decode_key, parse_decodes, parse_scales, parse_teacher, teacher_vectors,
+    with_vectors)
 
 DIRECTIVES = ("baseline", "method", "table", "validate", "beam", "patience", "after", "from", "base", "budget",
               "decodes", "test-beam", "scales", "teacher")
 DIRECTIVE = re.compile(r"^#\s*([a-z-]+)\s*:\s*(.*?)\s*$")
-#: the value of ``--target-vectors`` in a row with ``# teacher:``, replaced by the exported file when it trains
-TEACHER_VECTORS = "@teacher"
 #: base options that belong to the base criterion (each takes one value)
 CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
 
@@ -107,84 +108,6 @@ def merge_args(base_args: List[str], row_args: List[str]) -> List[str]:
         if not dropping:
             merged.append(arg)
     return merged + list(row_args)
-
-
-def parse_decodes(text: str) -> List[Tuple[int, Optional[float]]]:
-    """``"5 5@40"`` -> [(5, None), (5, 40.0)]: beams, and beams with a continuous-output score scale."""
-    out = []
-    for item in text.split():
-        beam, at, scale = item.partition("@")
-        try:
-            b, sc = int(beam), (float(scale) if at else None)
-        except ValueError:
-            raise ValueError(f"'{item}' is not BEAM or BEAM@SCALE (e.g. 5 or 5@40)") from None
-        if b < 1 or (sc is not None and not 0 < sc < float("inf")):
-            raise ValueError(f"'{item}': the beam must be >= 1 and the scale a positive number")
-        out.append((b, sc))
-    return out
-
-
-def parse_scales(text: str) -> List[Optional[float]]:
-    """``"none 10 20"`` -> [None, 10.0, 20.0]: the candidate score scales of ``# scales:``."""
-    out = []
-    for item in text.split():
-        if item == "none":
-            out.append(None)
-            continue
-        try:
-            value = float(item)
-        except ValueError:
-            raise ValueError(f"'{item}' is neither 'none' nor a number") from None
-        if not 0 < value < float("inf"):
-            raise ValueError(f"'{item}': a scale must be a positive number")
-        out.append(value)
-    if not out or len(set(out)) != len(out):
-        raise ValueError("give one or more different scales, e.g. 'none 10 20 40'")
-    return out
-
-
-@dataclass
-class Teacher:
-    """``# teacher: ROW [--matrix output|input] [--random-below N] [--center]``."""
-    row: str
-    matrix: str = "output"
-    random_below: int = 0
-    center: bool = False
-
-    def vectors_name(self) -> str:
-        """The exported file's name in the teacher's run directory."""
-        mixed = f".random-below{self.random_below}{'.centred' if self.center else ''}" if self.random_below else ""
-        return f"vectors.{self.matrix}{mixed}.vec"
-
-
-def parse_teacher(text: str) -> Teacher:
-    words = shlex.split(text)
-    if not words or words[0].startswith("-"):
-        raise ValueError("name the teacher row first, e.g. 'word-softmax' or 'word-softmax --random-below 5'")
-    teacher, rest = Teacher(words[0]), iter(words[1:])
-    for word in rest:
-        if word == "--matrix":
-            teacher.matrix = next(rest, "")
-            if teacher.matrix not in ("output", "input"):
-                raise ValueError("--matrix is 'output' or 'input'")
-        elif word == "--random-below":
-            value = next(rest, "")
-            if not (value.isascii() and value.isdigit()) or int(value) < 1:
-                raise ValueError("--random-below needs a count >= 1")
-            teacher.random_below = int(value)
-        elif word == "--center":
-            teacher.center = True
-        else:
-            raise ValueError(f"'{word}' is not --matrix, --random-below or --center")
-    if teacher.center and not teacher.random_below:
-        raise ValueError("--center is for a mixed table (--random-below N); centre plain vectors with "
-                         "--target-vectors-center")
-    return teacher
-
-
-def decode_key(beam: int, scale: Optional[float]) -> str:
-    """The record's key of a decode: ``"5"``, or ``"5@40"`` with a score scale."""
-    return str(beam) if scale is None else f"{beam}@{scale:g}"
 
 
 @dataclass
@@ -391,47 +314,15 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optio
             raise OutlayersConfigError(f"{path}: '# from: {row.trained_as}': a step row of a row with '# teacher:' is "
                                        "not supported yet; give the step row its own options and teacher")
     else:
-        _check_teacher(row, path, found)
+        check_teacher(row, path, found)
     if budget is not None:
         row.budget = budget
     return row
 
 
-def _check_teacher(row: LedgerRow, path: str, found) -> None:
-    """A ``# teacher:`` row names ``--target-vectors @teacher`` (and a row without one does not); its teacher is a
-    row file of the same folder (checked when it runs: ``teacher.py``)."""
-    options = row.options()
-    named = [v for k, v in zip(options, options[1:]) if k == "--target-vectors"]
-    if row.teacher is not None:
-        lineno = found["teacher"][1]
-        if named != [TEACHER_VECTORS]:
-            raise OutlayersConfigError(f"{path}:{lineno}: a row with '# teacher:' gives '--target-vectors "
-                                       f"{TEACHER_VECTORS}' (replaced by the teacher's exported vectors); it gives "
-                                       f"{named or 'no --target-vectors'}")
-        if row.teacher.row == row.name:
-            raise OutlayersConfigError(f"{path}:{lineno}: a row cannot be its own teacher")
-        if row.budget is not None:
-            raise OutlayersConfigError(f"{path}:{lineno}: '# teacher:' is for a converged row (not with "
-                                       "'# budget:')")
-    elif TEACHER_VECTORS in named:
-        raise OutlayersConfigError(f"{path}: '--target-vectors {TEACHER_VECTORS}' needs '# teacher: ROW' (the row "
-                                   "whose trained model gives the vectors)")
-
-
 def teacher_path(row: LedgerRow) -> str:
     """The row file of ``row``'s teacher: a row file of the same folder."""
     return _parent(row.path, row.teacher.row, 0)
-
-
-def teacher_vectors(row: LedgerRow, seed: int, work: str) -> str:
-    """Where the ledger exports the vectors of ``row``'s teacher for ``seed``: in the teacher's run directory."""
-    return os.path.join(work, f"{row.teacher.row}.seed{seed}", row.teacher.vectors_name())
-
-
-def with_vectors(options: List[str], vectors: str) -> List[str]:
-    """``options`` with ``--target-vectors @teacher`` replaced by the file ``vectors``."""
-    return [vectors if a == TEACHER_VECTORS and k == "--target-vectors" else a
-            for k, a in zip([""] + options[:-1], options)]
 
 
 def target_is_bpe(data_bin: str) -> bool:
