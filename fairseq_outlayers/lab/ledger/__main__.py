@@ -78,17 +78,24 @@ def _run(args) -> int:
                                batch_size=args.batch_size)
     test_refs = {} if args.dry_run else {row.path: _test_ref(args.test_ref, row) for row in rows}
     # quick rows (``# budget:``) are chosen by their validation BLEU: the validation split's raw reference
+    # quick rows and rows whose score scale is chosen on validation (``# scales:``) decode the validation split
     valid_refs = {} if args.dry_run or not args.valid_ref else {
-        row.path: _test_ref(args.valid_ref, row, "--valid-ref") for row in rows if row.budget is not None}
-    # every row with a seed before the next seed; step rows (``# from:``) after every training row, so that with
-    # --jobs N none waits on the lock of a training its parent row is still running
-    runs = ([(row, seed) for seed in args.seeds for row in rows if not row.trained_as]
+        row.path: _test_ref(args.valid_ref, row, "--valid-ref") for row in rows
+        if row.budget is not None or row.scales}
+    # every row with a seed before the next seed; rows with a teacher (``# teacher:``) after the rows without, and
+    # step rows (``# from:``) after every training row, so that with --jobs N none waits on the lock of a training
+    # its parent row (or teacher) is still running
+    runs = ([(row, seed) for seed in args.seeds for row in rows if not row.trained_as and not row.teacher]
+            + [(row, seed) for seed in args.seeds for row in rows if not row.trained_as and row.teacher]
             + [(row, seed) for seed in args.seeds for row in rows if row.trained_as])
     if args.dry_run:
         for row, seed in runs:
             options = ledger_rows.row_options(row, seed, args.patience, args.max_epoch, args.beam)
             step = f" (in work/{row.training_name()}.seed{seed}), then {shlex.join(row.after)}" if row.after else ""
-            print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}{step}")
+            vectors = (f" (@teacher: {row.teacher.row} seed {seed}'s checkpoint_best.pt exported as "
+                       f"{row.teacher.vectors_name()}, training {row.teacher.row} first unless it is in --work)"
+                       if row.teacher else "")
+            print(f"{row.name} seed {seed}: fairseq-train {shlex.join(options)}{step}{vectors}")
         return 0
     # before anything trains: the output directories, and records made with other options or on other data
     for warning in runner.check_before_training(runs, settings):

@@ -359,13 +359,25 @@ def row_entry(ledger: str, row: str, r: Dict, shared: Sequence[str], protocol: D
     own = [o for g in _option_groups(r["options"][:-2]) if g not in common for o in g]
     lines = [f"**{row}**: {description}".rstrip(),
              f"Own options: `{shlex.join(own)}`." if own else "No options beyond the shared ones.",
-             stop + (f"; beam {beam}." if beam else ".")]
+             stop + (f"; beam {beam}" if beam else "") + _scale_words(r.get("decoding") or {}) + "."]
+    teacher = r.get("teacher")
+    if teacher:  # two stages (teacher.py): the vectors of each seed's own teacher
+        mixed = (f", words seen fewer than {teacher['random_below']} times random unit vectors"
+                 if teacher.get("random_below") else "")
+        lines.append(f"Target vectors: the {teacher.get('matrix', 'output')} matrix of the same seed's "
+                     f"`{teacher['row']}` (`checkpoint_best.pt`){mixed}; the digests are in the records.")
     after = r.get("after")
     if after:
         trained = re.sub(r"\.seed\d+$", "", after.get("trained_in") or row)
         lines.append(f"Then `{shlex.join(after['step'])}` on each seed's best checkpoint of `{trained}`.")
         lines += _before_step(ledger, protocol.get(row, {}), protocol.get(trained, {}), seeds, test, trained, cache)
     return lines + [""]
+
+
+def _scale_words(decoding: Dict) -> str:
+    """", score scale chosen on validation among none, 10, 20" for a record of a row with ``# scales:``."""
+    tried = decoding.get("scale_validation")
+    return f", score scale chosen on validation among {', '.join(tried)}" if tried else ""
 
 
 # the claims and their verdicts (docs/results/claims.json) live in claims.py, the ledger's one-line answers in

@@ -27,7 +27,16 @@ A row file holds ``fairseq-train`` options (text after ``#`` is a comment); its 
 * ``budget: N``: a quick row: N updates, no early stopping, the last checkpoint tested (the demo and the sweep);
   without it the row runs the converged protocol (``protocol_options``);
 * ``decodes: B B@S ...``: further test decodes recorded beside the row's own (``decodes`` in the record): beam B,
-  and for a continuous-output row beam B with ``--continuous-score-scale S``.
+  and for a continuous-output row beam B with ``--continuous-score-scale S``;
+* ``test-beam: N``: the beam of the record's test translations when it differs from the validation beam of
+  ``beam:`` (a continuous-output row: early stopping on nearest-neighbour decoding, tested at beam 5);
+* ``scales: none S ...``: a continuous-output row's score scale at the test beam, chosen on the validation split
+  among these (``none``: the model's own; S: ``--continuous-score-scale S``); the record keeps the choice and the
+  validation score of each (``decoding.scale``, ``decoding.scale_validation``); the test is decoded once;
+* ``teacher: ROW [--matrix output|input] [--random-below N] [--center]``: the row's vectors option, given as
+  ``@teacher`` (``directives.py``), is ROW's trained model of the same seed (``outlayers-vectors export`` of its ``checkpoint_best.pt``; with
+  ``--random-below N`` a mixed table drawn with the run's seed). ROW is a row file of the same folder; the runner
+  trains it first, or reuses its checkpoint, and records the vectors' digest (``teacher.py``).
 
 The first comment line that is not a directive describes the row. The options (with the base's) are complete
 (architecture, optimiser, criterion, data): the runner adds only the protocol, the seed and paths.
@@ -42,10 +51,13 @@ from typing import List, Optional, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger.steps import parse_step
+from fairseq_outlayers.lab.ledger.directives import (  # noqa: F401  (read from here too)
+    TEACHER_VECTORS, Teacher, check_teacher, decode_key, parse_decodes, parse_scales, parse_teacher, teacher_vectors,
+    with_vectors)
 
 DIRECTIVES = ("baseline", "method", "table", "validate", "beam", "patience", "after", "from", "base", "budget",
-              "decodes")
-DIRECTIVE = re.compile(r"^#\s*([a-z]+)\s*:\s*(.*?)\s*$")
+              "decodes", "test-beam", "scales", "teacher")
+DIRECTIVE = re.compile(r"^#\s*([a-z-]+)\s*:\s*(.*?)\s*$")
 #: base options that belong to the base criterion (each takes one value)
 CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
 
@@ -98,26 +110,6 @@ def merge_args(base_args: List[str], row_args: List[str]) -> List[str]:
     return merged + list(row_args)
 
 
-def parse_decodes(text: str) -> List[Tuple[int, Optional[float]]]:
-    """``"5 5@40"`` -> [(5, None), (5, 40.0)]: beams, and beams with a continuous-output score scale."""
-    out = []
-    for item in text.split():
-        beam, at, scale = item.partition("@")
-        try:
-            b, sc = int(beam), (float(scale) if at else None)
-        except ValueError:
-            raise ValueError(f"'{item}' is not BEAM or BEAM@SCALE (e.g. 5 or 5@40)") from None
-        if b < 1 or (sc is not None and not 0 < sc < float("inf")):
-            raise ValueError(f"'{item}': the beam must be >= 1 and the scale a positive number")
-        out.append((b, sc))
-    return out
-
-
-def decode_key(beam: int, scale: Optional[float]) -> str:
-    """The record's key of a decode: ``"5"``, or ``"5@40"`` with a score scale."""
-    return str(beam) if scale is None else f"{beam}@{scale:g}"
-
-
 @dataclass
 class LedgerRow:
     name: str
@@ -137,6 +129,9 @@ class LedgerRow:
     base_args: List[str] = field(default_factory=list)  # the ``# base:`` file's options, under ``train_args``
     budget: Optional[int] = None  # updates of a quick row (no early stopping); None: the converged protocol
     decodes: List[Tuple[int, Optional[float]]] = field(default_factory=list)
+    test_beam: Optional[int] = None  # ``# test-beam:``: the beam of the test translations (default: ``beam``)
+    scales: List[Optional[float]] = field(default_factory=list)  # ``# scales:``: chosen on validation
+    teacher: Optional[Teacher] = None  # ``# teacher:``: target vectors from that row's model of the same seed
 
     def options(self) -> List[str]:
         """The row's fairseq-train options after its data directory: the base's, then its own."""
@@ -148,6 +143,10 @@ class LedgerRow:
 
     def decoding_beam(self, default: int) -> int:
         return self.beam or default
+
+    def testing_beam(self, default: int) -> int:
+        """The beam of the record's test translations."""
+        return self.test_beam or self.decoding_beam(default)
 
     def stopping_patience(self, default: int) -> int:
         return self.patience or default
@@ -271,7 +270,8 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optio
         raise OutlayersConfigError(f"{path}: the row names no --data-bin and no --data was given; add "
                                    "'--data-bin DIR' to the row")
     row = LedgerRow(name, path, data_bin, train_args, description, trained_as=trained_as)
-    for key, parse, attr in (("after", parse_step, "after"), ("decodes", parse_decodes, "decodes")):
+    for key, parse, attr in (("after", parse_step, "after"), ("decodes", parse_decodes, "decodes"),
+                             ("scales", parse_scales, "scales"), ("teacher", parse_teacher, "teacher")):
         if key in found:
             value, lineno = found[key]
             try:
@@ -294,13 +294,13 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optio
             raise OutlayersConfigError(f"{path}:{lineno}: '# validate: loss' needs the reason BLEU validation "
                                        "is not used, e.g. '# validate: loss -- ...'")
         row.validate, row.validate_reason = metric, reason
-    for key in ("beam", "patience", "budget"):
+    for key in ("beam", "patience", "budget", "test-beam"):
         if key in found:
             value, lineno = found[key]
             if not (value.isascii() and value.isdigit()) or int(value) < 1:
                 raise OutlayersConfigError(f"{path}:{lineno}: '# {key}: {value}': the {key} must be a positive "
                                            "integer")
-            setattr(row, key, int(value))
+            setattr(row, key.replace("-", "_"), int(value))
     if row.budget is not None:
         for key in ("validate", "patience"):
             if key in found:
@@ -309,9 +309,20 @@ def read_ledger_row(path: str, default_data: Optional[str] = None, budget: Optio
     if trained_as:
         row.validate, row.validate_reason = source.validate, source.validate_reason
         row.beam, row.patience, row.budget = source.beam, source.patience, source.budget
+        row.test_beam, row.scales, row.teacher = source.test_beam, source.scales, source.teacher
+        if row.teacher is not None:
+            raise OutlayersConfigError(f"{path}: '# from: {row.trained_as}': a step row of a row with '# teacher:' is "
+                                       "not supported yet; give the step row its own options and teacher")
+    else:
+        check_teacher(row, path, found)
     if budget is not None:
         row.budget = budget
     return row
+
+
+def teacher_path(row: LedgerRow) -> str:
+    """The row file of ``row``'s teacher: a row file of the same folder."""
+    return _parent(row.path, row.teacher.row, 0)
 
 
 def target_is_bpe(data_bin: str) -> bool:

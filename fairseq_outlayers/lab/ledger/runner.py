@@ -40,7 +40,9 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.tools.evaluation.scoring import evaluate
 from fairseq_outlayers.lab.fairseq_runs import log
 from fairseq_outlayers.lab.ledger import records, patience, steps
-from fairseq_outlayers.lab.ledger.rows import LedgerRow, decode_key, row_options
+from fairseq_outlayers.lab.ledger.rows import LedgerRow, row_options, with_vectors
+from fairseq_outlayers.lab.ledger.decodes import (  # noqa: F401  (read from here too)
+    add_decodes, check_decoding, choose_scale, decode_scale)
 from fairseq_outlayers.outfiles import check_writable_dir, write_text
 from fairseq_outlayers.tools.commands import executable, user_dir
 from fairseq_outlayers.tools.rawtext import Preparation
@@ -134,10 +136,10 @@ def curve(log_path: str) -> List[Dict]:
 
 
 @contextlib.contextmanager
-def _locked(run_dir: str):
+def _locked(run_dir: str, name: str = ".lock"):
     """Hold ``run_dir``'s lock: one training at a time in a run directory (a row and the step rows ``from`` it,
     or two ``ledger run`` calls, may reach the same seed at once: the second waits, then finds it trained)."""
-    with open(os.path.join(run_dir, ".lock"), "w") as f:
+    with open(os.path.join(run_dir, name), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -160,6 +162,7 @@ def check_before_training(runs: List[Tuple[LedgerRow, int]], s: Settings) -> Lis
     for row, seed in runs:
         options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
         if records.recorded(s.ledger, row.name, seed, options, row.path, after=row.after) is None:
+            check_decoding(existing, row, s)
             digest = digests.setdefault(options[0], records.data_digest(options[0]))
             records.check_data(existing, row.table, options[0], digest, row.path)
             for warning in records.check_files(existing, row.table, row.name, records.file_digests(options),
@@ -239,16 +242,33 @@ def _train(row: LedgerRow, seed: int, s: Settings, options: List[str], run_dir: 
 
 
 def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
-    """(record, True when it was already in the ledger)."""
+    """(record, True when it was already in the ledger). One call at a time per row and seed (a lock in its own run
+    directory): a teacher's own run and a student that needs it (``--jobs N``) never both record it."""
     options = row_options(row, seed, s.patience, s.max_epoch, s.beam)
     done = records.recorded(s.ledger, row.name, seed, options, row.path, after=row.after)
     if done is not None:
+        return add_decodes(row, done, s), True
+    own = os.path.join(s.work, f"{row.name}.seed{seed}")
+    os.makedirs(own, exist_ok=True)
+    with _locked(own, ".run.lock"):
+        return _run_locked(row, seed, s, options)
+
+
+def _run_locked(row: LedgerRow, seed: int, s: Settings, options: List[str]) -> Tuple[Dict, bool]:
+    done = records.recorded(s.ledger, row.name, seed, options, row.path, after=row.after)
+    if done is not None:  # recorded while this call waited for the lock
         return add_decodes(row, done, s), True
     commit = git_commit()  # the code this call runs (read now: the checkout may change while it trains)
     train_dir = os.path.join(s.work, f"{row.training_name()}.seed{seed}")
     # a step row's training is its parent's: the parent's record (if any) says when it is finished
     parent = records.recorded(s.ledger, row.trained_as, seed, options, row.path) if row.trained_as else None
-    trained = train(row, seed, s, options, train_dir, parent["updates"] if parent else None)
+    train_options, teacher_facts = options, None
+    if row.teacher is not None:  # the first stage: the teacher's model of this seed, exported (teacher.py)
+        from fairseq_outlayers.lab.ledger import teacher
+
+        vectors, teacher_facts = teacher.prepare(row, seed, s, train_dir)
+        train_options = with_vectors(options, vectors)
+    trained = train(row, seed, s, train_options, train_dir, parent["updates"] if parent else None)
     seconds, digest, files, cmd, log_path = (trained[k] for k in ("seconds", "data_digest", "file_digests",
                                                                   "command", "log"))
     last_ckpt, best_ckpt = (os.path.join(train_dir, f"checkpoint_{k}.pt") for k in ("last", "best"))
@@ -272,11 +292,15 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
     direction = ["--source-lang", src_lang, "--target-lang", tgt_lang] if src_lang else []
     tests, hyps, refs = {}, {}, {}
     sets = [(s.test_name, None, s.test_ref)] + [(n, src, ref) for n, (src, ref) in sorted(s.extra_sets.items())]
-    beam = row.decoding_beam(s.beam)
+    beam = row.testing_beam(s.beam)
+    scale, scale_validation = None, None
+    if row.scales:  # the score scale of the test beam, chosen on the validation split
+        scale, scale_validation = choose_scale(row, test_ckpt, run_dir, prep, beam, direction, s)
+    scaled = direction + (["--model-overrides", repr({decode_scale(options): scale})] if scale is not None else [])
     for name, src, ref in sets:
         tests[name], _, hyps[name], refs[name] = evaluate(prep, row.data_bin, test_ckpt,
                                                        os.path.join(run_dir, f"eval-{name}"), ref, src, beam,
-                                                       s.lenpen, s.batch_size, extra=direction, env=s.env)
+                                                       s.lenpen, s.batch_size, extra=scaled, env=s.env)
         tests[name].update(source=src, reference_file=ref)
         tests[name]["generate"] = " ".join(shlex.quote(c) for c in tests[name]["generate"])
     as_trained = None
@@ -284,7 +308,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         name, _, ref = sets[0]
         before, _, before_hyps, _ = evaluate(prep, row.data_bin, best_ckpt,
                                              os.path.join(run_dir, f"eval-{name}-as-trained"), ref, None, beam,
-                                             s.lenpen, s.batch_size, extra=direction, env=s.env)
+                                             s.lenpen, s.batch_size, extra=scaled, env=s.env)
         as_trained = {name: before_hyps}
         after["as_trained"] = {name: {k: before.get(k) for k in ("sacrebleu", "tokenized_bleu")}}
         if parent is not None:  # the checkpoint the parent's record was made with (else: retrained, and said so)
@@ -309,6 +333,7 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "options": options,
         "command": " ".join(shlex.quote(c) for c in cmd),
         **({"after": after} if after is not None else {}),
+        **({"teacher": teacher_facts} if teacher_facts is not None else {}),
         "preparation": prep.describe(), "data_digest": digest, "file_digests": files,
         "commit": commit, "machine": desc, "device": device,
         "epochs": last["epoch"], "updates": last["updates"], "best_epoch": best["epoch"],
@@ -317,7 +342,8 @@ def run(row: LedgerRow, seed: int, s: Settings) -> Tuple[Dict, bool]:
         "tokens_per_second": finite(fairseq_runs.training_speed(log_path)),
         "curve": curve(log_path),
         "params": fairseq_runs.parameter_counts(test_ckpt, prog="ledger"),
-        "decoding": {"beam": beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10},
+        "decoding": {"beam": beam, "lenpen": s.lenpen, "max_len_a": 1.2, "max_len_b": 10,
+                     **({"scale": scale, "scale_validation": scale_validation} if row.scales else {})},
         "lowercase": prep.lowercase,
         "test": tests,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -334,59 +360,6 @@ def _valid_bleu(row: LedgerRow, ckpt: str, run_dir: str, prep: Preparation, beam
     scores, _, _, _ = evaluate(prep, row.data_bin, ckpt, os.path.join(run_dir, "eval-valid"), s.valid_ref, None, beam,
                                s.lenpen, s.batch_size, subset="valid", extra=direction, env=s.env)
     return scores["sacrebleu"]
-
-
-def add_decodes(row: LedgerRow, record: Dict, s: Settings) -> Dict:
-    """``record`` with the row's ``# decodes:`` it lacks on the main test set (sacreBLEU under ``decodes``), made
-    from the tested checkpoint while it is in ``--work``; a decode with a score scale only for an output layer that
-    declares one (``decode_scale``). The record file is rewritten (atomically) when one is added."""
-    test = s.test_name
-    scaled = any(sc is not None for _, sc in row.decodes)
-    scale_option = decode_scale(record["options"]) if scaled else None
-    wanted = [(b, sc) for b, sc in row.decodes if sc is None or scale_option]
-    have = (record.get("decodes") or {}).get(test, {})
-    missing = [(b, sc) for b, sc in wanted if decode_key(b, sc) not in have]
-    if not missing:
-        return record
-    train_dir = os.path.join(s.work, f"{row.training_name()}.seed{record['seed']}")
-    run_dir = os.path.join(s.work, f"{row.name}.seed{record['seed']}")
-    ckpt = (os.path.join(run_dir, "checkpoint_after.pt") if row.after
-            else os.path.join(train_dir, "checkpoint_last.pt" if row.budget is not None else "checkpoint_best.pt"))
-    wanted_updates = record.get("best_updates", record["updates"])
-    if not os.path.exists(ckpt) or checkpoint_state(ckpt)["updates"] != wanted_updates:
-        why = "is gone" if not os.path.exists(ckpt) else f"is not the recorded model (not at update {wanted_updates})"
-        log(f"{row.name} seed {record['seed']}: {ckpt} {why}; decodes {' '.join(decode_key(*d) for d in missing)} "
-            "not made", "ledger")
-        return record
-    src_lang, tgt_lang = row.languages()
-    prep = Preparation.from_data(row.data_bin, src_lang, tgt_lang)
-    direction = ["--source-lang", src_lang, "--target-lang", tgt_lang] if src_lang else []
-    ref = record["test"][test].get("reference_file") or s.test_ref
-    added = dict(have)
-    for beam, scale in missing:
-        key = decode_key(beam, scale)
-        extra = direction + (["--model-overrides", repr({scale_option: scale})] if scale else [])
-        scores, _, _, _ = evaluate(prep, row.data_bin, ckpt, os.path.join(run_dir, f"eval-{test}-beam{key}"), ref,
-                                   None, beam, s.lenpen, s.batch_size, extra=extra, env=s.env)
-        added[key] = scores["sacrebleu"]
-        log(f"{row.name} seed {record['seed']}: {test} beam {key}: sacreBLEU {added[key]}", "ledger")
-    record = dict(record, decodes=dict(record.get("decodes") or {}, **{test: added}))
-    write_text(records.record_path(s.ledger, row.name, record["seed"]), json.dumps(record, indent=2) + "\n")
-    return record
-
-
-def decode_scale(options: List[str]) -> Optional[str]:
-    """The option a "B@S" decode sets: the output layer's ``decode_scale`` in the registry, or None."""
-    import fairseq_outlayers.models  # noqa: F401  (registers the plugin; loads torch: only for such decodes)
-    from fairseq_outlayers.core.registry import OUTPUT_LAYER_REGISTRY
-
-    spec = OUTPUT_LAYER_REGISTRY.get(_option_value(options, "--output-layer"))
-    return spec.decode_scale if spec is not None else None
-
-
-def _option_value(options: List[str], flag: str) -> str:
-    """The value of ``flag`` in a fairseq-train option list ("" when absent)."""
-    return next((v for k, v in zip(options, options[1:]) if k == flag), "")
 
 
 def summary(record: Dict, test_name: str) -> str:

@@ -77,6 +77,9 @@ SCHEMA = {
               "a list of objects with an integer 'epoch' and numbers (BLEU from 0 to 100)", False),
     "decoding": (*_OBJECT, False),
     "after": (*_OBJECT, False),
+    "teacher": ((lambda v: isinstance(v, dict) and isinstance(v.get("row"), str)
+                 and isinstance(v.get("vectors_digest"), str)),
+                "an object naming the teacher 'row' and the 'vectors_digest' of its export", False),
     "decodes": ((lambda v: isinstance(v, dict) and all(
         isinstance(d, dict) and all(_bleu(x) for x in d.values()) for d in v.values())),
                 "an object of test sets, each {decode: sacreBLEU from 0 to 100}", False),

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_outlayers.lab import fairseq_runs
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import records
-from fairseq_outlayers.lab.ledger.rows import LedgerRow, row_options
+from fairseq_outlayers.lab.ledger.rows import LedgerRow, row_options, teacher_vectors, with_vectors
 
 
 def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, max_epoch: int,
@@ -59,7 +59,11 @@ def run_state(row: LedgerRow, seed: int, ledger: str, work: str, patience: int, 
             return {"state": "not started",
                     "text": f"not started: {row.trained_as} is trained first in {run_dir} (its checkpoints are not "
                             f"there), then {row.after[0]}" + _recorded_cost(row, ledger, row.trained_as)}
-        return {"state": "not started", "text": "not started" + _recorded_cost(row, ledger)}
+        first = (f": first {row.teacher.row} seed {seed} (trained unless its checkpoint is in {work}), exported"
+                 if row.teacher else "")
+        return {"state": "not started", "text": "not started" + first + _recorded_cost(row, ledger)}
+    if row.teacher:  # its run directory names the exported file, where the options hold the placeholder
+        options = with_vectors(options, teacher_vectors(row, seed, work))
     claimed = records.read_json(claim)
     if claimed is None:
         return {"state": "unreadable", "text": f"unreadable: {claim} is not the JSON list of options `ledger run` "
