@@ -231,8 +231,6 @@ _CITES = re.compile(r"et al\.|\bpaper\b|\bTable \d|\bFigure \d")
 #: are exempt from it, each with the reason
 FIGURES_EXEMPT = {
     "docs/recipes.md": "the recipes' own settings and data statistics (their scripts set and print them)",
-    "docs/serving.md": "its model descriptions and CTranslate2 ranges are to be rendered from serving_cpu.md; "
-                       "until then the page is its owner's to keep true",
 }
 
 
