@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Tuple
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.fairseq_runs import log
 from fairseq_outlayers.lab.ledger import records
+from fairseq_outlayers.lab.ledger.run_state import checkpoint_state
 from fairseq_outlayers.lab.ledger.rows import LedgerRow, decode_key, row_options
 from fairseq_outlayers.outfiles import write_text
 from fairseq_outlayers.tools.evaluation.scoring import evaluate
@@ -75,7 +76,6 @@ def add_decodes(row: LedgerRow, record: Dict, s) -> Dict:
     ckpt = (os.path.join(run_dir, "checkpoint_after.pt") if row.after
             else os.path.join(train_dir, "checkpoint_last.pt" if row.budget is not None else "checkpoint_best.pt"))
     wanted_updates = record.get("best_updates", record["updates"])
-    from fairseq_outlayers.lab.ledger.runner import checkpoint_state  # (the runner imports this module)
 
     if not os.path.exists(ckpt) or checkpoint_state(ckpt)["updates"] != wanted_updates:
         why = "is gone" if not os.path.exists(ckpt) else f"is not the recorded model (not at update {wanted_updates})"

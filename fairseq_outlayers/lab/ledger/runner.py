@@ -24,8 +24,6 @@ A row with ``# after: STEP`` is tested on the step applied to ``checkpoint_best.
 ``# from: PARENT`` it trains (or finds trained) in PARENT's run directory, under a lock, so both rows share one
 training per seed.
 """
-import contextlib
-import fcntl
 import json
 import os
 import platform
@@ -39,8 +37,9 @@ from fairseq_outlayers.lab import fairseq_runs, gpus
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.tools.evaluation.scoring import evaluate
 from fairseq_outlayers.lab.fairseq_runs import log
-from fairseq_outlayers.lab.ledger import records, patience, steps
+from fairseq_outlayers.lab.ledger import records, patience, steps, teacher
 from fairseq_outlayers.lab.ledger.rows import LedgerRow, row_options, with_vectors
+from fairseq_outlayers.lab.ledger.run_state import checkpoint_state, locked as _locked  # noqa: F401
 from fairseq_outlayers.lab.ledger.decodes import (  # noqa: F401  (read from here too)
     add_decodes, check_decoding, choose_scale, decode_scale)
 from fairseq_outlayers.outfiles import check_writable_dir, write_text
@@ -96,23 +95,6 @@ def git_commit() -> str:
             + ("-dirty" if status.stdout.strip() else ""))
 
 
-def checkpoint_state(path: str) -> Dict:
-    """Completed epochs, updates, fairseq's cumulative training time and the best validation value saved in a
-    checkpoint (fairseq saves the iterator of the next epoch, position 0, at the end of an epoch)."""
-    import torch
-
-    import fairseq_outlayers.models  # noqa: F401  (allow-lists what fairseq checkpoints hold for weights-only loading)
-
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    extra = state.get("extra_state") or {}
-    iterator = extra.get("train_iterator") or {}
-    epoch = iterator.get("epoch", 1) - (0 if iterator.get("iterations_in_epoch") else 1)
-    return {"epoch": epoch,
-            "updates": state["optimizer_history"][-1]["num_updates"],
-            "training_seconds": round(extra.get("previous_training_time", 0.0), 1),
-            "best": extra.get("best")}
-
-
 def finite(value: float):
     """``value`` rounded, or None when it is not a number (JSON has no NaN)."""
     return round(value, 1) if value == value and abs(value) != float("inf") else None
@@ -133,18 +115,6 @@ def curve(log_path: str) -> List[Dict]:
                       if k in v and v[k] == v[k] and abs(v[k]) != float("inf")})
         out.append(point)
     return out
-
-
-@contextlib.contextmanager
-def _locked(run_dir: str, name: str = ".lock"):
-    """Hold ``run_dir``'s lock: one training at a time in a run directory (a row and the step rows ``from`` it,
-    or two ``ledger run`` calls, may reach the same seed at once: the second waits, then finds it trained)."""
-    with open(os.path.join(run_dir, name), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def check_before_training(runs: List[Tuple[LedgerRow, int]], s: Settings) -> List[str]:
@@ -264,9 +234,7 @@ def _run_locked(row: LedgerRow, seed: int, s: Settings, options: List[str]) -> T
     parent = records.recorded(s.ledger, row.trained_as, seed, options, row.path) if row.trained_as else None
     train_options, teacher_facts = options, None
     if row.teacher is not None:  # the first stage: the teacher's model of this seed, exported (teacher.py)
-        from fairseq_outlayers.lab.ledger import teacher
-
-        vectors, teacher_facts = teacher.prepare(row, seed, s, train_dir)
+        vectors, teacher_facts = teacher.prepare(row, seed, s, train_dir, run=run, train=train)
         train_options = with_vectors(options, vectors)
     trained = train(row, seed, s, train_options, train_dir, parent["updates"] if parent else None)
     seconds, digest, files, cmd, log_path = (trained[k] for k in ("seconds", "data_digest", "file_digests",

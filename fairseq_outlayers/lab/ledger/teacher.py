@@ -26,6 +26,7 @@ from typing import Dict, Tuple
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.fairseq_runs import log
 from fairseq_outlayers.lab.ledger import records
+from fairseq_outlayers.lab.ledger.run_state import checkpoint_state, locked
 from fairseq_outlayers.lab.ledger.rows import LedgerRow, read_ledger_row, row_options, teacher_path
 from fairseq_outlayers.outfiles import write_text
 
@@ -48,11 +49,9 @@ def teacher_row(row: LedgerRow) -> LedgerRow:
     return teacher
 
 
-def _teacher_checkpoint(teacher: LedgerRow, seed: int, s) -> Tuple[str, Dict]:
+def _teacher_checkpoint(teacher: LedgerRow, seed: int, s, run, train) -> Tuple[str, Dict]:
     """(checkpoint_best.pt of the teacher's seed, facts for the student's record): reused, trained and recorded,
     or trained again (see the module's docstring)."""
-    from fairseq_outlayers.lab.ledger import runner
-
     options = row_options(teacher, seed, s.patience, s.max_epoch, s.beam)
     run_dir = os.path.join(s.work, f"{teacher.training_name()}.seed{seed}")
     best = os.path.join(run_dir, "checkpoint_best.pt")
@@ -60,13 +59,13 @@ def _teacher_checkpoint(teacher: LedgerRow, seed: int, s) -> Tuple[str, Dict]:
     retrained, start = False, time.time()
     if record is None:
         log(f"{teacher.name} seed {seed}: the teacher is not recorded; training and recording it first", "ledger")
-        record, _ = runner.run(teacher, seed, s)
-    elif not (os.path.exists(best) and runner.checkpoint_state(best)["updates"] == record["best_updates"]):
+        record, _ = run(teacher, seed, s)
+    elif not (os.path.exists(best) and checkpoint_state(best)["updates"] == record["best_updates"]):
         why = "is gone" if not os.path.exists(best) else "is not the recorded model"
         log(f"{teacher.name} seed {seed}: {best} {why}; training the teacher again (its record stays)", "ledger")
-        runner.train(teacher, seed, s, options, run_dir)
+        train(teacher, seed, s, options, run_dir)
         retrained = True
-    state = runner.checkpoint_state(best)
+    state = checkpoint_state(best)
     facts = {"row": teacher.name, "seed": seed, "checkpoint": os.path.basename(best),
              "best_updates": state["updates"], "validation_best": state["best"], "retrained": retrained,
              "seconds": round(time.time() - start, 1)}  # this call's time on the teacher (0 when reused)
@@ -113,16 +112,16 @@ def _export(row: LedgerRow, seed: int, checkpoint: str, data_bin: str) -> Tuple[
     return output, done
 
 
-def prepare(row: LedgerRow, seed: int, s, student_dir: str) -> Tuple[str, Dict]:
+def prepare(row: LedgerRow, seed: int, s, student_dir: str, run, train) -> Tuple[str, Dict]:
     """(the vectors file the student trains against, the record's ``teacher`` entry); see the module's docstring.
-    An error when the student's run directory started with vectors of another digest."""
-    from fairseq_outlayers.lab.ledger.runner import _locked
+    An error when the student's run directory started with vectors of another digest. ``run``/``train``: the
+    runner's ``run`` (train and record the teacher) and ``train`` (train it again), handed in by the runner."""
 
     teacher = teacher_row(row)
     teacher_dir = os.path.join(s.work, f"{teacher.training_name()}.seed{seed}")
     os.makedirs(teacher_dir, exist_ok=True)
-    checkpoint, facts = _teacher_checkpoint(teacher, seed, s)
-    with _locked(teacher_dir, ".export.lock"):  # two students of one teacher (--jobs): one export at a time
+    checkpoint, facts = _teacher_checkpoint(teacher, seed, s, run, train)
+    with locked(teacher_dir, ".export.lock"):  # two students of one teacher (--jobs): one export at a time
         vectors, export = _export(row, seed, checkpoint, row.data_bin)
     facts.update(export, matrix=row.teacher.matrix, random_below=row.teacher.random_below,
                  center=row.teacher.center)
