@@ -392,3 +392,18 @@ def test_the_serving_page_describes_its_models_from_their_checkpoints():
     assert bench.trained_as({"args": Namespace(arch="transformer", seed=2), "optimizer_history": []}) == \
         "transformer, seed 2"
     assert bench.trained_as({}) == "no training state in the checkpoint"
+
+
+def test_validation_bleu_skips_a_short_last_batch_and_the_test_does_not():
+    """docs/reproducing.md: the ledger's validation BLEU (fairseq-train's own, with fairseq's batch multiple of 8)
+    leaves out a last batch under 8 sentences, and its test translations cover every sentence. Both halves are read
+    from the code the ledger runs: its protocol options and the scoring command."""
+    from fairseq_outlayers.lab.ledger.rows import read_ledger_row, row_options
+    from fairseq_outlayers.tools.evaluation import scoring
+
+    page = _prose(_read(os.path.join(REPO, "docs", "reproducing.md")))
+    assert "Validation BLEU skips the sentences of a last batch under 8" in page
+    assert "the test translates every sentence" in page
+    for path in sorted(glob.glob(os.path.join(REPO, "configs", "ledger", "*", "*.args"))):
+        assert "--required-batch-size-multiple" not in row_options(read_ledger_row(path), 1, 5, 50, 5), path
+    assert '"--required-batch-size-multiple", "1"' in _read(scoring.__file__)
