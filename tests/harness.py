@@ -12,6 +12,7 @@ Both run on the CPU (``--cpu``) unless a device is asked for: ``device="cuda"`` 
 environment variable ``OUTLAYERS_TEST_DEVICE=cuda`` (which ``pytest --device cuda`` sets, see conftest.py).
 """
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -108,6 +109,25 @@ def make_corpus(raw_dir: str, n_train: int = 240, n_valid: int = 24, n_test: int
 
     return write_corpus(raw_dir, (("train", n_train), ("valid", n_valid), ("test", n_test)), src, tgt,
                         vocab=vocab, shared_words=shared_words, seed=seed)
+
+
+def tokenised_corpus(root, target_bpe: bool):
+    """(raw folder, tok folder as a Path, its Preparation): a synthetic corpus under ROOT/raw, tokenised and lowercased into
+    ROOT/tok the way scripts/prepare-multi30k.sh does (``target_bpe``: whether the preparation's target side takes
+    BPE, which the caller adds)."""
+    from fairseq_outlayers.tools.rawtext import Preparation
+
+    raw = make_corpus(os.path.join(str(root), "raw"))
+    prep = Preparation("de", "en", lowercase=True, bpe_codes=None, target_bpe=target_bpe)
+    tok = pathlib.Path(root) / "tok"
+    tok.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang in ("de", "en"):
+            with open(os.path.join(raw, f"{split}.{lang}"), encoding="utf-8") as f:
+                lines = f.read().splitlines()
+            (tok / f"{split}.{lang}").write_text("".join(x + "\n" for x in prep.tokenise(lines, lang)),
+                                                 encoding="utf-8")
+    return raw, tok, prep
 
 
 def preprocess(raw_dir: str, bin_dir: str, src: str = "de", tgt: str = "en", joined: bool = False,

@@ -10,14 +10,13 @@ import shutil
 import pytest
 import torch
 
-from harness import TINY_TRANSFORMER, make_corpus, run, tool
+from harness import TINY_TRANSFORMER, run, tokenised_corpus, tool
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import records
 from fairseq_outlayers.lab.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.lab.ledger.rows import read_ledger_row, row_options, with_vectors
 from fairseq_outlayers.methods.continuous.target_vectors import random_unit_vectors
-from fairseq_outlayers.tools.rawtext import Preparation
 from fairseq_outlayers.tools.vectors import main as vectors_main
 
 
@@ -101,14 +100,7 @@ def words(tmp_path_factory):
     """A word-level data directory as scripts/prepare-multi30k.sh --word-target makes one, without source BPE:
     tokenised, lowercased, binarised, with .done; the raw text kept."""
     root = tmp_path_factory.mktemp("words")
-    raw = make_corpus(str(root / "raw"))
-    prep = Preparation("de", "en", lowercase=True, bpe_codes=None, target_bpe=False)
-    tok = root / "tok"
-    tok.mkdir()
-    for split in ("train", "valid", "test"):
-        for lang in ("de", "en"):
-            lines = open(os.path.join(raw, f"{split}.{lang}"), encoding="utf-8").read().splitlines()
-            (tok / f"{split}.{lang}").write_text("".join(x + "\n" for x in prep.tokenise(lines, lang)))
+    raw, tok, prep = tokenised_corpus(root, target_bpe=False)
     data = root / "data"
     run([tool("fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--trainpref", str(tok / "train"),
          "--validpref", str(tok / "valid"), "--testpref", str(tok / "test"), "--destdir", str(data),

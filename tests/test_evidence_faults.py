@@ -15,20 +15,7 @@ from fairseq_outlayers.lab.ledger import records
 from fairseq_outlayers.lab.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.lab.ledger.render import read_claims, render
 from harness import REPO
-from test_ledger import HYP_A, HYP_B, fake_record
-
-
-def _one_line(err: str) -> str:
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
-
-
-def _ledger(tmp_path):
-    ledger = str(tmp_path / "runs")
-    fake_record(ledger, "softmax", 1, 30.0, HYP_A)
-    fake_record(ledger, "tied", 1, 31.0, HYP_B, baseline="softmax")
-    return ledger
+from test_ledger import one_line, two_row_ledger
 
 
 def _copy_with(ledger, name, **changes):
@@ -48,7 +35,7 @@ def _copy_with(ledger, name, **changes):
 def test_a_stray_json_file_in_the_ledger_is_refused_naming_it(tmp_path, capsys, name):
     """Before: ``tied.seed1.old.json`` (sacreBLEU 99) was read and replaced seed 1 in the table (99.00) while the
     difference came from the translation files; ``tied.seed01.json`` did the same."""
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     clean = render(ledger)
     stray = _copy_with(ledger, name, sacrebleu=99.0, tokenized_bleu=99.0)
     with pytest.raises(OutlayersConfigError) as e:
@@ -58,7 +45,7 @@ def test_a_stray_json_file_in_the_ledger_is_refused_naming_it(tmp_path, capsys, 
                  ["compare", "tied", "softmax", "--ledger", ledger]):
         capsys.readouterr()
         assert ledger_main(argv) == 2
-        assert _one_line(capsys.readouterr().err).startswith(f"ledger: error: {stray}: not a record name")
+        assert one_line(capsys.readouterr().err).startswith(f"ledger: error: {stray}: not a record name")
     os.remove(stray)
     assert render(ledger) == clean and "99.00" not in clean
 
@@ -66,7 +53,7 @@ def test_a_stray_json_file_in_the_ledger_is_refused_naming_it(tmp_path, capsys, 
 def test_two_records_of_one_row_and_seed_are_an_error_naming_both(tmp_path, monkeypatch):
     """File names are checked against the records they hold, so two files of one row and seed can only come from
     a file system that folds names; the check after reading names both files all the same."""
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     path = records.record_path(ledger, "tied", 1)
     monkeypatch.setattr(records, "record_files", lambda d: [records.record_path(d, "softmax", 1), path, path])
     with pytest.raises(OutlayersConfigError, match=rf"^{path}: a second record of row 'tied' seed 1 \(the first is "
@@ -81,7 +68,7 @@ def test_two_records_of_one_row_and_seed_are_an_error_naming_both(tmp_path, monk
 ])
 def test_a_score_out_of_range_is_refused_naming_the_file(tmp_path, capsys, field, value, expected):
     """Before: a record with sacreBLEU -5 was accepted and rendered."""
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     path = records.record_path(ledger, "tied", 1)
     with open(path, encoding="utf-8") as f:
         record = json.load(f)
@@ -90,14 +77,14 @@ def test_a_score_out_of_range_is_refused_naming_the_file(tmp_path, capsys, field
         json.dump(record, f)
     capsys.readouterr()
     assert ledger_main(["render", "--ledger", ledger, "--out", "-", "--claims", ""]) == 2
-    line = _one_line(capsys.readouterr().err)
+    line = one_line(capsys.readouterr().err)
     assert line.startswith(f"ledger: error: {path}: ") and expected in line
 
 
 @pytest.mark.parametrize("field,value", [("training_seconds", -1.0), ("wall_seconds", -3.0),
                                          ("tokens_per_second", -10.0)])
 def test_negative_times_are_refused(tmp_path, field, value):
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     path = records.record_path(ledger, "tied", 1)
     with open(path, encoding="utf-8") as f:
         record = json.load(f)
@@ -108,7 +95,7 @@ def test_negative_times_are_refused(tmp_path, field, value):
 
 @pytest.mark.parametrize("key", ["trained", "embedding", "output"])
 def test_a_parameter_count_above_the_total_is_refused(tmp_path, key):
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     path = records.record_path(ledger, "tied", 1)
     with open(path, encoding="utf-8") as f:
         record = json.load(f)
@@ -147,7 +134,7 @@ def test_a_claim_with_a_non_finite_or_out_of_range_figure_is_refused(tmp_path, c
         read_claims(path)
     assert str(e.value).startswith(f"{path}: claim 'tied': ") and message in str(e.value)
     assert "\n" not in str(e.value)
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     capsys.readouterr()
     assert ledger_main(["render", "--ledger", ledger, "--out", "-", "--claims", path]) == 2
     assert "nan" not in capsys.readouterr().out
@@ -175,7 +162,7 @@ def test_a_cli_block_names_a_command_of_the_fixed_table_and_runs_nothing_else(tr
     page = tree / "docs" / "page.md"
     page.write_text(STALE + f"\n<!-- generated: {spec} -->\n<!-- end generated -->\n")
     assert docs.main(["--check", str(page)]) == 2 and called == []
-    line = _one_line(capsys.readouterr().err)
+    line = one_line(capsys.readouterr().err)
     assert f"block '{spec}': a cli block names one command, one of outlayers-pairing" in line
 
 
@@ -195,7 +182,7 @@ def test_a_block_that_cannot_be_rendered_fails_the_check(tree, capsys, monkeypat
     page = tree / "docs" / "page.md"
     page.write_text("<!-- generated: rule -->\n<!-- end generated -->\n" + STALE)
     assert docs.main(["--check", str(page)]) == 2
-    line = _one_line(capsys.readouterr().err)
+    line = one_line(capsys.readouterr().err)
     assert f"block 'rule' cannot be rendered ({type(error).__name__}" in line
 
 
@@ -225,7 +212,7 @@ def test_check_of_an_unreadable_file_is_one_line(tmp_path, capsys, make, expecte
     path = tmp_path / "page.md"
     make(path)
     assert docs.main(["--check", str(path)]) == 2
-    line = _one_line(capsys.readouterr().err)
+    line = one_line(capsys.readouterr().err)
     assert line.startswith(f"docs: error: {path}") and expected in line
 
 
@@ -233,7 +220,7 @@ def test_a_block_error_names_the_file_and_block(tree, capsys):
     page = tree / "docs" / "page.md"
     page.write_text("<!-- generated: rows no-such-row -->\n<!-- end generated -->\n")
     assert docs.main(["--check", str(page)]) == 2
-    line = _one_line(capsys.readouterr().err)
+    line = one_line(capsys.readouterr().err)
     assert line.startswith("docs: error: ") and "docs/page.md: block 'rows no-such-row': no record of row" in line
 
 

@@ -50,6 +50,21 @@ def fake_record(ledger, row, seed, bleu, hyps, baseline=None, device="cpu", tabl
     return rec
 
 
+def two_row_ledger(tmp_path):
+    """A ledger of two one-seed rows, softmax (30.0) and tied (31.0, its baseline softmax)."""
+    ledger = str(tmp_path / "runs")
+    fake_record(ledger, "softmax", 1, 30.0, HYP_A)
+    fake_record(ledger, "tied", 1, 31.0, HYP_B, baseline="softmax")
+    return ledger
+
+
+def one_line(err: str) -> str:
+    """The one line of a command's error output (no traceback)."""
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
 def _row_line(text, name):
     return next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
 

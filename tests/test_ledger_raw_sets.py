@@ -7,13 +7,12 @@ import subprocess
 
 import pytest
 
-from harness import REPO, TINY_TRANSFORMER, make_corpus, run, tool
+from harness import REPO, TINY_TRANSFORMER, run, tokenised_corpus, tool
 
 from fairseq_outlayers.tools.translate import main as translate_main
 from fairseq_outlayers.tools.evaluation.scoring import bleu_metric, detokenise, score_subset
 from fairseq_outlayers.lab.ledger.__main__ import main as ledger_main
 from fairseq_outlayers.lab.ledger import records
-from fairseq_outlayers.tools.rawtext import Preparation
 
 pytestmark = pytest.mark.usefixtures("commands_in_process")  # what the runners start: in this process
 
@@ -25,14 +24,7 @@ def prepared(tmp_path_factory):
     """A data directory made the way scripts/prepare-multi30k.sh makes one: tokenised, lowercased, joint BPE
     (fastBPE), binarised, with bpecodes and .done beside the data; the raw (cased) text kept."""
     root = tmp_path_factory.mktemp("prepared")
-    raw = make_corpus(str(root / "raw"))
-    prep = Preparation("de", "en", lowercase=True, bpe_codes=None, target_bpe=True)
-    tok = root / "tok"
-    tok.mkdir()
-    for split in ("train", "valid", "test"):
-        for lang in ("de", "en"):
-            lines = open(os.path.join(raw, f"{split}.{lang}"), encoding="utf-8").read().splitlines()
-            (tok / f"{split}.{lang}").write_text("".join(x + "\n" for x in prep.tokenise(lines, lang)))
+    raw, tok, prep = tokenised_corpus(root, target_bpe=True)
     codes = root / "codes"
     with open(codes, "w") as f:
         subprocess.run([tool("fast"), "learnbpe", "20", str(tok / "train.de"), str(tok / "train.en")], stdout=f,

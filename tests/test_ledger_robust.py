@@ -19,26 +19,13 @@ from fairseq_outlayers.lab.ledger.stats import paired_bootstrap_test, sentence_s
 
 from fairseq_outlayers.lab.ledger.rows import read_ledger_row
 
-from test_ledger import HYP_A, HYP_B, REFS, fake_record, one_row_table
+from test_ledger import HYP_A, HYP_B, REFS, fake_record, one_line, one_row_table, two_row_ledger
 from test_readers_hypothesis import corrupted
 
 pytestmark = pytest.mark.usefixtures("commands_in_process")  # what the runners start: in this process
 
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-def _one_line(err: str) -> str:
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
-
-
-def _ledger(tmp_path):
-    ledger = str(tmp_path / "runs")
-    fake_record(ledger, "softmax", 1, 30.0, HYP_A)
-    fake_record(ledger, "tied", 1, 31.0, HYP_B, baseline="softmax")
-    return ledger
 
 
 def _record_file(ledger, row="tied", seed=1):
@@ -108,7 +95,7 @@ def _damage(ledger, how):
 
 @pytest.mark.parametrize("case", sorted(DAMAGED))
 def test_a_damaged_record_is_one_line_naming_the_file_and_field_in_render_and_compare(tmp_path, capsys, case):
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     how, expected = DAMAGED[case]
     path = _damage(ledger, how)
     with pytest.raises(OutlayersConfigError) as e:
@@ -117,7 +104,7 @@ def test_a_damaged_record_is_one_line_naming_the_file_and_field_in_render_and_co
     capsys.readouterr()
     for argv in (["render", "--ledger", ledger, "--out", "-"], ["compare", "tied", "softmax", "--ledger", ledger]):
         assert ledger_main(argv) == 2
-        line = _one_line(capsys.readouterr().err)
+        line = one_line(capsys.readouterr().err)
         assert line.startswith(f"ledger: error: {path}") and expected in line
 
 
@@ -136,7 +123,7 @@ def test_a_damaged_record_is_shown_by_status_and_stops_run_before_training(tmp_p
     assert out[2] == "  tied seed 2: not started" and out[-1] == "1 not started, 1 unreadable"
     monkeypatch.chdir(tmp_path)
     assert ledger_main(argv + ["1", "2"]) == 2 and started == []
-    assert expected in _one_line(capsys.readouterr().err)
+    assert expected in one_line(capsys.readouterr().err)
 
 
 def test_an_unreadable_options_file_of_a_partial_run_is_shown_and_refused(tmp_path, capsys):
@@ -166,7 +153,7 @@ HYP_DAMAGE = {
 
 @pytest.mark.parametrize("case", sorted(HYP_DAMAGE))
 def test_a_damaged_hypothesis_file_is_one_line_naming_it(tmp_path, capsys, case):
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     hyp = os.path.join(ledger, "tied.seed1.test2016.hyp")
     damage, expected = HYP_DAMAGE[case]
     with open(hyp, "rb") as f:
@@ -175,13 +162,13 @@ def test_a_damaged_hypothesis_file_is_one_line_naming_it(tmp_path, capsys, case)
         f.write(damage(data))
     for argv in (["render", "--ledger", ledger, "--out", "-"], ["compare", "tied", "softmax", "--ledger", ledger]):
         assert ledger_main(argv) == 2
-        line = _one_line(capsys.readouterr().err)
+        line = one_line(capsys.readouterr().err)
         assert line.startswith(f"ledger: error: {hyp}") and expected in line
 
 
 def test_a_damaged_gzipped_hypothesis_file_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(records, "GZIP_ABOVE", 10)
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     hyp = os.path.join(ledger, "tied.seed1.test2016.hyp.gz")
     data = open(hyp, "rb").read()
     for broken, expected in ((data[: len(data) // 2], "not a complete gzip file"),
@@ -189,7 +176,7 @@ def test_a_damaged_gzipped_hypothesis_file_is_one_line_naming_it(tmp_path, monke
                              (gzip.compress(b"caf\xe9\n", mtime=0), ":1: not valid UTF-8")):
         open(hyp, "wb").write(broken)
         assert ledger_main(["compare", "tied", "softmax", "--ledger", ledger]) == 2
-        line = _one_line(capsys.readouterr().err)
+        line = one_line(capsys.readouterr().err)
         assert line.startswith(f"ledger: error: {hyp}") and expected in line
 
 
@@ -297,13 +284,13 @@ def test_a_damaged_row_file_is_one_line_in_status_and_run(tmp_path, monkeypatch,
     (rows / "20-tied.args").write_bytes(data)
     for command in (argv + ["1"], ["status", "--rows", str(rows / "*.args"), "--ledger", ledger]):
         assert ledger_main(command) == 2 and started == []
-        assert expected in _one_line(capsys.readouterr().err)
+        assert expected in one_line(capsys.readouterr().err)
 
 
 def test_a_row_name_that_cannot_name_a_record_is_refused(tmp_path, monkeypatch, capsys):
     rows, ledger, argv, started = one_row_table(tmp_path, monkeypatch, "20-a.seed2", "--data-bin data --output-layer x")
     assert ledger_main(argv + ["1"]) == 2 and started == []
-    assert "the row name 'a.seed2'" in _one_line(capsys.readouterr().err)
+    assert "the row name 'a.seed2'" in one_line(capsys.readouterr().err)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -318,7 +305,7 @@ def test_identical_systems_are_reported_as_identical_with_p_1(tmp_path, capsys):
     assert test == {"diff": 0.0, "p": 1.0, "seeds": [1, 2], "interval": (0.0, 0.0), "identical": True}
     other = paired_bootstrap_test(same, {1: same[2], 2: same[1]}, n_samples=50)
     assert other["identical"] is False and other["p"] < 1.0
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     fake_record(ledger, "copy", 1, 31.0, HYP_B, baseline="tied")
     assert ledger_main(["compare", "tied", "tied", "--ledger", ledger]) == 0
     assert capsys.readouterr().out == ("t, test2016: tied 31.00 (seed 1) vs tied 31.00 (seed 1): identical (the same "
@@ -336,17 +323,17 @@ def test_identical_systems_are_reported_as_identical_with_p_1(tmp_path, capsys):
 
 
 def test_render_out_never_writes_over_a_user_file_or_a_ledger_file(tmp_path, capsys):
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     record = _record_file(ledger)
     before = open(record, "rb").read()
     for extra in ([], ["--force"]):  # a ledger file: refused even with --force
         assert ledger_main(["render", "--ledger", ledger, "--out", record, *extra]) == 2
-        assert "is also an input of this command (a file of" in _one_line(capsys.readouterr().err)
+        assert "is also an input of this command (a file of" in one_line(capsys.readouterr().err)
     assert open(record, "rb").read() == before
     notes = tmp_path / "notes.md"
     notes.write_text("my notes\n")
     assert ledger_main(["render", "--ledger", ledger, "--out", str(notes)]) == 2
-    assert "exists; choose another path or pass --force" in _one_line(capsys.readouterr().err)
+    assert "exists; choose another path or pass --force" in one_line(capsys.readouterr().err)
     assert notes.read_text() == "my notes\n"
     out = tmp_path / "ledger.md"
     assert ledger_main(["render", "--ledger", ledger, "--out", str(out)]) == 0
@@ -359,7 +346,7 @@ def test_render_out_never_writes_over_a_user_file_or_a_ledger_file(tmp_path, cap
     (tmp_path / "ledger-t-scores.svg").write_text("<svg>a drawing of mine</svg>\n")
     capsys.readouterr()
     assert ledger_main(["render", "--ledger", ledger, "--out", str(out)]) == 2
-    assert "ledger-t-scores.svg' exists" in _one_line(capsys.readouterr().err)
+    assert "ledger-t-scores.svg' exists" in one_line(capsys.readouterr().err)
     assert (tmp_path / "ledger-t-scores.svg").read_text() == "<svg>a drawing of mine</svg>\n"
     assert ledger_main(["render", "--ledger", ledger, "--out", str(out), "--force"]) == 0
     assert ledger_main(["render", "--ledger", ledger, "--out", str(notes), "--force"]) == 0
@@ -373,10 +360,10 @@ def test_run_checks_its_output_directories_before_training(tmp_path, monkeypatch
     blocker.write_text("x")
     argv = [a if a != ledger else str(blocker / "runs") for a in argv]
     assert ledger_main(argv + ["1"]) == 2 and started == []
-    assert "--ledger '" in (err := _one_line(capsys.readouterr().err)) and "cannot create it" in err
+    assert "--ledger '" in (err := one_line(capsys.readouterr().err)) and "cannot create it" in err
     argv = [a if a != str(blocker / "runs") else ledger for a in argv]
     assert ledger_main(argv + ["1", "--work", str(blocker)]) == 2 and started == []
-    assert "--work '" in _one_line(capsys.readouterr().err)
+    assert "--work '" in one_line(capsys.readouterr().err)
 
     import tempfile
 
@@ -389,18 +376,18 @@ def test_run_checks_its_output_directories_before_training(tmp_path, monkeypatch
 
     monkeypatch.setattr(tempfile, "mkstemp", read_only)
     assert ledger_main(argv + ["1", "--work", str(tmp_path / "work")]) == 2 and started == []
-    assert f"--ledger '{ledger}" in (err := _one_line(capsys.readouterr().err)) and "Permission denied" in err
+    assert f"--ledger '{ledger}" in (err := one_line(capsys.readouterr().err)) and "Permission denied" in err
     monkeypatch.setattr(tempfile, "mkstemp", real)
     assert ledger_main(argv + ["1", "--work", str(tmp_path / "work")]) == 0 and started == [1]
 
 
 def test_an_empty_reference_is_one_line_naming_it(tmp_path, capsys):
-    ledger = _ledger(tmp_path)
+    ledger = two_row_ledger(tmp_path)
     ref = os.path.join(ledger, records.load_record(_record_file(ledger))["test"]["test2016"]["reference"])
     open(ref, "w").close()
     open(os.path.join(ledger, "tied.seed1.test2016.hyp"), "w").close()
     assert ledger_main(["compare", "tied", "softmax", "--ledger", ledger]) == 2
-    assert _one_line(capsys.readouterr().err).startswith(f"ledger: error: {ref} is empty")
+    assert one_line(capsys.readouterr().err).startswith(f"ledger: error: {ref} is empty")
 
 
 @pytest.mark.parametrize("option, value", [("--lenpen", "nan"), ("--lenpen", "inf"), ("--batch-size", "0")])
