@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors
+from fairseq_outlayers.errors import ExportRefused, OutlayersConfigError, one_line_errors
 from fairseq_outlayers.lab.bench.benchlib import add_output_args, command_line, finish, stamp
 
 SYSTEMS = ("package fairseq-generate", "stock fairseq-generate (export)", "CTranslate2 float32", "CTranslate2 int8")
@@ -123,21 +123,31 @@ def exports(name, work):
 
 
 def export_model(name, checkpoint, args, work):
-    """Write the model's three exports; a model that cannot be exported (continuous outputs, ...) is one line that
-    names its --model."""
+    """Write the model's three exports: {index in SYSTEMS: why outlayers-export refused it} of those it refused
+    (a model with an output bias has no stock fairseq export, CTranslate2 holds the bias). A model no export takes
+    (continuous outputs, ...) is one line that names its --model."""
     from fairseq_outlayers.tools.export import export
 
     stock, f32, int8 = exports(name, work)
-    try:
-        export(checkpoint, stock, "fairseq", data_dir=args.data)
-        export(checkpoint, f32, "ctranslate2", data_dir=args.data)
-        export(checkpoint, int8, "ctranslate2", data_dir=args.data, quantization="int8")
-    except OutlayersConfigError as e:
-        raise OutlayersConfigError(f"--model {name}={checkpoint}: {e}; leave this model out of the benchmark "
-                                   "(docs/serving.md lists the models that export)") from None
+    refused = {}
+    for system, (out, to, extra) in enumerate(((stock, "fairseq", {}), (f32, "ctranslate2", {}),
+                                                (int8, "ctranslate2", {"quantization": "int8"})), start=1):
+        try:
+            export(checkpoint, out, to, data_dir=args.data, **extra)
+        except ExportRefused as e:
+            refused[system] = str(e)
+        except OutlayersConfigError as e:
+            raise OutlayersConfigError(f"--model {name}={checkpoint}: {e}") from None
+    if len(refused) == len(SYSTEMS) - 1:
+        raise OutlayersConfigError(f"--model {name}={checkpoint}: {refused[1]}; leave this model out of the benchmark "
+                                   "(docs/serving.md lists the models that export)")
+    return refused
 
 
-def run_model(name, checkpoint, args, source, references, lowercase, work):
+def run_model(name, checkpoint, args, source, references, lowercase, work, refused=None):
+    """A row per system of SYSTEMS: its median time, hypotheses' tokens and BLEU; a system whose export was refused
+    (``refused``: {index: why}) is a row that says why."""
+    refused = refused or {}
     stock, f32, int8 = exports(name, work)
     plugin_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_outlayers")
     runners = [
@@ -153,11 +163,16 @@ def run_model(name, checkpoint, args, source, references, lowercase, work):
     for r in range(args.rounds):
         for k in range(len(SYSTEMS)):
             i = (k + r) % len(SYSTEMS)  # a rotating order: no system always runs first
+            if i in refused:
+                continue
             hyps[i], seconds = runners[i](r)
             times[i].append(seconds)
             print(f"{name} round {r + 1}: {SYSTEMS[i]} {seconds:.2f} s", flush=True)
     rows = []
     for i, system in enumerate(SYSTEMS):
+        if i in refused:
+            rows.append(dict(system=system, refused=refused[i]))
+            continue
         seconds = statistics.median(times[i])
         tokens = sum(len(h.split()) for h in hyps[i])
         same = sum(a == b for a, b in zip(hyps[i], hyps[0]))
@@ -185,10 +200,17 @@ def report(models, args, started, load):
     for name, rows in models:
         base = rows[0]["tokens"] / rows[0]["seconds"]
         for row in rows:
+            if "refused" in row:
+                lines.append(f"| {name} | {row['system']} | - | - | - | - | export refused: "
+                             f"{row['refused'].replace('|', '/')} |")
+                continue
             speed = row["tokens"] / row["seconds"]
             lines.append(f"| {name} | {row['system']} | {row['sentences'] / row['seconds']:,.1f} | {speed:,.0f} | "
                          f"{speed / base:.2f} | {row['bleu']:.2f} | {row['same']:,} of {row['sentences']:,} |")
         int8 = rows[3]
+        if "refused" in int8:
+            verdicts.append(f"- {name}: no CTranslate2 int8 export (refused), so no verdict.")
+            continue
         speedup = (int8["tokens"] / int8["seconds"]) / base
         delta = int8["bleu"] - rows[0]["bleu"]
         met = speedup >= GOAL_SPEEDUP and abs(delta) <= GOAL_BLEU
@@ -291,10 +313,11 @@ def run(args):
     started, load = time.time(), ", ".join(f"{x:.1f}" for x in os.getloadavg())
     models = []
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as work:
-        for name, checkpoint in checkpoints:  # every export before any timing: a refused model stops the run early
-            export_model(name, checkpoint, args, work)
+        # every export before any timing: a model that no export takes stops the run early
+        refused = {name: export_model(name, checkpoint, args, work) for name, checkpoint in checkpoints}
         for name, checkpoint in checkpoints:
-            models.append((name, run_model(name, checkpoint, args, source, references, args.lowercase, work)))
+            models.append((name, run_model(name, checkpoint, args, source, references, args.lowercase, work,
+                                           refused[name])))
     finish(args.output, report(models, args, started, load))
     return 0
 

@@ -118,3 +118,21 @@ def test_a_model_that_cannot_be_exported_is_one_line_and_nothing_is_written(file
     assert lines[0].startswith(f"{PREFIX}--model vmf={checkpoint}: --output-layer continuous cannot be exported: ")
     assert lines[0].endswith("; leave this model out of the benchmark (docs/serving.md lists the models that export)")
     assert sorted(os.listdir(tmp_path)) == before  # no report, no export left behind
+
+
+def test_a_model_with_an_output_bias_is_served_by_ctranslate2_and_its_stock_row_says_why_not(files, tiny_bin,
+                                                                                            tmp_path):
+    """Stock fairseq's Transformer has no output bias, so outlayers-export --to fairseq refuses such a model;
+    CTranslate2 holds the bias. Before: the whole model was refused. Now the report has its CTranslate2 rows, and
+    the stock row gives the exporter's reason."""
+    pytest.importorskip("ctranslate2")
+    save = str(tmp_path / "bias")
+    train(tiny_bin, save, extra=["--output-layer", "softmax", "--output-bias"], max_update=2)
+    code, lines = _bench(files, "--rounds", "1", model=f"bias={os.path.join(save, 'checkpoint_last.pt')}")
+    assert code == 0, lines
+    rows = [x for x in open(files["output"], encoding="utf-8").read().splitlines() if x.startswith("| bias |")]
+    assert [r.split(" | ")[1] for r in rows] == ["package fairseq-generate", "stock fairseq-generate (export)",
+                                                 "CTranslate2 float32", "CTranslate2 int8"]
+    assert "export refused: " in rows[1] and "bias" in rows[1].split("export refused: ")[1]
+    for row in (rows[0], rows[2], rows[3]):
+        assert "refused" not in row and float(row.split(" | ")[2].replace(",", "")) > 0
