@@ -35,6 +35,7 @@ import sys
 from typing import Optional, Sequence
 
 from fairseq_outlayers import outfiles
+from fairseq_outlayers.command_line import option_given
 from fairseq_outlayers.errors import OutlayersConfigError
 
 logger = logging.getLogger(__name__)
@@ -97,15 +98,11 @@ def checkpoint_model_args(path):
 # multi-GPU ``fairseq-train`` decides how to start its workers from ``--tpu`` before any model is built: use
 # ``outlayers-train`` there.
 
-def _tpu_given(argv: Sequence[str]) -> bool:
-    return any(a == "--tpu" or a.startswith("--tpu=") for a in argv)
-
-
 def bf16_means_no_tpu(bf16, tpu, argv: Optional[Sequence[str]] = None) -> bool:
     """True when fairseq set ``tpu`` only because of bf16: bf16 asked for, ``--tpu`` not on the command line
     (``argv``, default ``sys.argv``) and torch_xla not installed."""
     argv = sys.argv[1:] if argv is None else argv
-    return bool(bf16) and bool(tpu) and not _tpu_given(argv) and importlib.util.find_spec("torch_xla") is None
+    return bool(bf16) and bool(tpu) and not option_given(argv, "--tpu") and importlib.util.find_spec("torch_xla") is None
 
 
 def keep_bf16_off_the_tpu(args, argv: Optional[Sequence[str]] = None) -> bool:

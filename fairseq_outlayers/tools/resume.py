@@ -21,19 +21,10 @@ import os
 import sys
 from typing import List, Optional
 
+from fairseq_outlayers.command_line import option_value
 from fairseq_outlayers.errors import OutlayersConfigError, describe_load_error, is_refused
 
 PROG = "fairseq_outlayers"
-
-
-def _option(argv: List[str], name: str) -> Optional[str]:
-    value = None
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif a.startswith(name + "="):
-            value = a.split("=", 1)[1]
-    return value
 
 
 def _load(path: str):
@@ -66,20 +57,20 @@ def updates(path: str) -> Optional[int]:
 def restore_args(argv: List[str]) -> List[str]:
     """Extra fairseq-train arguments (``["--restore-file", PATH]`` or none); raises SystemExit with one line when
     ``checkpoint_last.pt`` is unreadable and no intact checkpoint is left."""
-    finetune = _option(argv, "--finetune-from-model")
+    finetune = option_value(argv, "--finetune-from-model")
     if finetune is not None and not os.path.isfile(finetune):
         raise SystemExit(f"{PROG}: error: --finetune-from-model '{finetune}' does not exist; pass the path of a "
                          "trained checkpoint")
-    restore = _option(argv, "--restore-file")
+    restore = option_value(argv, "--restore-file")
     if restore is not None:
-        suffix = _option(argv, "--checkpoint-suffix") or ""
+        suffix = option_value(argv, "--checkpoint-suffix") or ""
         path = restore.replace(".pt", suffix + ".pt")
         if restore != "checkpoint_last.pt" and not os.path.isfile(path):
             # fairseq would log "No existing checkpoint found" and train from scratch
             raise SystemExit(f"{PROG}: error: --restore-file '{path}' does not exist; pass the path of a checkpoint "
                              "to resume from, or leave the option out to start (or resume) in --save-dir")
         return []
-    save_dir = _option(argv, "--save-dir") or "checkpoints"
+    save_dir = option_value(argv, "--save-dir") or "checkpoints"
     last = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.exists(last) or updates(last) is not None:
         return []
