@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from fairseq_outlayers import USER_DIR
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors
 from fairseq_outlayers.lab.bench.benchlib import add_output_args, command_line, finish, stamp
 
@@ -139,10 +140,9 @@ def export_model(name, checkpoint, args, work):
 
 def run_model(name, checkpoint, args, source, references, lowercase, work):
     stock, f32, int8 = exports(name, work)
-    plugin_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_outlayers")
     runners = [
         lambda r: fairseq_generate(args.data, checkpoint, args.beam, args.batch_size, args.threads,
-                                   os.path.join(work, f"{name}-ours-{r}"), user_dir=plugin_dir),
+                                   os.path.join(work, f"{name}-ours-{r}"), user_dir=USER_DIR),
         lambda r: fairseq_generate(args.data, os.path.join(stock, "model.pt"), args.beam, args.batch_size,
                                    args.threads, os.path.join(work, f"{name}-stock-{r}")),
         lambda r: ctranslate2_translate(f32, source, args.beam, args.batch_size, args.threads, "float32"),

@@ -28,6 +28,7 @@ import warnings
 from importlib import metadata
 from typing import Callable, Dict, List, Optional
 
+from fairseq_outlayers import USER_DIR
 from fairseq_outlayers.command_line import option_value
 
 SUBPROCESS_ENV = "OUTLAYERS_TEST_SUBPROCESS"
@@ -110,7 +111,7 @@ def _other_user_dir(cmd: List[str]) -> bool:
     """A ``--user-dir`` other than this package (by its own path): importing it here would register its classes
     in this process for every later test."""
     path = option_value(cmd, "--user-dir")
-    return path is not None and os.path.abspath(path) != os.path.join(PACKAGE_ROOT, "fairseq_outlayers")
+    return path is not None and os.path.abspath(path) != USER_DIR
 
 
 def _argv(cmd: List[str]) -> List[str]:

@@ -15,18 +15,18 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_outlayers import textfiles
+from fairseq_outlayers import USER_DIR, textfiles
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import write_text
 from fairseq_outlayers.tools import commands
-from fairseq_outlayers.tools.commands import executable, user_dir
+from fairseq_outlayers.tools.commands import executable
 from fairseq_outlayers.tools.rawtext import Preparation, binarise, data_languages, read_text
 
 
 def generate_command(data_bin: str, checkpoint: str, beam: int, lenpen: float, batch_size: int,
                      subset: str = "test") -> List[str]:
     """fairseq-generate of every sentence of ``subset``, BPE removed (tokenised output)."""
-    return [executable("fairseq-generate"), data_bin, "--user-dir", user_dir(), "--path", checkpoint,
+    return [executable("fairseq-generate"), data_bin, "--user-dir", USER_DIR, "--path", checkpoint,
             "--gen-subset", subset, "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
             "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
             # at most 1.2 x source length + 10 tokens: an undertrained model that never ends a sentence would
