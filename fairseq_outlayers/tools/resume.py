@@ -22,6 +22,7 @@ import sys
 from typing import List, Optional
 
 from fairseq_outlayers.command_line import option_value
+from fairseq_outlayers.core.fairseq_compat import restore_file, restore_path
 from fairseq_outlayers.errors import OutlayersConfigError, describe_load_error, is_refused
 
 PROG = "fairseq_outlayers"
@@ -61,17 +62,16 @@ def restore_args(argv: List[str]) -> List[str]:
     if finetune is not None and not os.path.isfile(finetune):
         raise SystemExit(f"{PROG}: error: --finetune-from-model '{finetune}' does not exist; pass the path of a "
                          "trained checkpoint")
+    save_dir = option_value(argv, "--save-dir") or "checkpoints"
     restore = option_value(argv, "--restore-file")
     if restore is not None:
-        suffix = option_value(argv, "--checkpoint-suffix") or ""
-        path = restore.replace(".pt", suffix + ".pt")
+        path = restore_file(save_dir, restore, option_value(argv, "--checkpoint-suffix") or "")
         if restore != "checkpoint_last.pt" and not os.path.isfile(path):
             # fairseq would log "No existing checkpoint found" and train from scratch
             raise SystemExit(f"{PROG}: error: --restore-file '{path}' does not exist; pass the path of a checkpoint "
                              "to resume from, or leave the option out to start (or resume) in --save-dir")
         return []
-    save_dir = option_value(argv, "--save-dir") or "checkpoints"
-    last = os.path.join(save_dir, "checkpoint_last.pt")
+    last = restore_file(save_dir)
     if not os.path.exists(last) or updates(last) is not None:
         return []
 
@@ -131,13 +131,7 @@ def resumed_checkpoint(args, weights: bool = False) -> Optional[str]:
     ``weights``: the checkpoint whose weights it will load, ``--reset-optimizer`` or not."""
     if getattr(args, "reset_optimizer", False) and not weights:
         return None
-    suffix = getattr(args, "checkpoint_suffix", "") or ""
-    restore = getattr(args, "restore_file", "checkpoint_last.pt")
-    if restore == "checkpoint_last.pt":
-        path = os.path.join(getattr(args, "save_dir", "checkpoints"), f"checkpoint_last{suffix}.pt")
-    else:
-        path = restore.replace(".pt", suffix + ".pt")
-    return path if os.path.isfile(path) else None
+    return restore_path(args, fine_tune=False)
 
 
 def _name(section) -> Optional[str]:
