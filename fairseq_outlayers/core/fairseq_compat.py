@@ -2,7 +2,7 @@
 
 In this file:
 
-* ``restore_file`` / ``restore_path`` / ``checkpoint_model_args``: the checkpoint ``fairseq-train`` will load
+* ``restore_file`` / ``restore_path`` / ``command_line_checkpoint`` / ``checkpoint_model_args``: the checkpoint ``fairseq-train`` will load
   (fairseq's rule in ``checkpoint_utils.load_checkpoint``), read before fairseq reads it, so a resume is checked
   before any data; ``tools/resume.py`` applies the same rule to the command line.
 * ``keep_bf16_off_the_tpu`` / ``release_bf16_from_tpu`` / ``check_training_precision``: ``options.py`` sets
@@ -36,7 +36,7 @@ import sys
 from typing import Optional, Sequence
 
 from fairseq_outlayers import outfiles
-from fairseq_outlayers.command_line import option_given
+from fairseq_outlayers.command_line import option_given, option_value
 from fairseq_outlayers.errors import OutlayersConfigError
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,20 @@ def restore_path(args, fine_tune: bool = True) -> Optional[str]:
         path = root_option(args, "checkpoint", "continue_once") or root_option(
             args, "checkpoint", "finetune_from_model")
     return path if path and os.path.isfile(path) else None
+
+
+#: fairseq-train's options that choose the checkpoint it loads (``restore_path``)
+RESTORE_OPTIONS = ("save_dir", "restore_file", "checkpoint_suffix", "continue_once", "finetune_from_model")
+
+
+def command_line_checkpoint(argv: Sequence[str]) -> Optional[str]:
+    """The checkpoint a fairseq command line loads, read from its arguments: ``--path`` (fairseq-generate,
+    -interactive, -validate: one file, or several joined by ``:``), else fairseq-train's (``restore_path``)."""
+    path = option_value(argv, "--path")
+    if path is not None:
+        return path
+    given = {name: option_value(argv, "--" + name.replace("_", "-")) for name in RESTORE_OPTIONS}
+    return restore_path(argparse.Namespace(**{k: v for k, v in given.items() if v is not None}))
 
 
 def checkpoint_model_args(path):

@@ -13,8 +13,8 @@ import fairseq_outlayers.models  # noqa: F401  (registers the plugin: fairseq sk
 from fairseq_outlayers import USER_DIR
 from fairseq_outlayers.command_line import option_given, option_value
 from fairseq_outlayers.core.build import check_new_run
-from fairseq_outlayers.core.checkpoint_safety import check_decodable
-from fairseq_outlayers.core.fairseq_compat import atomic_checkpoint_copies, keep_bf16_off_the_tpu
+from fairseq_outlayers.core.checkpoint_safety import check_decodable, loading
+from fairseq_outlayers.core.fairseq_compat import atomic_checkpoint_copies, keep_bf16_off_the_tpu, restore_path
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors
 from fairseq_outlayers.outfiles import DISK_ERRORS, check_writable_dir
 from fairseq_outlayers.value_checks import check_decoding_argv
@@ -129,7 +129,7 @@ def _train(bf16: bool):
         check_writable_dir(args.save_dir, "--save-dir")
     cfg = convert_namespace_to_omegaconf(args)
     try:
-        with atomic_checkpoint_copies():
+        with atomic_checkpoint_copies(), loading(restore_path(args)):
             if args.profile:
                 import torch
 
