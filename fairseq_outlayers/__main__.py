@@ -6,15 +6,15 @@ raw text (tokenised, BPE'd and detokenised as the training data was);
 a sampled softmax lacks (``outlayers-fit-bias``);
 ``python -m fairseq_outlayers options [WORD ...]`` prints every option the package adds, with its default and help
 (``outlayers-options``)."""
-import os
 import sys
+
+from fairseq_outlayers import USER_DIR
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["user-dir"]:
-
-        print(os.path.dirname(os.path.abspath(__file__)))
+        print(USER_DIR)
         return 0
     if argv[:1] == ["params"]:
         from .tools.params import main as params_main

@@ -30,9 +30,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from fairseq_outlayers import USER_DIR  # noqa: E402
 from fairseq_outlayers.lab.bench import benchlib, decode_generate  # noqa: E402
 
-USER_DIR = os.path.join(REPO, "fairseq_outlayers")
 #: method -> the fairseq options that build it ("{vec}": target vectors, "{pairing}": the pairing file, "{d}": d)
 METHODS = {
     "softmax": ["--output-layer", "softmax"],

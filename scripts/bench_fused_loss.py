@@ -40,6 +40,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from fairseq_outlayers import USER_DIR  # noqa: E402
 from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -157,7 +158,7 @@ def build_model(arch: str, vocab: int, device, dtype, extra=()):
         with open(os.path.join(work, f"dict.{lang}.txt"), "w") as f:
             f.writelines(f"w{i} {vocab - i}\n" for i in range(vocab - 4))
     parser = options.get_training_parser()
-    argv = [work, "--user-dir", os.path.join(REPO, "fairseq_outlayers"), "--task", "translation", "--source-lang",
+    argv = [work, "--user-dir", USER_DIR, "--task", "translation", "--source-lang",
             "de", "--target-lang", "en", "--arch", arch, "--output-layer", "tied", "--dropout", "0.0",
             "--criterion", "label_smoothed_cross_entropy"] + list(extra)
     try:

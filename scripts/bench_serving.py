@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from fairseq_outlayers import USER_DIR
 from fairseq_outlayers.errors import ExportRefused, OutlayersConfigError, one_line_errors
 from fairseq_outlayers.lab.bench.benchlib import add_output_args, command_line, finish, stamp
 
@@ -149,10 +150,9 @@ def run_model(name, checkpoint, args, source, references, lowercase, work, refus
     (``refused``: {index: why}) is a row that says why."""
     refused = refused or {}
     stock, f32, int8 = exports(name, work)
-    plugin_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_outlayers")
     runners = [
         lambda r: fairseq_generate(args.data, checkpoint, args.beam, args.batch_size, args.threads,
-                                   os.path.join(work, f"{name}-ours-{r}"), user_dir=plugin_dir),
+                                   os.path.join(work, f"{name}-ours-{r}"), user_dir=USER_DIR),
         lambda r: fairseq_generate(args.data, os.path.join(stock, "model.pt"), args.beam, args.batch_size,
                                    args.threads, os.path.join(work, f"{name}-stock-{r}")),
         lambda r: ctranslate2_translate(f32, source, args.beam, args.batch_size, args.threads, "float32"),

@@ -43,7 +43,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-USER_DIR = os.path.join(REPO, "fairseq_outlayers")
+from fairseq_outlayers import USER_DIR  # noqa: E402
 from fairseq_outlayers.lab.bench import benchlib  # noqa: E402
 
 GiB = 2.0 ** 30

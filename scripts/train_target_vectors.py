@@ -25,6 +25,9 @@ import re
 import sys
 import time
 
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.textfiles import text_lines
+
 
 EOS = "</s>"  # fairseq's end-of-sentence symbol
 
@@ -35,21 +38,20 @@ def read_sentences(paths, eos=EOS):
     class Corpus:
         def __iter__(self):
             for path in paths:
-                with open(path, encoding="utf-8") as f:
-                    for line in f:
-                        words = line.split()
-                        if words:
-                            yield words + [eos] if eos else words
+                for _, line in text_lines(path):
+                    words = line.split()
+                    if words:
+                        yield words + [eos] if eos else words
 
     return Corpus()
 
 
-def _decode(raw, path, n, option):
+def _lines(path, option):
+    """(line number, line) of an input file, one at a time; a line that is not UTF-8 ends the script in one line."""
     try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        sys.exit(f"error: {option} {path} line {n}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r}); "
-                 "convert the file to UTF-8 first (e.g. iconv -f latin1 -t utf-8)")
+        yield from text_lines(path, "convert the file to UTF-8 first (e.g. iconv -f latin1 -t utf-8)", option)
+    except OutlayersConfigError as e:
+        sys.exit(f"error: {e}")
 
 
 def check_input(path, counts=None):
@@ -58,12 +60,11 @@ def check_input(path, counts=None):
     if not os.path.isfile(path):
         sys.exit(f"error: --input {path}: no such file")
     words = lines = 0
-    with open(path, "rb") as f:
-        for lines, raw in enumerate(f, start=1):
-            tokens = _decode(raw, path, lines, "--input").split()
-            words += len(tokens)
-            if counts is not None:
-                counts.update(tokens)
+    for lines, line in _lines(path, "--input"):
+        tokens = line.split()
+        words += len(tokens)
+        if counts is not None:
+            counts.update(tokens)
     if words == 0:
         sys.exit(f"error: --input {path} is empty (no words); give tokenised text, one sentence per line")
     return lines
@@ -77,7 +78,6 @@ def check_memory(args, counts):
     """Refuse a --dim whose vectors would not fit in memory (before gensim allocates them): float32 vectors of the
     words kept (input and output weights; fastText also its n-gram buckets)."""
     from fairseq_outlayers.value_checks import check_fits
-    from fairseq_outlayers.errors import OutlayersConfigError
 
     kept = sum(1 for c in counts.values() if c >= args.min_count) + (0 if args.no_eos else 1)
     if args.algorithm == "fasttext":
@@ -94,23 +94,22 @@ def dictionary_words(path):
     if not os.path.isfile(path):
         sys.exit(f"error: --dict {path}: no such file")
     words, seen = [], set()
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
-            line = _decode(raw, path, n, "--dict").rstrip("\r\n")
-            # as fairseq's Dictionary.add_from_file reads it: 'word count', optionally '#fairseq:overwrite'
-            word, _, count = line.rpartition(" ")
-            overwrite = count == "#fairseq:overwrite"
-            if overwrite:
-                word, _, count = word.rpartition(" ")
-            if not word or not count.isdigit():
-                sys.exit(f"error: --dict {path} line {n}: expected 'word count' (a fairseq dict.*.txt, as "
-                         f"fairseq-preprocess writes it), got {line[:60]!r}; --dict takes the dictionary, not "
-                         "training text (that goes to --input)")
-            if word in seen and not overwrite:
-                sys.exit(f"error: --dict {path} line {n}: the word {word!r} is listed a second time; a fairseq "
-                         "dictionary lists each word once (is it training text? that goes to --input)")
-            seen.add(word)
-            words.append(word)
+    for n, line in _lines(path, "--dict"):
+        line = line.rstrip("\r\n")
+        # as fairseq's Dictionary.add_from_file reads it: 'word count', optionally '#fairseq:overwrite'
+        word, _, count = line.rpartition(" ")
+        overwrite = count == "#fairseq:overwrite"
+        if overwrite:
+            word, _, count = word.rpartition(" ")
+        if not word or not count.isdigit():
+            sys.exit(f"error: --dict {path} line {n}: expected 'word count' (a fairseq dict.*.txt, as "
+                     f"fairseq-preprocess writes it), got {line[:60]!r}; --dict takes the dictionary, not "
+                     "training text (that goes to --input)")
+        if word in seen and not overwrite:
+            sys.exit(f"error: --dict {path} line {n}: the word {word!r} is listed a second time; a fairseq "
+                     "dictionary lists each word once (is it training text? that goes to --input)")
+        seen.add(word)
+        words.append(word)
     if not words:
         sys.exit(f"error: --dict {path} is empty; give the fairseq dict.*.txt of the target side")
     return words
@@ -195,7 +194,6 @@ def main(argv=None):
         sys.exit(f"error: --min-count must be at least 1, got {args.min_count}")
     if args.max_n < args.min_n:
         sys.exit(f"error: --max-n ({args.max_n}) must be at least --min-n ({args.min_n})")
-    from fairseq_outlayers.errors import OutlayersConfigError
     from fairseq_outlayers.outfiles import atomic_write, check_output_path
 
     try:

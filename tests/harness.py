@@ -19,9 +19,9 @@ import sys
 from typing import Dict, List, Optional
 
 import in_process
+from fairseq_outlayers import USER_DIR  # noqa: F401  (the tests' --user-dir)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-USER_DIR = os.path.join(REPO, "fairseq_outlayers")
 BIN = os.path.dirname(sys.executable)
 DEVICE_ENV = "OUTLAYERS_TEST_DEVICE"
 #: why a test of the pairing's built-in fast_align skips (``pytest.importorskip("systran_align", reason=...)``)

@@ -28,6 +28,9 @@ import warnings
 from importlib import metadata
 from typing import Callable, Dict, List, Optional
 
+from fairseq_outlayers import USER_DIR
+from fairseq_outlayers.command_line import option_value
+
 SUBPROCESS_ENV = "OUTLAYERS_TEST_SUBPROCESS"
 #: console scripts that keep global state between calls (Hydra), or that are not a command of the tests
 NOT_CALLED = {"fairseq-hydra-train", "pytest", "py.test"}
@@ -107,12 +110,8 @@ def _same_imports(env: Dict[str, str]) -> bool:
 def _other_user_dir(cmd: List[str]) -> bool:
     """A ``--user-dir`` other than this package (by its own path): importing it here would register its classes
     in this process for every later test."""
-    for i, arg in enumerate(cmd):
-        path = cmd[i + 1] if arg == "--user-dir" and i + 1 < len(cmd) else (
-            arg.partition("=")[2] if arg.startswith("--user-dir=") else None)
-        if path is not None and os.path.abspath(path) != os.path.join(PACKAGE_ROOT, "fairseq_outlayers"):
-            return True
-    return False
+    path = option_value(cmd, "--user-dir")
+    return path is not None and os.path.abspath(path) != USER_DIR
 
 
 def _argv(cmd: List[str]) -> List[str]:

@@ -115,7 +115,7 @@ def test_params_on_broken_files_prints_one_line(tmp_path, capsys):
     (b"the\nhouse 3\n", "cannot be read as a fairseq dictionary"),
     (b"the x\n", "cannot be read as a fairseq dictionary"),
     (b"the 3\nthe 2\n", "cannot be read as a fairseq dictionary"),
-    (b"caf\xe9 3\n", "line 1: not valid UTF-8"),
+    (b"caf\xe9 3\n", ":1: dictionary is not valid UTF-8"),
 ])
 def test_vectors_report_with_bad_dictionary(tmp_path, capsys, content, expected):
     vec = tmp_path / "v.vec"
@@ -196,7 +196,7 @@ def test_train_target_vectors_checks_before_training(ttv, tmp_path):
     latin = tmp_path / "latin1.en"
     latin.write_bytes("a house\nun caf\xe9\n".encode("latin-1"))
     msg = _exit_message(ttv.main, ["--input", str(latin), "--output", str(tmp_path / "v.vec")])
-    assert f"--input {latin} line 2: not valid UTF-8" in msg and "iconv" in msg
+    assert f"{latin}:2: --input is not valid UTF-8" in msg and "iconv" in msg
     empty = tmp_path / "empty.en"
     empty.write_text("\n \n")
     msg = _exit_message(ttv.main, ["--input", str(empty), "--output", str(tmp_path / "v.vec")])
@@ -207,7 +207,7 @@ def test_train_target_vectors_checks_before_training(ttv, tmp_path):
     d = tmp_path / "dict.en.txt"
     d.write_bytes(b"caf\xe9 3\n")
     msg = _exit_message(ttv.main, good + ["--output", str(tmp_path / "v.vec"), "--dict", str(d)])
-    assert f"--dict {d} line 1: not valid UTF-8" in msg
+    assert f"{d}:1: --dict is not valid UTF-8" in msg
     assert not os.path.exists(tmp_path / "v.vec")
 
 

@@ -11,7 +11,7 @@ import torch
 from fairseq.data import Dictionary
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from harness import REPO, TINY_TRANSFORMER, build_model, generate, make_corpus, preprocess, run, tool, train, train_args
+from harness import REPO, TINY_TRANSFORMER, USER_DIR, build_model, generate, make_corpus, preprocess, run, tool, train, train_args
 
 M = 16
 CONTINUOUS = ["--output-layer", "continuous", "--tie-input-to-target-vectors", "--criterion", "cosine"]
@@ -145,7 +145,7 @@ def test_decode_needs_the_training_dictionaries_not_the_vector_file(tiny_bin, ot
     os.remove(vec)
     _, hyps = generate(tiny_bin, ckpt)
     assert len(hyps) == 24
-    proc = run([tool("outlayers-generate"), other_bin, "--user-dir", os.path.join(REPO, "fairseq_outlayers"),
+    proc = run([tool("outlayers-generate"), other_bin, "--user-dir", USER_DIR,
                 "--path", ckpt, "--beam", "2", "--cpu"], check=False)
     one_line_error(proc, f"the source dictionary {other_bin}/dict.de.txt (48 symbols, sha256 ")
     assert f"differs from the one this checkpoint was trained with ({tiny_bin}/dict.de.txt" in proc.stderr
@@ -253,7 +253,7 @@ def test_train_sh_resumes_from_the_newest_intact_checkpoint(tiny_bin, tmp_path):
 ])
 def test_hydra_options_and_criterion(tiny_bin, vectors, tmp_path, config, overrides, message):
     proc = run([tool("fairseq-hydra-train"), "--config-dir", os.path.join(REPO, "configs", "multi30k"),
-                "--config-name", config, f"common.user_dir={os.path.join(REPO, 'fairseq_outlayers')}",
+                "--config-name", config, f"common.user_dir={USER_DIR}",
                 f"task.data={tiny_bin}", "common.cpu=true", "optimization.max_update=1", "dataset.num_workers=0",
                 f"checkpoint.save_dir={tmp_path}/save", f"hydra.run.dir={tmp_path}/hydra"]
                + [o.replace("VEC", vectors[0]) for o in overrides], check=False)

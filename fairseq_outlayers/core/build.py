@@ -130,9 +130,10 @@ class OutputLayerModelMixin:
         """fairseq's, after refusing NaN or infinite weights in one line naming the checkpoint and the tensor
         (``checkpoint_safety.check_finite_weights``): every entry point that loads the model through
         ``--user-dir``, stock ``fairseq-generate`` included, stops there rather than deep in the beam search."""
-        from fairseq_outlayers.core.checkpoint_safety import check_finite_weights, loading_path
+        from fairseq_outlayers.core.checkpoint_safety import check_finite_weights, loading_path, non_finite
 
-        check_finite_weights(loading_path(), state_dict)
+        if non_finite(state_dict):  # the checkpoint's name is looked up only to be said
+            check_finite_weights(loading_path(), state_dict)
         return super().load_state_dict(state_dict, *args, **kwargs)
 
     def log_parameter_report(self):

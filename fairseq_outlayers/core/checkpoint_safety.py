@@ -16,12 +16,16 @@ numpy >= 1.25, is one of ``numpy.dtypes``): those are allow-listed too, for bool
 e.g. ``os.system`` in a crafted pickle -- is still refused.
 """
 import argparse
+import contextlib
+import contextvars
 import os
 import sys
+from typing import Optional, Sequence
 
 import numpy
 import torch
 
+from fairseq_outlayers.core.fairseq_compat import command_line_checkpoint
 from fairseq_outlayers.errors import OutlayersConfigError, describe_load_error, load_error_message  # noqa: F401
 
 try:  # numpy >= 2
@@ -36,6 +40,8 @@ NUMERIC_DTYPES = tuple(getattr(getattr(numpy, "dtypes", None), name) for name in
     "LongDoubleDType") if hasattr(getattr(numpy, "dtypes", None), name))
 #: the classes fairseq checkpoints need beyond torch's default weights-only set
 ALLOWED_GLOBALS = (argparse.Namespace, numpy.ndarray, numpy.dtype, _reconstruct) + NUMERIC_DTYPES
+#: the checkpoint being loaded, as the code that loads it says (``loading``)
+_LOADING: contextvars.ContextVar = contextvars.ContextVar("outlayers_loading_checkpoint", default=None)
 
 
 def install():
@@ -82,17 +88,24 @@ def check_finite(path: str, state: dict):
     check_finite_weights(path, state.get("model") or {})
 
 
-def loading_path() -> str:
-    """The checkpoint fairseq is loading (the ``filename`` of ``checkpoint_utils`` or the trainer on the call
-    stack), for a model's ``load_state_dict`` to name it; "the checkpoint being loaded" when none is found."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(("checkpoint_utils.py", "trainer.py")):
-            value = frame.f_locals.get("filename")
-            if isinstance(value, str):
-                return value
-        frame = frame.f_back
-    return "the checkpoint being loaded"
+@contextlib.contextmanager
+def loading(path: Optional[str]):
+    """Within it, ``loading_path`` is ``path``: set by the code that hands a checkpoint to fairseq's loader (the
+    tools' ``load_model_ensemble_and_task``, ``outlayers-train``), so a model's ``load_state_dict`` names it."""
+    token = _LOADING.set(path)
+    try:
+        yield
+    finally:
+        _LOADING.reset(token)
+
+
+def loading_path(argv: Optional[Sequence[str]] = None) -> str:
+    """The checkpoint being loaded, for a model's ``load_state_dict`` to name it: the one set with ``loading``;
+    else, under fairseq's own commands (``fairseq-generate --user-dir``, a resumed ``fairseq-train``), the one their
+    command line (``argv``, default ``sys.argv``) names (``fairseq_compat.command_line_checkpoint``); else "the
+    checkpoint being loaded"."""
+    path = _LOADING.get() or command_line_checkpoint(sys.argv[1:] if argv is None else argv)
+    return path or "the checkpoint being loaded"
 
 
 def check_finite_weights(path: str, weights: dict):

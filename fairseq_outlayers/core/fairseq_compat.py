@@ -2,8 +2,9 @@
 
 In this file:
 
-* ``restore_path`` / ``checkpoint_model_args``: the checkpoint ``fairseq-train`` will load (fairseq's rule in
-  ``checkpoint_utils.load_checkpoint``), read before fairseq reads it, so a resume is checked before any data.
+* ``restore_file`` / ``restore_path`` / ``command_line_checkpoint`` / ``checkpoint_model_args``: the checkpoint ``fairseq-train`` will load
+  (fairseq's rule in ``checkpoint_utils.load_checkpoint``), read before fairseq reads it, so a resume is checked
+  before any data; ``tools/resume.py`` applies the same rule to the command line.
 * ``keep_bf16_off_the_tpu`` / ``release_bf16_from_tpu`` / ``check_training_precision``: ``options.py`` sets
   ``--tpu`` for ``--bf16``, and the Trainer then needs torch_xla.
 * ``transformer_config``: what fairseq's Transformer ``build_model`` does to the options, which its builders
@@ -35,6 +36,7 @@ import sys
 from typing import Optional, Sequence
 
 from fairseq_outlayers import outfiles
+from fairseq_outlayers.command_line import option_given, option_value
 from fairseq_outlayers.errors import OutlayersConfigError
 
 logger = logging.getLogger(__name__)
@@ -53,20 +55,40 @@ def root_option(args, section, name, default=None):
     return default if value is None else value
 
 
-def restore_path(args) -> Optional[str]:
-    """The checkpoint fairseq-train will load (the rule of fairseq's ``checkpoint_utils.load_checkpoint``), or
-    None."""
-    save_dir = root_option(args, "checkpoint", "save_dir", "checkpoints")
-    restore = root_option(args, "checkpoint", "restore_file", "checkpoint_last.pt")
-    suffix = root_option(args, "checkpoint", "checkpoint_suffix", "") or ""
+def restore_file(save_dir: str = "checkpoints", restore: str = "checkpoint_last.pt", suffix: str = "") -> str:
+    """The file fairseq-train reads for ``--restore-file`` (fairseq's ``checkpoint_utils.load_checkpoint``): the
+    default ``checkpoint_last.pt`` is in ``--save-dir``; any other name is a path as given. Either way
+    ``--checkpoint-suffix`` goes before ``.pt``."""
     if restore == "checkpoint_last.pt":
-        path = os.path.join(save_dir, f"checkpoint_last{suffix}.pt")
-        if not os.path.exists(path):
-            path = root_option(args, "checkpoint", "continue_once") or root_option(
-                args, "checkpoint", "finetune_from_model")
-    else:
-        path = restore.replace(".pt", suffix + ".pt")
+        return os.path.join(save_dir, f"checkpoint_last{suffix}.pt")
+    return restore.replace(".pt", suffix + ".pt")
+
+
+def restore_path(args, fine_tune: bool = True) -> Optional[str]:
+    """The checkpoint fairseq-train will load (``restore_file``, or, without ``checkpoint_last.pt``, the file of
+    ``--continue-once`` or ``--finetune-from-model`` when ``fine_tune``: a start from its weights only), or None
+    when that file does not exist."""
+    restore = root_option(args, "checkpoint", "restore_file", "checkpoint_last.pt")
+    path = restore_file(root_option(args, "checkpoint", "save_dir", "checkpoints"), restore,
+                        root_option(args, "checkpoint", "checkpoint_suffix", "") or "")
+    if fine_tune and restore == "checkpoint_last.pt" and not os.path.exists(path):
+        path = root_option(args, "checkpoint", "continue_once") or root_option(
+            args, "checkpoint", "finetune_from_model")
     return path if path and os.path.isfile(path) else None
+
+
+#: fairseq-train's options that choose the checkpoint it loads (``restore_path``)
+RESTORE_OPTIONS = ("save_dir", "restore_file", "checkpoint_suffix", "continue_once", "finetune_from_model")
+
+
+def command_line_checkpoint(argv: Sequence[str]) -> Optional[str]:
+    """The checkpoint a fairseq command line loads, read from its arguments: ``--path`` (fairseq-generate,
+    -interactive, -validate: one file, or several joined by ``:``), else fairseq-train's (``restore_path``)."""
+    path = option_value(argv, "--path")
+    if path is not None:
+        return path
+    given = {name: option_value(argv, "--" + name.replace("_", "-")) for name in RESTORE_OPTIONS}
+    return restore_path(argparse.Namespace(**{k: v for k, v in given.items() if v is not None}))
 
 
 def checkpoint_model_args(path):
@@ -97,15 +119,11 @@ def checkpoint_model_args(path):
 # multi-GPU ``fairseq-train`` decides how to start its workers from ``--tpu`` before any model is built: use
 # ``outlayers-train`` there.
 
-def _tpu_given(argv: Sequence[str]) -> bool:
-    return any(a == "--tpu" or a.startswith("--tpu=") for a in argv)
-
-
 def bf16_means_no_tpu(bf16, tpu, argv: Optional[Sequence[str]] = None) -> bool:
     """True when fairseq set ``tpu`` only because of bf16: bf16 asked for, ``--tpu`` not on the command line
     (``argv``, default ``sys.argv``) and torch_xla not installed."""
     argv = sys.argv[1:] if argv is None else argv
-    return bool(bf16) and bool(tpu) and not _tpu_given(argv) and importlib.util.find_spec("torch_xla") is None
+    return bool(bf16) and bool(tpu) and not option_given(argv, "--tpu") and importlib.util.find_spec("torch_xla") is None
 
 
 def keep_bf16_off_the_tpu(args, argv: Optional[Sequence[str]] = None) -> bool:

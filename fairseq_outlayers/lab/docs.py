@@ -48,6 +48,7 @@ import sys
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.textfiles import read_text
 from fairseq_outlayers.lab.ledger_blocks import (CLAIMS, LEDGER, TEST, _claims_block, _further_block,  # noqa: F401
                                                  _readme_block, _rows_block, _rule_block, _seed_scores_block)
 from fairseq_outlayers.lab.option_blocks import (_archs_block, _cell, _cli_block, _exports_block,  # noqa: F401
@@ -285,17 +286,8 @@ def unheld_figures(path: str) -> List[Tuple[int, str]]:
 def read_document(path: str) -> str:
     """The text of a Markdown file; a missing or unreadable file, a directory or a file that is not UTF-8 is one
     line naming it."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise OutlayersConfigError(f"{path}: cannot be read ({e.strerror}); give a Markdown file") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {data[e.start:e.start + 1]!r}); the "
-                                   "documents are UTF-8: convert it (iconv -f latin1 -t utf-8)") from None
+    return read_text(path, "the documents are UTF-8: convert it (iconv -f latin1 -t utf-8)",
+                     unreadable="give a Markdown file")
 
 
 def stale(paths: List[str], ctx: Optional[Context] = None, write: bool = False) -> List[Tuple[str, str]]:

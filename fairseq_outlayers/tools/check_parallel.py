@@ -8,16 +8,17 @@ import argparse
 import os
 import sys
 
+from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.textfiles import text_lines
+
 
 def count_lines_utf8(path):
     n = 0
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise SystemExit(f"check_parallel: {path}:{n}: not valid UTF-8 ({e.reason} at byte {e.start}); "
-                                 "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+    try:
+        for n, _line in text_lines(path, "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"):
+            pass
+    except OutlayersConfigError as e:
+        raise SystemExit(f"check_parallel: {e}") from None
     return n
 
 

@@ -1,10 +1,12 @@
 """Loading a trained checkpoint from a tool: the plugin registered first, then fairseq's loader with the safe
 (weights-only) allow-list, and one-line errors. The tools' floor: fairseq skips a ``--user-dir`` already imported,
 so a tool that loads a checkpoint registers the plugin itself, here."""
+import os
+
 from fairseq import checkpoint_utils
 
 import fairseq_outlayers.models  # noqa: F401  (registers the plugin: the checkpoint's --user-dir is this package)
-from fairseq_outlayers.core.checkpoint_safety import install
+from fairseq_outlayers.core.checkpoint_safety import install, loading
 from fairseq_outlayers.errors import OutlayersConfigError, load_error_message
 
 
@@ -13,7 +15,8 @@ def load_model_ensemble_and_task(paths, arg_overrides=None, **kwargs):
     damaged or unsafe checkpoint raised as ``OutlayersConfigError`` with one line."""
     install()
     try:
-        return checkpoint_utils.load_model_ensemble_and_task(list(paths), arg_overrides=arg_overrides, **kwargs)
+        with loading(os.pathsep.join(paths)):
+            return checkpoint_utils.load_model_ensemble_and_task(list(paths), arg_overrides=arg_overrides, **kwargs)
     except OutlayersConfigError:
         raise
     except Exception as e:

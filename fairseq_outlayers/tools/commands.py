@@ -30,6 +30,3 @@ def executable(name):
     return here if os.path.exists(here) else name
 
 
-def user_dir():
-    """The ``--user-dir`` that loads this plugin: the ``fairseq_outlayers`` package directory."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -31,6 +31,8 @@ import sys
 import unicodedata
 from multiprocessing import Pool
 
+from fairseq_outlayers import textfiles
+from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import atomic_write, is_input
 
 SEG = re.compile(r'<seg id="?[^">]*"?>\s*(.*?)\s*</seg>\s*$')
@@ -45,19 +47,10 @@ def fail(prog, msg):
 
 def read_lines(prog, path):
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        fail(prog, f"cannot read {path} ({e.strerror}); check the raw data directory")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        fail(prog, f"{path}:{line}: not valid UTF-8 ({e.reason}); re-encode the file as UTF-8")
-    lines = text.split("\n")  # not splitlines(): U+2028, \x0c etc. inside a sentence are not line breaks
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+        return textfiles.read_lines(path, "re-encode the file as UTF-8", unreadable="check the raw data directory",
+                                    strip_cr=True)
+    except OutlayersConfigError as e:
+        fail(prog, str(e))
 
 
 def write_lines(path, lines):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.textfiles import read_lines
 
 
 def read_text(path: str, what: str) -> List[str]:
@@ -28,18 +29,8 @@ def read_text(path: str, what: str) -> List[str]:
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"{what} '{path}' does not exist; give a plain UTF-8 text file, one sentence "
                                    "per line")
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise OutlayersConfigError(f"{path}:{line}: {what} is not valid UTF-8 ({e.reason}); re-encode it as "
-                                   "UTF-8 (e.g. iconv -t utf-8)") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    lines = [x[:-1] if x.endswith("\r") else x for x in lines]
+    lines = read_lines(path, "re-encode it as UTF-8 (e.g. iconv -t utf-8)", what,
+                       unreadable="give a plain UTF-8 text file, one sentence per line", strip_cr=True)
     if not lines:
         raise OutlayersConfigError(f"{what} '{path}' is empty; give one sentence per line")
     return lines

@@ -21,19 +21,11 @@ import os
 import sys
 from typing import List, Optional
 
+from fairseq_outlayers.command_line import option_value
+from fairseq_outlayers.core.fairseq_compat import restore_file, restore_path
 from fairseq_outlayers.errors import OutlayersConfigError, describe_load_error, is_refused
 
 PROG = "fairseq_outlayers"
-
-
-def _option(argv: List[str], name: str) -> Optional[str]:
-    value = None
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif a.startswith(name + "="):
-            value = a.split("=", 1)[1]
-    return value
 
 
 def _load(path: str):
@@ -66,21 +58,20 @@ def updates(path: str) -> Optional[int]:
 def restore_args(argv: List[str]) -> List[str]:
     """Extra fairseq-train arguments (``["--restore-file", PATH]`` or none); raises SystemExit with one line when
     ``checkpoint_last.pt`` is unreadable and no intact checkpoint is left."""
-    finetune = _option(argv, "--finetune-from-model")
+    finetune = option_value(argv, "--finetune-from-model")
     if finetune is not None and not os.path.isfile(finetune):
         raise SystemExit(f"{PROG}: error: --finetune-from-model '{finetune}' does not exist; pass the path of a "
                          "trained checkpoint")
-    restore = _option(argv, "--restore-file")
+    save_dir = option_value(argv, "--save-dir") or "checkpoints"
+    restore = option_value(argv, "--restore-file")
     if restore is not None:
-        suffix = _option(argv, "--checkpoint-suffix") or ""
-        path = restore.replace(".pt", suffix + ".pt")
+        path = restore_file(save_dir, restore, option_value(argv, "--checkpoint-suffix") or "")
         if restore != "checkpoint_last.pt" and not os.path.isfile(path):
             # fairseq would log "No existing checkpoint found" and train from scratch
             raise SystemExit(f"{PROG}: error: --restore-file '{path}' does not exist; pass the path of a checkpoint "
                              "to resume from, or leave the option out to start (or resume) in --save-dir")
         return []
-    save_dir = _option(argv, "--save-dir") or "checkpoints"
-    last = os.path.join(save_dir, "checkpoint_last.pt")
+    last = restore_file(save_dir)
     if not os.path.exists(last) or updates(last) is not None:
         return []
 
@@ -140,13 +131,7 @@ def resumed_checkpoint(args, weights: bool = False) -> Optional[str]:
     ``weights``: the checkpoint whose weights it will load, ``--reset-optimizer`` or not."""
     if getattr(args, "reset_optimizer", False) and not weights:
         return None
-    suffix = getattr(args, "checkpoint_suffix", "") or ""
-    restore = getattr(args, "restore_file", "checkpoint_last.pt")
-    if restore == "checkpoint_last.pt":
-        path = os.path.join(getattr(args, "save_dir", "checkpoints"), f"checkpoint_last{suffix}.pt")
-    else:
-        path = restore.replace(".pt", suffix + ".pt")
-    return path if os.path.isfile(path) else None
+    return restore_path(args, fine_tune=False)
 
 
 def _name(section) -> Optional[str]:

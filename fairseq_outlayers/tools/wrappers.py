@@ -11,16 +11,17 @@ import traceback
 
 import fairseq_outlayers.models  # noqa: F401  (registers the plugin: fairseq skips a --user-dir already imported)
 from fairseq_outlayers import USER_DIR
+from fairseq_outlayers.command_line import option_given, option_value
 from fairseq_outlayers.core.build import check_new_run
-from fairseq_outlayers.core.checkpoint_safety import check_decodable
-from fairseq_outlayers.core.fairseq_compat import atomic_checkpoint_copies, keep_bf16_off_the_tpu
+from fairseq_outlayers.core.checkpoint_safety import check_decodable, loading
+from fairseq_outlayers.core.fairseq_compat import atomic_checkpoint_copies, keep_bf16_off_the_tpu, restore_path
 from fairseq_outlayers.errors import OutlayersConfigError, one_line_errors
 from fairseq_outlayers.outfiles import DISK_ERRORS, check_writable_dir
 from fairseq_outlayers.value_checks import check_decoding_argv
 
 
 def _with_user_dir(argv):
-    if any(a == "--user-dir" or a.startswith("--user-dir=") for a in argv):
+    if option_given(argv, "--user-dir"):
         return argv
     return argv + ["--user-dir", USER_DIR]
 
@@ -35,7 +36,7 @@ def _run(module_name, extra=()):
 
 
 def _given(option):
-    return any(a == option or a.startswith(option + "=") for a in sys.argv[1:])
+    return option_given(sys.argv[1:], option)
 
 
 def _replace_unk_asked():
@@ -46,22 +47,12 @@ def _bf16_asked(argv):
     return any(a in ("--bf16", "--memory-efficient-bf16") for a in argv)
 
 
-def _option_value(argv, option):
-    value = None
-    for i, a in enumerate(argv):
-        if a == option and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif a.startswith(option + "="):
-            value = a.split("=", 1)[1]
-    return value
-
-
 def _check_checkpoints(argv):
     """The checkpoints of ``--path`` are readable fairseq checkpoints with finite weights, before fairseq starts. A
     path that is not a file (a sharded checkpoint's base name, or a missing file) is left to fairseq's loader, whose
     errors are one line too (``errors.load_error_message``)."""
 
-    path = _option_value(argv, "--path")
+    path = option_value(argv, "--path")
     paths = [p for p in (path or "").split(os.pathsep) if os.path.isfile(p)]
     if paths:
         check_decodable(paths)
@@ -138,7 +129,7 @@ def _train(bf16: bool):
         check_writable_dir(args.save_dir, "--save-dir")
     cfg = convert_namespace_to_omegaconf(args)
     try:
-        with atomic_checkpoint_copies():
+        with atomic_checkpoint_copies(), loading(restore_path(args)):
             if args.profile:
                 import torch
 

@@ -9,11 +9,11 @@ from argparse import Namespace
 
 import torch
 
+from fairseq_outlayers import USER_DIR
+
 from . import benchlib
 from .continuous_layer import random_unit_table
 
-#: fairseq's --user-dir: this package, wherever it is installed
-USER_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def write_model_data(directory, vocab, dim):

@@ -8,6 +8,7 @@ import math
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_outlayers.command_line import option_value
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.ledger import records as rec
 from fairseq_outlayers.lab.ledger.analysis import _word_params, compare, group, keep_seeds, mean_pm_sd, seed_scores
@@ -199,7 +200,7 @@ def _best_result(rows: Dict[str, Dict[int, Dict]], claim: Dict, seeds: Optional[
 
     def arch(name):
         options = next(iter(rows[name].values()))["options"]
-        return next((b for a, b in zip(options, options[1:]) if a == "--arch"), "?")
+        return option_value(options, "--arch", "?")
 
     # rows whose means are equal (to rounding) share the place: every one is named, in name order
     tied = {}

@@ -5,6 +5,7 @@ import json
 import os
 from typing import Dict, List, Optional, Tuple
 
+from fairseq_outlayers.command_line import option_value
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.lab.fairseq_runs import log
 from fairseq_outlayers.lab.ledger import records
@@ -104,10 +105,7 @@ def decode_scale(options: List[str]) -> Optional[str]:
     import fairseq_outlayers.models  # noqa: F401  (registers the plugin; loads torch: only for such decodes)
     from fairseq_outlayers.core.registry import OUTPUT_LAYER_REGISTRY
 
-    spec = OUTPUT_LAYER_REGISTRY.get(_option_value(options, "--output-layer"))
+    spec = OUTPUT_LAYER_REGISTRY.get(option_value(options, "--output-layer", ""))
     return spec.decode_scale if spec is not None else None
 
 
-def _option_value(options: List[str], flag: str) -> str:
-    """The value of ``flag`` in a fairseq-train option list ("" when absent)."""
-    return next((v for k, v in zip(options, options[1:]) if k == flag), "")

@@ -18,11 +18,11 @@ import hashlib
 import json
 import os
 import re
-import zlib
 from typing import Dict, List, Optional
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import atomic_write, write_text
+from fairseq_outlayers.textfiles import read_lines as read_text_lines
 
 from .schema import FIX, RECORD_NAME, SCHEMA, check_record, load_record  # noqa: F401  (the record schema)
 
@@ -156,24 +156,9 @@ def read_lines(ledger: str, name: str) -> List[str]:
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"{path} is missing (named by a record in {ledger}); restore it from git or "
                                    "remove the record to rerun that run")
-    with open(path, "rb") as f:
-        data = f.read()
-    if name.endswith(".gz"):
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise OutlayersConfigError(f"{path}: not a complete gzip file ({e}); restore it from git or remove "
-                                       "the record naming it to rerun that run") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {data[e.start:e.start + 1]!r}); the "
-                                   "ledger's texts are UTF-8: restore it from git or remove the record naming it "
-                                   "to rerun that run") from None
-    if not text:
-        return []
-    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+    return read_text_lines(path, "the ledger's texts are UTF-8: restore it from git or remove the record naming it to "
+                           "rerun that run", unreadable="restore it from git or remove the record naming it to rerun "
+                           "that run")
 
 
 def store_reference(ledger: str, lines: List[str]) -> str:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.textfiles import read_lines, read_text
 from fairseq_outlayers.lab.ledger.steps import parse_step
 from fairseq_outlayers.lab.ledger.directives import (  # noqa: F401  (read from here too)
     TEACHER_VECTORS, Teacher, check_teacher, decode_key, parse_decodes, parse_scales, parse_teacher, teacher_vectors,
@@ -64,8 +65,8 @@ CRITERION_OPTIONS = ("--criterion", "--label-smoothing")
 
 def read_options(path: str) -> List[str]:
     """The options of an ``.args`` file: its lines without ``#`` comments, split as the shell would."""
-    with open(path, encoding="utf-8") as f:
-        return shlex.split(" ".join(line.split("#", 1)[0] for line in f))
+    lines = read_lines(path, "an options file is UTF-8 text (re-encode it, e.g. iconv -t utf-8)")
+    return shlex.split(" ".join(line.split("#", 1)[0] for line in lines))
 
 
 def read_row(path: str) -> Tuple[str, List[str]]:
@@ -195,19 +196,10 @@ def _parent(path: str, parent: str, lineno: int) -> str:
 
 def _check_text(path: str):
     """A row file is UTF-8 text: an error naming the line otherwise."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise OutlayersConfigError(f"row file '{path}' cannot be read ({e.strerror})") from None
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {raw[e.start:e.start + 1]!r}); a row file "
-                                   "is UTF-8 text (re-encode it, e.g. iconv -t utf-8)") from None
-    if b"\0" in raw:
-        line = raw[: raw.index(b"\0")].count(b"\n") + 1
+    text = read_text(path, "a row file is UTF-8 text (re-encode it, e.g. iconv -t utf-8)",
+                     unreadable="give a row file: comment lines, then the fairseq-train options")
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
         raise OutlayersConfigError(f"{path}:{line}: a NUL byte; a row file is text (comment lines, then the "
                                    "fairseq-train options)")
 
@@ -218,7 +210,7 @@ def _read_base(path: str, value: str, lineno: int) -> List[str]:
                                    "the working directory: run from the repository's root)")
     try:
         options = read_options(value)
-    except (ValueError, UnicodeDecodeError) as e:
+    except ValueError as e:  # OutlayersConfigError too (not UTF-8)
         raise OutlayersConfigError(f"{path}:{lineno}: '# base: {value}' cannot be read as options ({e})") from None
     if any(a.split("=", 1)[0] == "--data-bin" for a in options):
         raise OutlayersConfigError(f"{path}:{lineno}: '# base: {value}' names --data-bin; a base holds the shared "

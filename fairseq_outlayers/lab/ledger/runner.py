@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from fairseq_outlayers import USER_DIR
 from fairseq_outlayers.lab import fairseq_runs, gpus
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.tools.evaluation.scoring import evaluate
@@ -43,7 +44,7 @@ from fairseq_outlayers.lab.ledger.run_state import checkpoint_state, locked as _
 from fairseq_outlayers.lab.ledger.decodes import (  # noqa: F401  (read from here too)
     add_decodes, check_decoding, choose_scale, decode_scale)
 from fairseq_outlayers.outfiles import check_writable_dir, write_text
-from fairseq_outlayers.tools.commands import executable, user_dir
+from fairseq_outlayers.tools.commands import executable
 from fairseq_outlayers.tools.rawtext import Preparation
 
 #: git is asked for the commit of the code that runs from here (it finds the repository above this directory)
@@ -144,7 +145,7 @@ def check_before_training(runs: List[Tuple[LedgerRow, int]], s: Settings) -> Lis
 
 def train_command(options: List[str], run_dir: str) -> List[str]:
     """The fairseq-train command of a run's options (``rows.row_options``) saving into ``run_dir``."""
-    return [executable("fairseq-train"), options[0], "--user-dir", user_dir(), *options[1:],
+    return [executable("fairseq-train"), options[0], "--user-dir", USER_DIR, *options[1:],
             "--save-dir", run_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
             "--no-progress-bar"]
 

@@ -10,6 +10,7 @@ import re
 from typing import Dict
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.textfiles import read_text
 
 
 def _finite(v) -> bool:
@@ -179,17 +180,7 @@ def check_record(path: str, record) -> Dict:
 
 def load_record(path: str) -> Dict:
     """A record read and checked (``check_record``); every problem is one line naming the file (and the field)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise OutlayersConfigError(f"{path}: cannot be read ({e.strerror})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise OutlayersConfigError(f"{path}:{line}: not valid UTF-8 (byte {raw[e.start:e.start + 1]!r}); a record "
-                                   f"is UTF-8 JSON. {FIX}") from None
+    text = read_text(path, f"a record is UTF-8 JSON. {FIX}", unreadable=FIX)
     try:
         record = json.loads(text)
     except json.JSONDecodeError as e:

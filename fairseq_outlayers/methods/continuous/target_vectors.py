@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.textfiles import text_lines
 from fairseq_outlayers.value_checks import FROZEN_BYTES, check_fits
 
 logger = logging.getLogger(__name__)
@@ -132,32 +133,27 @@ class _Collector:
 def _read_text(path: str, collector: _Collector):
     header_dim = header_count = None
     body = 0  # vector lines read
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n").rstrip(" ")
-            except UnicodeDecodeError:
-                raise OutlayersConfigError(f"{path} line {n}: not valid UTF-8 text; is this a binary model? (use "
-                                           "a .bin name for word2vec/fastText binaries)") from None
-            if not line.strip():
-                continue
-            parts = line.split(" ")
-            if n == 1 and len(parts) == 2 and all(p.isascii() and p.isdigit() for p in parts):
-                header_count, header_dim = int(parts[0]), int(parts[1])
-                if header_dim < 1:
-                    raise OutlayersConfigError(f"{path} line 1: the header 'COUNT DIM' gives DIM = {header_dim}; "
-                                               "vectors need at least one value: fix the header or the file")
-                collector.dim = header_dim
-                continue
-            body += 1
-            if len(parts) < 2:
-                raise OutlayersConfigError(f"{path} line {n}: expected 'word v1 ... vm', found only '{line[:40]}'")
-            try:
-                vec = np.array(parts[1:], dtype=np.float32)
-            except ValueError:
-                raise OutlayersConfigError(f"{path} line {n}: word '{parts[0][:40]}' has a value that is not a "
-                                           "number; fix or remove that line") from None
-            collector.add(parts[0], vec, f" line {n}")
+    for n, line in text_lines(path, "is this a binary model? (use a .bin name for word2vec/fastText binaries)"):
+        line = line.rstrip("\r\n").rstrip(" ")
+        if not line.strip():
+            continue
+        parts = line.split(" ")
+        if n == 1 and len(parts) == 2 and all(p.isascii() and p.isdigit() for p in parts):
+            header_count, header_dim = int(parts[0]), int(parts[1])
+            if header_dim < 1:
+                raise OutlayersConfigError(f"{path} line 1: the header 'COUNT DIM' gives DIM = {header_dim}; "
+                                           "vectors need at least one value: fix the header or the file")
+            collector.dim = header_dim
+            continue
+        body += 1
+        if len(parts) < 2:
+            raise OutlayersConfigError(f"{path} line {n}: expected 'word v1 ... vm', found only '{line[:40]}'")
+        try:
+            vec = np.array(parts[1:], dtype=np.float32)
+        except ValueError:
+            raise OutlayersConfigError(f"{path} line {n}: word '{parts[0][:40]}' has a value that is not a "
+                                       "number; fix or remove that line") from None
+        collector.add(parts[0], vec, f" line {n}")
     if header_count is not None and header_count != body:
         collector.warnings.append(
             f"{path}: the header says {header_count:,d} vectors of size {header_dim} but the file holds {body:,d} "

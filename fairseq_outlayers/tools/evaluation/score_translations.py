@@ -13,6 +13,7 @@ from collections import Counter
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import is_input, write_text
+from fairseq_outlayers.textfiles import read_lines, text_lines
 
 
 def remove_bpe(text):
@@ -128,7 +129,10 @@ def main(argv=None):
     hyp_detok = detokenise(hyp_tok, tgt)
 
     def read_ref(path, option):
-        lines = [x.rstrip("\n") for x in open(path, encoding="utf-8")]
+        try:
+            lines = read_lines(path, what=option)
+        except OutlayersConfigError as e:
+            sys.exit(f"evaluate.sh: {e}")
         if len(lines) != len(hyp_tok):
             sys.exit(f"evaluate.sh: {len(hyp_tok)} translations but {len(lines)} lines in {option} {path}; "
                      "give the reference of the same split (--subset)")
@@ -178,8 +182,10 @@ def main(argv=None):
                      + (f" ({still} of those copies are <unk> in the source too)" if still else ""))
 
     if rare:
-        with open(rare, encoding="utf-8") as f:
-            freq = Counter(w for line in f for w in line.split())
+        try:
+            freq = Counter(w for _, line in text_lines(rare, what="--rare-f1") for w in line.split())
+        except OutlayersConfigError as e:
+            sys.exit(f"evaluate.sh: {e}")
         f1 = word_f1_by_frequency(hyp_tok, ref_tok, freq)
         lines.append("word F1 by training frequency of the word (compare-mt style: per-sentence matched counts)")
         for name, v in f1.items():

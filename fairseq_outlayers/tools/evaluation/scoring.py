@@ -11,23 +11,22 @@ the package (``lab/compare.py``, the ledger, ``scripts/evaluate.sh``, the sweep 
   ``SRC_FILE,REF_FILE`` pair prepared with the training run's tokeniser, case and BPE (``fairseq_outlayers.tools.rawtext``);
 * ``parse_raw_sets(specs)``: the ``NAME=SRC_FILE,REF_FILE`` command-line form.
 """
-import gzip
 import os
 import re
-import zlib
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_outlayers import USER_DIR, textfiles
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import write_text
 from fairseq_outlayers.tools import commands
-from fairseq_outlayers.tools.commands import executable, user_dir
+from fairseq_outlayers.tools.commands import executable
 from fairseq_outlayers.tools.rawtext import Preparation, binarise, data_languages, read_text
 
 
 def generate_command(data_bin: str, checkpoint: str, beam: int, lenpen: float, batch_size: int,
                      subset: str = "test") -> List[str]:
     """fairseq-generate of every sentence of ``subset``, BPE removed (tokenised output)."""
-    return [executable("fairseq-generate"), data_bin, "--user-dir", user_dir(), "--path", checkpoint,
+    return [executable("fairseq-generate"), data_bin, "--user-dir", USER_DIR, "--path", checkpoint,
             "--gen-subset", subset, "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
             "--required-batch-size-multiple", "1",  # the default (8) silently drops the last N mod 8 sentences
             # at most 1.2 x source length + 10 tokens: an undertrained model that never ends a sentence would
@@ -208,23 +207,7 @@ def read_lines(path: str, what: str, allow_empty: bool = False) -> List[str]:
     ends; a missing, damaged, non-UTF-8 or (unless ``allow_empty``) empty file is one line naming it and the line."""
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"{what} {path}: no such file; give a UTF-8 text file, one sentence per line")
-    with open(path, "rb") as f:
-        data = f.read()
-    if path.endswith(".gz"):
-
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise OutlayersConfigError(f"{what} '{path}' is not a complete gzip file ({e})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise OutlayersConfigError(f"{path}:{line}: {what} is not valid UTF-8 (byte {data[e.start:e.start + 1]!r}); "
-                                   "re-encode it as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
+    lines = textfiles.read_lines(path, textfiles.REENCODE, what, unreadable="give a UTF-8 text file, one sentence per line")
     if not lines and not allow_empty:
         raise OutlayersConfigError(f"{what} '{path}' is empty; give one sentence per line")
     return lines

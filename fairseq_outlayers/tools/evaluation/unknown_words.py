@@ -34,6 +34,7 @@ from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.textfiles import text_lines
 
 BPE_MARKER = "@@"
 #: what fairseq's argparse gives for a bare ``--replace-unk`` (its ``argparse_const``): copy, no lexicon
@@ -53,23 +54,18 @@ def read_lexicon(path: str) -> Dict[str, str]:
                                    "outlayers-pairing lexicon --src-text ... --tgt-text ... --out FILE")
     out: Dict[str, str] = {}
     width = None  # columns of the first entry
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                cols = raw.decode("utf-8").split()
-            except UnicodeDecodeError:
-                raise OutlayersConfigError(f"{path}:{lineno}: not valid UTF-8; a lexicon is a UTF-8 text file "
-                                           "with 'source target' per line") from None
-            if not cols:
-                continue
-            if len(cols) < 2:
-                raise OutlayersConfigError(f"{path}:{lineno}: expected 'source_unit target_word' (two columns), "
-                                           f"got '{raw.decode('utf-8').strip()}'")
-            width = width or len(cols)
-            if not raw.endswith(b"\n") and len(cols) < width:
-                raise OutlayersConfigError(f"{path}:{lineno}: the last line has {len(cols)} columns where the others "
-                                           f"have {width} and no line end: the file was cut short; rebuild it")
-            out[cols[0]] = cols[1]
+    for lineno, line in text_lines(path, "a lexicon is a UTF-8 text file with 'source target' per line"):
+        cols = line.split()
+        if not cols:
+            continue
+        if len(cols) < 2:
+            raise OutlayersConfigError(f"{path}:{lineno}: expected 'source_unit target_word' (two columns), "
+                                       f"got '{line.strip()}'")
+        width = width or len(cols)
+        if not line.endswith("\n") and len(cols) < width:
+            raise OutlayersConfigError(f"{path}:{lineno}: the last line has {len(cols)} columns where the others "
+                                       f"have {width} and no line end: the file was cut short; rebuild it")
+        out[cols[0]] = cols[1]
     if not out:
         raise OutlayersConfigError(f"--replace-unk lexicon '{path}' has no entry ('source_unit target_word' per "
                                    "line); rebuild it (python -m fairseq_outlayers.tools.pairing lexicon), or give a bare "

@@ -10,24 +10,17 @@ from typing import Iterator, List, Set, Tuple
 
 from fairseq_outlayers.core.fingerprints import dictionary_hash  # noqa: F401  (the hash a pairing file records)
 from fairseq_outlayers.errors import OutlayersConfigError
+from fairseq_outlayers.textfiles import decode_line, text_lines
 
 _MADEUP = re.compile(r"^madeupword\d+$")
+#: what to do about a corpus line that is not UTF-8
+REENCODE_CORPUS = "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) before pairing"
 
 
 def _open_text(path: str, what: str):
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"{what} '{path}' does not exist; pass the path of an existing file")
     return open(path, "rb")
-
-
-def _decode(raw: bytes, path: str, lineno: int) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise OutlayersConfigError(
-            f"{path}:{lineno}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r}); convert the file "
-            "to UTF-8 (e.g. iconv -f latin1 -t utf-8) before pairing"
-        ) from None
 
 
 def read_parallel(src_path: str, tgt_path: str) -> Iterator[Tuple[List[str], List[str]]]:
@@ -45,7 +38,8 @@ def read_parallel(src_path: str, tgt_path: str) -> Iterator[Tuple[List[str], Lis
                     f"the parallel corpus is not line-aligned: '{shorter}' ends at line {lineno - 1} but "
                     f"'{longer}' has more lines; pass the source and target sides of the same training set"
                 )
-            src, tgt = _decode(a, src_path, lineno).split(), _decode(b, tgt_path, lineno).split()
+            src = decode_line(a, src_path, lineno, REENCODE_CORPUS).split()
+            tgt = decode_line(b, tgt_path, lineno, REENCODE_CORPUS).split()
             for toks, path in ((src, src_path), (tgt, tgt_path)):
                 if "|||" in toks:
                     raise OutlayersConfigError(
@@ -62,30 +56,17 @@ def load_dictionary(path: str):
     if not os.path.isfile(path):
         raise OutlayersConfigError(f"dictionary '{path}' does not exist; pass the dict.<lang>.txt that "
                                    "fairseq-preprocess wrote into the data-bin directory")
-    line = _first_bad_line(path)
-    if line:
-        raise OutlayersConfigError(f"dictionary '{path}' line {line}: not valid UTF-8; pass the dict.<lang>.txt "
-                                   "that fairseq-preprocess wrote")
+    try:
+        for _ in text_lines(path, "pass the dict.<lang>.txt that fairseq-preprocess wrote", "dictionary"):
+            pass
+    except OSError as e:
+        raise OutlayersConfigError(f"dictionary '{path}' cannot be read ({e.strerror})") from None
     try:
         return Dictionary.load(path)
     except Exception as e:  # fairseq raises ValueError, RuntimeError or a bare Exception for a malformed file
         reason = " ".join(str(e).split())[:200]
         raise OutlayersConfigError(f"dictionary '{path}' cannot be read as a fairseq dictionary ('token count' per "
                                    f"line): {reason}; pass the dict.<lang>.txt that fairseq-preprocess wrote") from None
-
-
-def _first_bad_line(path: str):
-    """The first line of ``path`` that is not UTF-8, or None."""
-    try:
-        with open(path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    return lineno
-    except OSError as e:
-        raise OutlayersConfigError(f"dictionary '{path}' cannot be read ({e.strerror})") from None
-    return None
 
 
 def special_indices(dictionary) -> Set[int]:

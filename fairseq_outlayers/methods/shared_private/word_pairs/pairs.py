@@ -23,6 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.outfiles import atomic_write
+from fairseq_outlayers.textfiles import text_lines
 
 from .corpus import dictionary_hash, special_indices
 
@@ -185,46 +186,42 @@ def read_pairing(path: str) -> Pairing:
     header: Dict[str, str] = {}
     seen_src: Dict[str, int] = {}
     seen_tgt: Dict[str, int] = {}
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                raise OutlayersConfigError(f"{path}:{lineno}: not valid UTF-8; pairing files are UTF-8 text") from None
-            if lineno == 1 and line != FORMAT_LINE:
-                raise OutlayersConfigError(f"{path}:1: not a pairing file (expected '{FORMAT_LINE}'); make one "
-                                           "with python -m fairseq_outlayers.tools.pairing")
-            if line.startswith("#"):
-                key, _, value = line[1:].strip().partition(":")
-                header[key.strip()] = value.strip()
-                continue
-            if not line.strip():
-                continue
-            cols = line.split("\t")
-            if len(cols) != 4:
-                raise OutlayersConfigError(f"{path}:{lineno}: expected 4 tab-separated columns (category, "
-                                           f"source token, target token, score), found {len(cols)}")
-            cat, src, tgt, score = cols
-            if cat not in CATEGORIES:
-                raise OutlayersConfigError(f"{path}:{lineno}: unknown category '{cat}' (one of {', '.join(CATEGORIES)})")
-            try:
-                value = float(score)
-            except ValueError:
-                raise OutlayersConfigError(f"{path}:{lineno}: score '{score}' is not a number") from None
-            if not 0.0 <= value <= 1.0:  # also false for NaN
-                raise OutlayersConfigError(f"{path}:{lineno}: score '{score}' is not a probability A(y|x) in "
-                                           "[0, 1]; fix the line or re-run python -m fairseq_outlayers.tools.pairing")
-            if not src or not tgt:
-                raise OutlayersConfigError(f"{path}:{lineno}: empty {'source' if not src else 'target'} token; "
-                                           "each pair names one source and one target dictionary token")
-            for tok, seen, side in ((src, seen_src, "source"), (tgt, seen_tgt, "target")):
-                if tok in seen:
-                    raise OutlayersConfigError(
-                        f"{path}:{lineno}: the pairing is not one-to-one: {side} token '{tok}' is already paired "
-                        f"on line {seen[tok]}; each word may share features with one word only"
-                    )
-                seen[tok] = lineno
-            pairs.append(Pair(cat, src, tgt, value))
+    for lineno, line in text_lines(path, "pairing files are UTF-8 text"):
+        line = line.rstrip("\r\n")
+        if lineno == 1 and line != FORMAT_LINE:
+            raise OutlayersConfigError(f"{path}:1: not a pairing file (expected '{FORMAT_LINE}'); make one "
+                                       "with python -m fairseq_outlayers.tools.pairing")
+        if line.startswith("#"):
+            key, _, value = line[1:].strip().partition(":")
+            header[key.strip()] = value.strip()
+            continue
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != 4:
+            raise OutlayersConfigError(f"{path}:{lineno}: expected 4 tab-separated columns (category, "
+                                       f"source token, target token, score), found {len(cols)}")
+        cat, src, tgt, score = cols
+        if cat not in CATEGORIES:
+            raise OutlayersConfigError(f"{path}:{lineno}: unknown category '{cat}' (one of {', '.join(CATEGORIES)})")
+        try:
+            value = float(score)
+        except ValueError:
+            raise OutlayersConfigError(f"{path}:{lineno}: score '{score}' is not a number") from None
+        if not 0.0 <= value <= 1.0:  # also false for NaN
+            raise OutlayersConfigError(f"{path}:{lineno}: score '{score}' is not a probability A(y|x) in "
+                                       "[0, 1]; fix the line or re-run python -m fairseq_outlayers.tools.pairing")
+        if not src or not tgt:
+            raise OutlayersConfigError(f"{path}:{lineno}: empty {'source' if not src else 'target'} token; "
+                                       "each pair names one source and one target dictionary token")
+        for tok, seen, side in ((src, seen_src, "source"), (tgt, seen_tgt, "target")):
+            if tok in seen:
+                raise OutlayersConfigError(
+                    f"{path}:{lineno}: the pairing is not one-to-one: {side} token '{tok}' is already paired "
+                    f"on line {seen[tok]}; each word may share features with one word only"
+                )
+            seen[tok] = lineno
+        pairs.append(Pair(cat, src, tgt, value))
     for key in ("source-dictionary", "target-dictionary"):
         fields = _header_fields(header.get(key, ""))
         if "sha256" not in fields or "symbols" not in fields:
