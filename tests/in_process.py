@@ -2,8 +2,9 @@
 ``tests/utils.py``): no second start of Python, torch and fairseq, and ``breakpoint()`` / ``pytest --pdb -p
 no:xdist`` stop inside it.
 
-``program(cmd, env)`` says whether a command can be called here: a console script of this venv from fairseq or
-this package, ``python -m`` one of their modules, or ``python SCRIPT.py``. Anything else is a real process (a shell
+``program(cmd, env)`` says whether a command can be called here: a console script of this venv named in
+``ENTRIES`` (the table of entry functions), ``python -m`` a module of fairseq or this package, or ``python
+SCRIPT.py``. Anything else is a real process (a shell
 script, ``python -c``, another program), and so is a command whose environment changes what Python imports, one
 with another ``--user-dir`` (its registrations would stay in this process), ``fairseq-hydra-train`` (Hydra's
 global state) and every command when ``OUTLAYERS_TEST_SUBPROCESS=1``.
@@ -25,16 +26,35 @@ import subprocess
 import sys
 import traceback
 import warnings
-from importlib import metadata
 from typing import Callable, Dict, List, Optional
 
 from fairseq_outlayers import USER_DIR
 from fairseq_outlayers.command_line import option_value
 
 SUBPROCESS_ENV = "OUTLAYERS_TEST_SUBPROCESS"
-#: console scripts that keep global state between calls (Hydra), or that are not a command of the tests
-NOT_CALLED = {"fairseq-hydra-train", "pytest", "py.test"}
-#: the packages whose programs are called here
+#: the console scripts called in this process, each with the function it runs: its entry point in fairseq's and
+#: this package's setup.py (``test_ci.py`` holds the table to the installed metadata). Any other program is a real
+#: process, fairseq-hydra-train among them (Hydra keeps global state between calls).
+ENTRIES = {
+    "fairseq-preprocess": "fairseq_cli.preprocess:cli_main",
+    "fairseq-train": "fairseq_cli.train:cli_main",
+    "fairseq-generate": "fairseq_cli.generate:cli_main",
+    "fairseq-interactive": "fairseq_cli.interactive:cli_main",
+    "fairseq-validate": "fairseq_cli.validate:cli_main",
+    "fairseq-eval-lm": "fairseq_cli.eval_lm:cli_main",
+    "fairseq-score": "fairseq_cli.score:cli_main",
+    "outlayers-train": "fairseq_outlayers.tools.wrappers:train",
+    "outlayers-generate": "fairseq_outlayers.tools.wrappers:generate",
+    "outlayers-interactive": "fairseq_outlayers.tools.wrappers:interactive",
+    "outlayers-validate": "fairseq_outlayers.tools.wrappers:validate",
+    "outlayers-params": "fairseq_outlayers.tools.params:main",
+    "outlayers-fit-bias": "fairseq_outlayers.tools.fit_bias:main",
+    "outlayers-pairing": "fairseq_outlayers.tools.pairing.__main__:main",
+    "outlayers-vectors": "fairseq_outlayers.tools.vectors:main",
+    "outlayers-options": "fairseq_outlayers.tools.options:main",
+    "outlayers-export": "fairseq_outlayers.tools.export:main",
+}
+#: ``python -m M`` is called here when M is a module of these packages; ``python SCRIPT.py`` always is
 CALLED = ("fairseq_cli.", "fairseq_outlayers.")
 #: environment variables that change what a new Python imports: this process could not honour them
 IMPORT_ENV = ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
@@ -46,16 +66,6 @@ FAIRSEQ_LOGGING = {"fairseq-train", "fairseq-preprocess", "fairseq-interactive",
 LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 #: the folder holding the package: a ``PYTHONPATH`` entry that changes no import of the package
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-_scripts: Optional[Dict[str, str]] = None
-
-
-def _console_scripts() -> Dict[str, str]:
-    global _scripts
-    if _scripts is None:
-        _scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
-    return _scripts
-
 
 def program(cmd: List[str], bin_dir: str, env: Dict[str, str]) -> Optional[Callable[[], object]]:
     """The function that runs ``cmd`` in this process, or None when it needs a process of its own."""
@@ -71,12 +81,9 @@ def program(cmd: List[str], bin_dir: str, env: Dict[str, str]) -> Optional[Calla
             return lambda: _run_path(path)
         return None
     name = os.path.basename(first)
-    if os.path.dirname(first) not in ("", bin_dir) or name in NOT_CALLED:
+    if os.path.dirname(first) not in ("", bin_dir) or name not in ENTRIES:
         return None
-    value = _console_scripts().get(name, "")
-    module, _, attr = value.partition(":")
-    if not attr or not module.startswith(CALLED):
-        return None
+    module, _, attr = ENTRIES[name].partition(":")
 
     def console_script():
         function = importlib.import_module(module)

@@ -36,6 +36,22 @@ def test_the_tests_run_commands_one_plain_way():
     assert not found, found
 
 
+def test_the_table_of_entry_functions_is_the_installed_one():
+    """``in_process.ENTRIES`` names, for each console script the tests call in this process, the function its
+    installed entry point runs, and it holds every command of this package (setup.py)."""
+    from importlib import metadata
+
+    import in_process
+
+    installed = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
+    assert {name: installed.get(name) for name in in_process.ENTRIES} == in_process.ENTRIES
+    ours = {name for name, value in installed.items() if value.startswith("fairseq_outlayers.")}
+    assert ours <= set(in_process.ENTRIES)
+    assert "fairseq-hydra-train" not in in_process.ENTRIES  # Hydra's global state: a process of its own
+    assert in_process.program(["fairseq-hydra-train"], "", dict(os.environ)) is None
+    assert in_process.program(["outlayers-export", "--help"], "", dict(os.environ)) is not None
+
+
 def test_plain_pytest_runs_one_process_that_pdb_can_stop():
     """``pytest --pdb -p no:xdist`` works as typed: pytest.ini gives no xdist option; ``make test`` adds the
     workers."""
