@@ -1,4 +1,5 @@
 """Fixed random target embeddings (Shalev et al. 2021): the draw, the layer, its options, and fairseq end to end."""
+import argparse
 import math
 import os
 import shutil
@@ -482,3 +483,32 @@ def test_learned_scale_trains_saves_and_decodes_through_fairseq(tiny_bin, tmp_pa
     assert scale.shape == () and scale.item() != 1.0  # trained
     proc, hyps = generate(tiny_bin, os.path.join(save, "checkpoint_last.pt"))
     assert proc.returncode == 0 and len(hyps) > 0
+
+
+class _Watched(argparse.Namespace):
+    """A model's arguments that note the file of every read of ``fixed_targets_seed`` (the reader's own frame)."""
+
+    def __getattribute__(self, name):
+        if name == "fixed_targets_seed":
+            object.__getattribute__(self, "__dict__").setdefault("_readers", set()).add(
+                sys._getframe(1).f_code.co_filename)
+        return object.__getattribute__(self, name)
+
+
+def test_the_seed_option_goes_through_its_method_folder_and_three_core_files(tiny_bin):
+    """docs/architecture.md's "one option" table: from the parsed arguments to the layer, ``--fixed-targets-seed``
+    is read in ``methods/fixed/`` and in three core files at most (the registry, the build and its checks, the
+    fingerprints), whatever else the build does with the other options."""
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    parsed = options.parse_args_and_arch(parser, [tiny_bin, "--user-dir", USER_DIR, "--cpu", *TINY_TRANSFORMER,
+                                                  "--output-layer", "fixed", "--fixed-targets-seed", "7"])
+    args = _Watched(**vars(parsed))
+    model = tasks.setup_task(args).build_model(args)
+    assert model.decoder.output_projection.seed == 7
+    package = os.path.join(REPO, "fairseq_outlayers") + os.sep
+    readers = {os.path.relpath(f, package) for f in vars(args)["_readers"] if f.startswith(package)}
+    core = {f for f in readers if not f.startswith(os.path.join("methods", "fixed") + os.sep)}
+    assert any(f.startswith(os.path.join("methods", "fixed")) for f in readers), readers
+    assert core <= {os.path.join("core", f) for f in ("registry.py", "build.py", "fingerprints.py")}, readers
