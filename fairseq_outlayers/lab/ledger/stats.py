@@ -158,14 +158,11 @@ def welch_t_test(system: Sequence[float], baseline: Sequence[float]) -> Optional
     power: a p-value above 0.05 here says the seeds are too few or too spread to separate the rows."""
     from scipy.special import stdtr
 
-    if len(system) < 2 or len(baseline) < 2:
+    welch = _welch(system, baseline)
+    if welch is None:
         return None
-    (m1, s1), (m2, s2) = mean_sd(system), mean_sd(baseline)
-    v1, v2 = s1 * s1 / len(system), s2 * s2 / len(baseline)
-    if v1 + v2 == 0.0:
-        return None
-    t = (m1 - m2) / math.sqrt(v1 + v2)
-    df = (v1 + v2) ** 2 / (v1 * v1 / (len(system) - 1) + v2 * v2 / (len(baseline) - 1))
+    difference, error, df = welch
+    t = difference / error
     return {"t": t, "df": df, "p": float(2.0 * stdtr(df, -abs(t)))}
 
 
@@ -178,6 +175,17 @@ def welch_interval(system: Sequence[float], baseline: Sequence[float],
     the next."""
     from scipy.stats import t as student_t
 
+    welch = _welch(system, baseline)
+    if welch is None:
+        return None
+    difference, error, df = welch
+    half = float(student_t.ppf(0.5 + level / 2.0, df)) * error
+    return (difference - half, difference + half)
+
+
+def _welch(system: Sequence[float], baseline: Sequence[float]) -> Optional[Tuple[float, float, float]]:
+    """(difference of the seed means, its standard error, Welch-Satterthwaite degrees of freedom), or None below
+    two seeds a side or without spread."""
     if len(system) < 2 or len(baseline) < 2:
         return None
     (m1, s1), (m2, s2) = mean_sd(system), mean_sd(baseline)
@@ -185,8 +193,7 @@ def welch_interval(system: Sequence[float], baseline: Sequence[float],
     if v1 + v2 == 0.0:
         return None
     df = (v1 + v2) ** 2 / (v1 * v1 / (len(system) - 1) + v2 * v2 / (len(baseline) - 1))
-    half = float(student_t.ppf(0.5 + level / 2.0, df)) * math.sqrt(v1 + v2)
-    return (m1 - m2 - half, m1 - m2 + half)
+    return m1 - m2, math.sqrt(v1 + v2), df
 
 
 def seeds_for_power(diff: float, sd: float, alpha: float = 0.05, power: float = 0.8,
