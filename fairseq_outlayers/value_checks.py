@@ -119,6 +119,24 @@ def config_defaults(config_class) -> dict:
     return {f.name: f.default for f in dataclasses.fields(config_class) if f.default is not dataclasses.MISSING}
 
 
+class CheckedOptions:
+    """A criterion's option ranges (``option_ranges``: {option: Range}), checked when the options are parsed,
+    before any data is read (``check_options``: the core's build calls it for outlayers_* models). The defaults of
+    ``options_config``, the criterion's dataclass, go into the messages' fixes."""
+
+    option_ranges: dict = {}
+    options_config = None
+
+    @classmethod
+    def option_defaults(cls) -> dict:
+        return config_defaults(cls.options_config) if cls.options_config is not None else {}
+
+    @classmethod
+    def check_options(cls, read):
+        """The options' ranges when they are parsed (``read(name)``: the value given, or None)."""
+        check_values(cls.option_ranges, {name: read(name) for name in cls.option_ranges}, cls.option_defaults())
+
+
 def human_bytes(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if n < 1024 or unit == "PiB":

@@ -25,7 +25,7 @@ from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.losses.linear_cross_entropy import (CCE_MISSING, DEFAULT_BLOCK_ELEMENTS, IMPLS, cce_available,
                                                            check_cce, linear_cross_entropy, resolve_impl,
                                                            torch_op_missing)
-from fairseq_outlayers.value_checks import Range, check_values, config_defaults
+from fairseq_outlayers.value_checks import CheckedOptions, Range, check_values
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def logit_factors(model, features):
 
 
 @register_criterion("fused_cross_entropy", dataclass=FusedCrossEntropyConfig)
-class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
+class FusedCrossEntropyCriterion(CheckedOptions, LabelSmoothedCrossEntropyCriterion):
     """Label-smoothed cross-entropy from the output layer's matrix, without the logits."""
 
     #: it trains the softmax-type output layers (``models.registry.criterion_trains``)
@@ -77,15 +77,7 @@ class FusedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         "label_smoothing": Range(0, 1, high_open=True),
         "fused_block_elements": Range(1, None, integer=True),
     }
-
-    @classmethod
-    def option_defaults(cls):
-        return config_defaults(FusedCrossEntropyConfig)
-
-    @classmethod
-    def check_options(cls, read):
-        """The options' ranges when they are parsed, before any data is read (``read(name)``: the value or None)."""
-        check_values(cls.option_ranges, {name: read(name) for name in cls.option_ranges}, cls.option_defaults())
+    options_config = FusedCrossEntropyConfig
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
                  fused_impl="auto", fused_block_elements=DEFAULT_BLOCK_ELEMENTS):

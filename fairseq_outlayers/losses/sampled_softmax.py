@@ -45,7 +45,7 @@ from omegaconf import II
 from fairseq_outlayers.core.output_layer import FactorisedSoftmaxOutput
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.losses.negative_sampling import mix_seed, sample_vocabulary, sampling_correction
-from fairseq_outlayers.value_checks import Range, check_values, config_defaults
+from fairseq_outlayers.value_checks import CheckedOptions, Range, check_values
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ class SampledSoftmaxCriterionConfig(FairseqDataclass):
 
 
 @register_criterion("sampled_softmax", dataclass=SampledSoftmaxCriterionConfig)
-class SampledSoftmaxCriterion(FairseqCriterion):
+class SampledSoftmaxCriterion(CheckedOptions, FairseqCriterion):
     """Negative-sampling cross-entropy for softmax-type output layers (Pappas et al. 2018, section 3.2)."""
 
     #: it trains the softmax-type output layers (``models.registry.criterion_trains``)
@@ -95,15 +95,7 @@ class SampledSoftmaxCriterion(FairseqCriterion):
         "sample_ratio": Range(0, 1, low_open=True, why="a fraction of the vocabulary, e.g. 0.25 for 25 %"),
         "label_smoothing": Range(0, 1, high_open=True),
     }
-
-    @classmethod
-    def option_defaults(cls):
-        return config_defaults(SampledSoftmaxCriterionConfig)
-
-    @classmethod
-    def check_options(cls, read):
-        """The options' ranges when they are parsed, before any data is read (``read(name)``: the value or None)."""
-        check_values(cls.option_ranges, {name: read(name) for name in cls.option_ranges}, cls.option_defaults())
+    options_config = SampledSoftmaxCriterionConfig
 
     def __init__(self, task, sentence_avg, sample_ratio=0.25, label_smoothing=0.0, sample_correction="none"):
         super().__init__(task)

@@ -18,7 +18,7 @@ from fairseq.logging import metrics
 from omegaconf import II
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.value_checks import Range, check_values, config_defaults, fmt
+from fairseq_outlayers.value_checks import CheckedOptions, Range, check_values, fmt
 
 from .bessel import FAST_MIN_DIM
 from .continuous_output import ContinuousOutput
@@ -139,25 +139,14 @@ def continuous_output_layer(model) -> ContinuousOutput:
     return layer
 
 
-class ContinuousLossCriterion(FairseqCriterion):
+class ContinuousLossCriterion(CheckedOptions, FairseqCriterion):
     """Shared forward pass and metrics; subclasses define ``token_losses``."""
 
     #: it trains the output layers that are not softmax-type (``models.registry.criterion_trains``)
     softmax_type = False
-    option_ranges = {}  # {option: value_checks.Range}, also checked by ``check_options`` when the options are parsed
-
     def __init__(self, task, sentence_avg):
         super().__init__(task)
         self.sentence_avg = sentence_avg
-
-    @classmethod
-    def option_defaults(cls):
-        return {}
-
-    @classmethod
-    def check_options(cls, read):
-        """The options when they are parsed, before any data is read (``read(name, default)``: the value given)."""
-        check_values(cls.option_ranges, {name: read(name) for name in cls.option_ranges}, cls.option_defaults())
 
     def token_losses(self, e_hat, target_ids, target_vectors, layer):  # (N, m), (N,), (N, m) -> (N,)
         raise NotImplementedError
@@ -234,10 +223,7 @@ class VMFNLLCriterion(ContinuousLossCriterion):
     variant of the authors' released code. log C_m(κ) is exact (Bessel, ``bessel.py``) unless --vmf-log-cm approx."""
 
     option_ranges = VMF_RANGES
-
-    @classmethod
-    def option_defaults(cls):
-        return config_defaults(VMFNLLConfig)
+    options_config = VMFNLLConfig
 
     @classmethod
     def check_options(cls, read):
@@ -336,10 +322,7 @@ class MaxMarginCriterion(ContinuousLossCriterion):
     synthetic the syn-margin loss of Bhat, Kumar & Tsvetkov (2019): e_neg = u_orth, no search."""
 
     option_ranges = MARGIN_RANGES
-
-    @classmethod
-    def option_defaults(cls):
-        return config_defaults(MaxMarginConfig)
+    options_config = MaxMarginConfig
 
     @classmethod
     def check_options(cls, read):
