@@ -18,7 +18,7 @@ import torch
 from fairseq_outlayers.tools import corpus_tools, recipes
 from fairseq_outlayers.tools.evaluation import score_translations
 from fairseq_outlayers.tools.evaluation.unknown_words import source_words
-from harness import NO_ALIGNER, REPO, run, tool
+from harness import NO_ALIGNER, REPO, once_per_session, run, tool
 
 SCRIPTS = os.path.join(REPO, "scripts")
 MULTI30K = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
@@ -165,15 +165,20 @@ def test_scoring_helpers():
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def multi30k_slice(tmp_path_factory):
-    """prepare-multi30k.sh on the first 300 lines of every split (500 BPE merges)."""
+    """prepare-multi30k.sh on the first 300 lines of every split (500 BPE merges); made once for the session, not
+    once per xdist worker (``once_per_session``). The tests read it; those that write beside it copy it first."""
     if not os.path.isdir(MULTI30K):
         pytest.skip(f"{MULTI30K} not found")
-    raw = tmp_path_factory.mktemp("m30raw")
+    return once_per_session(tmp_path_factory, "multi30k_slice", _prepare_multi30k_slice)
+
+
+def _prepare_multi30k_slice(folder):
+    raw = folder / "m30raw"
     for split in ("train", "val", "test_2016_flickr"):
         for lang in ("de", "en"):
             with open(os.path.join(MULTI30K, f"{split}.{lang}"), encoding="utf-8") as f:
                 write(str(raw / f"{split}.{lang}"), [line.rstrip("\n") for _, line in zip(range(300), f)])
-    out = str(tmp_path_factory.mktemp("m30") / "multi30k")
+    out = str(folder / "m30" / "multi30k")
     proc = bash("prepare-multi30k.sh", "--src", "de", "--tgt", "en", "--bpe-merges", "500", "--out", out,
                 env={"MULTI30K_DIR": str(raw)})
     word = bash("prepare-multi30k.sh", "--src", "de", "--tgt", "en", "--bpe-merges", "500", "--out", out,
