@@ -133,6 +133,7 @@ fi
 # --- sizes -------------------------------------------------------------------------------------------------
 if [ -n "$SMOKE" ]; then  # the same commands at sizes a CPU runs in seconds
     TOK=512 VOCABS="2000" FUSED_V="1000 3000" ARCH=outlayers_transformer_tiny UPD=4 WARM=1 LOGI=1 PREC_UPD=3
+    PREC_TOK=1024  # a quarter of the batch: the runs check the plumbing, and bf16 matmuls are slow on a CPU
     # one method (vmf: the synthetic vectors too); tests/test_bench_precision.py sweeps three with the same script
     PREC_METHODS="--methods vmf" JOBS=2 REPS=3
     PRECISIONS="fp32 bf16"
@@ -145,7 +146,7 @@ if [ -n "$SMOKE" ]; then  # the same commands at sizes a CPU runs in seconds
     ALL_K=(-k "log_cm and not compiled")
 else
     TOK=8192 VOCABS="50000" FUSED_V="32000 50000 128000 256000" ARCH=outlayers_transformer UPD=30 WARM=10 LOGI=5
-    PREC_UPD=200 PREC_METHODS="" JOBS=8 REPS=50 PRECISIONS="fp32 fp16 amp bf16 mebf16"
+    PREC_UPD=200 PREC_TOK=4096 PREC_METHODS="" JOBS=8 REPS=50 PRECISIONS="fp32 fp16 amp bf16 mebf16"
     # most telling first, so that a step cut short still has softmax, the bound and the continuous model
     WM_METHODS=(--methods softmax "bound (16-word softmax)" "continuous, vmf_nll" tied "joint d_j = d"
                 "softmax, fused loss" fixed "tied, fused loss" "joint d_j = d, fused loss" "continuous, cosine"
@@ -185,7 +186,7 @@ if [ -n "$t1" ]; then
 fi
 if [ -n "$t2" ]; then
     run precision "$t2" -- $PY scripts/bench_precision.py --device "$DEVICE" "${PREC_DATA[@]}" \
-        --precisions $PRECISIONS --max-update "$PREC_UPD" --jobs "$JOBS" --run-timeout 150 \
+        --precisions $PRECISIONS --max-update "$PREC_UPD" --max-tokens "$PREC_TOK" --jobs "$JOBS" --run-timeout 150 \
         --work-dir "$STATE/precision-work" \
         --output "$RES/precision_gpu.md" --force &
 fi

@@ -38,10 +38,50 @@ def pytest_configure(config):
         os.environ[DEVICE_ENV] = device
 
 
+#: the weight of a ``@pytest.mark.long`` test that gives none: ``@pytest.mark.long(SECONDS)``, about its seconds on
+#: an idle two-core machine beside another worker
+LONG_SECONDS = 30
+
+
+def long_seconds(item) -> float:
+    marker = item.get_closest_marker("long")
+    return float(marker.args[0]) if marker is not None and getattr(marker, "args", ()) else LONG_SECONDS
+
+
+def worker_order(items, workers: int):
+    """The long tests first, in the (random) order they have among themselves. With pytest-xdist's worksteal
+    (``make test``), worker i is first given the i-th of ``workers`` contiguous slices of the items, and an idle
+    worker later takes the end of another's queue: so the long tests are shared out among the slices' starts, each
+    to the slice with the fewest seconds of long tests so far (the longest first), and every slice is filled up
+    with the other tests in their random order. One worker with every long test would run them one after another
+    while the other ran out of work."""
+    long = [item for item in items if item.get_closest_marker("long") is not None]
+    rest = [item for item in items if item.get_closest_marker("long") is None]
+    if workers <= 1 or not long:
+        return long + rest
+    position = {id(item): i for i, item in enumerate(long)}
+    shares, load = [[] for _ in range(workers)], [0.0] * workers
+    for item in sorted(long, key=lambda item: -long_seconds(item)):  # stable: the random order among equals
+        i = load.index(min(load))
+        shares[i].append(item)
+        load[i] += long_seconds(item)
+    ordered, left, start = [], len(items), 0
+    for i, share in enumerate(shares):
+        size = left // (workers - i)  # what worksteal sends worker i first (xdist/scheduler/worksteal.py)
+        share.sort(key=lambda item: position[id(item)])
+        fill = rest[start:start + max(0, size - len(share))]
+        start += len(fill)
+        ordered += share + fill
+        left -= len(share) + len(fill)
+    return ordered + rest[start:]
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m have deselected: the items the workers will have
 def pytest_collection_modifyitems(config, items):
-    # the long tests first, in the (random) order they have among themselves: with two workers, a minute-long test
-    # started last would leave one core idle while it ends (pytest-randomly shuffles before this hook runs)
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    # the long tests first, in the (random) order they have among themselves (pytest-randomly shuffles before this
+    # hook runs), shared out among the workers (worker_order): a minute-long test started last would leave one core
+    # idle while it ends
+    items[:] = worker_order(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="slow test: run with --run-slow")

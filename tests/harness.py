@@ -283,3 +283,29 @@ def partial_ledger_run(tmp_path, digest: Optional[str] = None, patience: Optiona
     (work / "options.json").write_text(json.dumps(row_options(row, 1, 5, 50, 5)))
     (work / "data_digest").write_text((digest or records.data_digest(str(data))) + "\n")
     return row, work
+
+
+def once_per_session(tmp_path_factory, name: str, make):
+    """``make(folder)``'s JSON-able result, made once for the whole test session: under pytest-xdist every worker
+    is a process of its own, and a module- or session-scoped fixture runs again in each worker that needs it. The
+    first worker makes it in a folder of the session's shared temporary root, under a file lock; the others wait
+    for it and read the result. Without xdist, the session's own temporary root."""
+    import json
+
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done = root / f"{name}.json"
+    with FileLock(str(root / f"{name}.lock")):
+        if done.is_file():
+            return json.loads(done.read_text())
+        folder = root / name
+        if folder.exists():  # a worker that failed while making it: start again
+            import shutil
+
+            shutil.rmtree(folder)
+        folder.mkdir()
+        result = make(folder)
+        done.write_text(json.dumps(result))
+        return result

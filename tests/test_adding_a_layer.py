@@ -81,7 +81,7 @@ def copy_checkout(root):
     shutil.copy(os.path.join(REPO, "scripts", "check_sentences.py"), os.path.join(root, "scripts"))
 
 
-@pytest.mark.long
+@pytest.mark.long(60)
 def test_the_files_of_the_doc_make_working_methods(tmp_path):
     files = section_files()
     assert sorted(files) == NEW_FILES

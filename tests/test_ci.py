@@ -87,3 +87,28 @@ def test_the_long_tests_start_first_in_their_random_order():
     items = [Item("a", False), Item("b", True), Item("c", False), Item("d", True), Item("e", False)]
     pytest_collection_modifyitems(Config, items)
     assert [i.name for i in items] == ["b", "d", "a", "c", "e"]
+
+
+def test_the_long_tests_are_shared_out_among_the_workers_first_slices():
+    """With two workers (pytest-xdist sets ``PYTEST_XDIST_WORKER_COUNT``), worksteal first sends each worker one
+    half of the items: each half starts with its share of the long tests (the heaviest to the lighter half, by
+    ``@pytest.mark.long(SECONDS)``), in their random order, and the others fill both halves in their random order."""
+    from conftest import worker_order
+
+    class Marker:
+        def __init__(self, seconds):
+            self.args = () if seconds is None else (seconds,)
+
+    class Item:
+        def __init__(self, name, seconds=False):
+            self.name, self.seconds = name, seconds
+
+        def get_closest_marker(self, name):
+            return Marker(self.seconds) if name == "long" and self.seconds is not False else None
+
+    items = [Item("a"), Item("L1", 10), Item("b"), Item("L2", 300), Item("c"), Item("L3", None), Item("d"),
+             Item("L4", 40), Item("e"), Item("f")]
+    order = [i.name for i in worker_order(items, 2)]
+    assert order[:5] == ["L2", "a", "b", "c", "d"] and order[5:] == ["L1", "L3", "L4", "e", "f"]
+    assert [i.name for i in worker_order(items, 1)] == ["L1", "L2", "L3", "L4", "a", "b", "c", "d", "e", "f"]
+    assert sorted(i.name for i in worker_order(items, 3)) == sorted(i.name for i in items)

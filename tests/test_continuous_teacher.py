@@ -134,7 +134,7 @@ def _args(words, ledger, rows, work):
 in_process = pytest.mark.usefixtures("commands_in_process")  # the ledger's commands: in this process
 
 
-@pytest.mark.long
+@pytest.mark.long(28)
 @in_process
 def test_a_student_after_its_interrupted_teacher_then_a_changed_teacher_refused(words, tmp_path, monkeypatch,
                                                                                  capsys):
@@ -201,7 +201,7 @@ def test_a_student_after_its_interrupted_teacher_then_a_changed_teacher_refused(
     assert "student.seed1" in err and "remove" in err
 
 
-@pytest.mark.long
+@pytest.mark.long(23)
 @in_process
 def test_a_mixed_teacher_table_is_exported_with_the_runs_seed(words, tmp_path, capsys):
     """The mixed table of a teacher row: words counted fewer than N times get random unit rows drawn with the

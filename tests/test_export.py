@@ -260,20 +260,20 @@ BIAS_CASES = [Case("softmax", extra=["--output-bias"], fairseq=False),
               Case("joint", extra=["--joint-activation", "identity"], fairseq=False)]
 
 
-@pytest.mark.long
+@pytest.mark.long(55)
 def test_every_exportable_output_layer_translates_as_the_package_does(tiny_raw, tiny_bin, tiny_bin_joined, tmp_path):
     assert {c.layer for c in LAYER_CASES} == {name for name, spec in _ours(OUTPUT_LAYER_REGISTRY).items()
                                              if callable(spec.export)}
     _run_cases(LAYER_CASES, tiny_raw, tiny_bin, tiny_bin_joined, tmp_path)
 
 
-@pytest.mark.long
+@pytest.mark.long(40)
 def test_every_exportable_embedding_and_the_lstm_translate_as_the_package_does(tiny_raw, tiny_bin, tiny_bin_joined,
                                                                                tmp_path):
     _run_cases(OTHER_CASES, tiny_raw, tiny_bin, tiny_bin_joined, tmp_path)
 
 
-@pytest.mark.long
+@pytest.mark.long(20)
 def test_ctranslate2_translates_layers_with_an_output_bias_as_the_package_does(tiny_raw, tiny_bin, tiny_bin_joined,
                                                                                tmp_path):
     """--output-bias, and the joint layer with --joint-activation identity (its context's offset becomes a per-word

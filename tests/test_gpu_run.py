@@ -38,7 +38,7 @@ def members(tmp_path):
         return {os.path.basename(m.name) for m in tar.getmembers() if m.isfile()}
 
 
-@pytest.mark.long
+@pytest.mark.long(300)
 def test_every_step_runs_and_a_second_call_runs_none_again(tmp_path):
     """About two minutes on two cores: every step at smoke size."""
     first = driver(tmp_path)

@@ -59,6 +59,7 @@ def ledger_args(prepared, ledger, rows):
             "--ledger", ledger, "--work", str(prepared["root"] / "work")]
 
 
+@pytest.mark.long(34)
 def test_extra_raw_test_set_is_scored_end_to_end_and_a_recorded_run_is_skipped(prepared, tmp_path, capsys):
     rows = tmp_path / "rows"
     rows.mkdir()
@@ -165,6 +166,7 @@ def test_a_row_of_the_other_direction_is_translated_and_detokenised_in_its_own(p
     assert set(record["test"]) == {"test2016", "heldout"} and record["test"]["heldout"]["sentences"] > 0
 
 
+@pytest.mark.long(27)
 def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, capsys):
     """'# from: tied' + '# after: fit-output-bias': one training for both rows; the step row's record is the same
     checkpoint before the step (its as-trained score is the tied record's) and after it (a new per-word bias in the
@@ -236,6 +238,7 @@ def test_a_step_row_is_its_parents_model_with_a_fitted_bias(prepared, tmp_path, 
     assert again["after"]["as_trained"]["test2016"]["sacrebleu"] == tied["test"]["test2016"]["sacrebleu"]
 
 
+@pytest.mark.long(53)
 def test_one_runner_a_quick_row_through_the_ledger_the_sweep_and_the_demo(prepared, tmp_path, capsys):
     """One row file, one runner: a quick row (``# base:``, ``# budget:``, ``# beam:``, ``# decodes:``) trained by
     ``ledger run`` is recorded with its budget, its validation BLEU and its further decodes; the sweep's table reads

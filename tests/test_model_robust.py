@@ -230,6 +230,7 @@ def test_outlayers_train_resumes_from_the_newest_intact_checkpoint(tiny_bin, tmp
     assert os.path.getsize(last) == 100
 
 
+@pytest.mark.long(29)
 def test_train_sh_resumes_from_the_newest_intact_checkpoint(tiny_bin, tmp_path):
     save = str(tmp_path / "sh")
     tiny = TINY_TRANSFORMER + ["--cpu", "--num-workers", "0", "--no-epoch-checkpoints", "--no-progress-bar",

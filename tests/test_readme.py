@@ -125,8 +125,20 @@ def _script(block):
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("title,block", readme_blocks(),
-                         ids=[re.sub(r"\W+", "-", t.split(":")[0]).strip("-").lower() for t, _ in readme_blocks()])
+#: each block trains and translates (seconds on an idle two-core machine, for conftest.worker_order); the continuous
+#: block trains twice and exports vectors between
+BLOCK_SECONDS = {"continuous-outputs": 55, "shared-private-embeddings": 28}
+
+
+def _block_params():
+    params = []
+    for title, block in readme_blocks():
+        name = re.sub(r"\W+", "-", title.split(":")[0]).strip("-").lower()
+        params.append(pytest.param(title, block, id=name, marks=pytest.mark.long(BLOCK_SECONDS.get(name, 18))))
+    return params
+
+
+@pytest.mark.parametrize("title,block", _block_params())
 def test_readme_block_runs(title, block, demo_tree):
     if "outlayers-pairing" in block:
         pytest.importorskip("systran_align", reason="the pairing's built-in fast_align (Python <= 3.11)")

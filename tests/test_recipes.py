@@ -18,7 +18,7 @@ import torch
 from fairseq_outlayers.tools import corpus_tools, recipes
 from fairseq_outlayers.tools.evaluation import score_translations
 from fairseq_outlayers.tools.evaluation.unknown_words import source_words
-from harness import NO_ALIGNER, REPO, run, tool
+from harness import NO_ALIGNER, REPO, once_per_session, run, tool
 
 SCRIPTS = os.path.join(REPO, "scripts")
 MULTI30K = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
@@ -165,15 +165,20 @@ def test_scoring_helpers():
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def multi30k_slice(tmp_path_factory):
-    """prepare-multi30k.sh on the first 300 lines of every split (500 BPE merges)."""
+    """prepare-multi30k.sh on the first 300 lines of every split (500 BPE merges); made once for the session, not
+    once per xdist worker (``once_per_session``). The tests read it; those that write beside it copy it first."""
     if not os.path.isdir(MULTI30K):
         pytest.skip(f"{MULTI30K} not found")
-    raw = tmp_path_factory.mktemp("m30raw")
+    return once_per_session(tmp_path_factory, "multi30k_slice", _prepare_multi30k_slice)
+
+
+def _prepare_multi30k_slice(folder):
+    raw = folder / "m30raw"
     for split in ("train", "val", "test_2016_flickr"):
         for lang in ("de", "en"):
             with open(os.path.join(MULTI30K, f"{split}.{lang}"), encoding="utf-8") as f:
                 write(str(raw / f"{split}.{lang}"), [line.rstrip("\n") for _, line in zip(range(300), f)])
-    out = str(tmp_path_factory.mktemp("m30") / "multi30k")
+    out = str(folder / "m30" / "multi30k")
     proc = bash("prepare-multi30k.sh", "--src", "de", "--tgt", "en", "--bpe-merges", "500", "--out", out,
                 env={"MULTI30K_DIR": str(raw)})
     word = bash("prepare-multi30k.sh", "--src", "de", "--tgt", "en", "--bpe-merges", "500", "--out", out,
@@ -241,6 +246,7 @@ def test_prepare_multi30k_word_target_refuses_the_reverse_direction_in_the_same_
     assert proc.returncode == 1 and "holds 'en' as word targets" in proc.stderr
 
 
+@pytest.mark.long(27)
 def test_prepare_iwslt14_split_and_force(tmp_path):
     raw = fake_iwslt14(str(tmp_path / "orig"))
     out = str(tmp_path / "iwslt14")
@@ -567,6 +573,7 @@ def test_bad_recipe_files_give_one_line_errors(tmp_path):
 
 
 @needs_multi30k
+@pytest.mark.long(40)
 def test_train_and_evaluate_end_to_end(multi30k_slice, tmp_path):
     """train.sh softmax multi30k (tiny model, 4 updates) -> evaluate.sh: sacreBLEU with signature against the raw
     reference, tokenised BLEU, rare-word F1; results are never overwritten without --force."""
@@ -618,6 +625,7 @@ def test_train_and_evaluate_end_to_end(multi30k_slice, tmp_path):
 
 
 @needs_multi30k
+@pytest.mark.long(32)
 def test_train_sh_makes_pairing_and_vectors(multi30k_slice, tmp_path):
     """shared-private and continuous: train.sh creates the pairing file / target vectors when missing, then
     trains; the files are reused (not rebuilt) on the next run."""
@@ -646,6 +654,7 @@ def test_train_sh_makes_pairing_and_vectors(multi30k_slice, tmp_path):
 
 
 @needs_multi30k
+@pytest.mark.long(31)
 def test_hydra_yaml_gives_the_same_run_as_train_sh(multi30k_slice, tmp_path):
     """fairseq-hydra-train with configs/multi30k/joint.yaml and `train.sh joint multi30k` with the same tiny
     overrides build the same model and train it to the same weights (same seed, 2 updates)."""
@@ -694,9 +703,16 @@ def end_to_end_recipes():
         first = method not in methods or dataset not in datasets
         methods.add(method)
         datasets.add(dataset)
-        cases.append(pytest.param(method, dataset, marks=() if first else pytest.mark.slow,
-                                  id=f"{method}-{dataset}"))
+        default = first and (method, dataset) not in RUN_ELSEWHERE
+        # the continuous recipe trains twice (a softmax for its vectors, then itself)
+        marks = (pytest.mark.long(30 if method == "continuous" else 15),) if default else (pytest.mark.slow,)
+        cases.append(pytest.param(method, dataset, marks=marks, id=f"{method}-{dataset}"))
     return cases
+
+
+#: pairs whose train.sh and evaluate.sh commands another default test runs already, with more checks: with
+#: ``--run-slow`` only
+RUN_ELSEWHERE = {("softmax", "multi30k"): "test_train_and_evaluate_end_to_end"}
 
 
 @pytest.mark.parametrize("method,dataset", end_to_end_recipes())

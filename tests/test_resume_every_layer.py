@@ -261,7 +261,7 @@ def test_a_resume_equals_one_uninterrupted_run(case, tiny_bin, tiny_bin_joined, 
     assert trained and a["last_optimizer_state"]["state"]  # a real comparison: weights and Adam moments exist
 
 
-@pytest.mark.long
+@pytest.mark.long(35)
 def test_two_processes_equal_one_process_for_every_case(tiny_bin, tiny_bin_joined, case_files, tmp_path):
     """Every case: two gloo ranks train 3 updates with half the batch each, against one process with ``--update-freq
     2`` (run here, in the test process, while the ranks train): every weight and buffer within float tolerance."""

@@ -162,6 +162,7 @@ def short_model(tiny_bin, tmp_path_factory):
 LONG = " ".join(f"s{k % 30}" for k in range(20))  # 20 tokens + the end of sentence: more than 12
 
 
+@pytest.mark.long(25)
 def test_translate_names_an_over_long_line_and_skips_or_truncates_it(short_model, tiny_bin, tmp_path, capsys):
     assert source_limit(short_model) == 12
     text = tmp_path / "in.de"
