@@ -64,10 +64,12 @@ def test_plain_pytest_runs_one_process_that_pdb_can_stop():
         assert "XDIST = -n auto --dist worksteal" in f.read()
 
 
-def test_the_long_tests_start_first_in_their_random_order():
+def test_the_long_tests_start_first_in_their_random_order(monkeypatch):
     """``@pytest.mark.long`` moves a test to the front, after pytest-randomly's shuffle (the hook in conftest.py): the
-    others keep their random order, and so do the long ones among themselves."""
+    others keep their random order, and so do the long ones among themselves (one process: no xdist worker count)."""
     from conftest import pytest_collection_modifyitems
+
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
 
     class Item:
         def __init__(self, name, long):
