@@ -11,7 +11,8 @@ import torch
 from fairseq.data import Dictionary
 
 from fairseq_outlayers.errors import OutlayersConfigError
-from harness import REPO, TINY_TRANSFORMER, USER_DIR, build_model, generate, make_corpus, preprocess, run, tool, train, train_args
+from harness import (REPO, TINY_TRANSFORMER, USER_DIR, build_model, generate, make_corpus, pairing_file, preprocess, run,
+                     tool, train, train_args)
 
 M = 16
 CONTINUOUS = ["--output-layer", "continuous", "--tie-input-to-target-vectors", "--criterion", "cosine"]
@@ -175,12 +176,7 @@ def test_softmax_checkpoint_target_dictionary_and_old_checkpoints(tiny_bin, othe
 
 
 def test_resume_with_another_pairing_file(tiny_raw, tiny_bin, tmp_path):
-    from fairseq_outlayers.tools.pairing.__main__ import main
-
-    pairing = str(tmp_path / "pairs.txt")
-    assert main(["--src-text", os.path.join(tiny_raw, "train.de"), "--tgt-text", os.path.join(tiny_raw, "train.en"),
-                 "--src-dict", os.path.join(tiny_bin, "dict.de.txt"),
-                 "--tgt-dict", os.path.join(tiny_bin, "dict.en.txt"), "-o", pairing]) == 0
+    pairing = pairing_file(tiny_raw, tiny_bin, str(tmp_path / "pairs.txt"))
     other = str(tmp_path / "other.txt")
     with open(pairing, encoding="utf-8") as f, open(other, "w", encoding="utf-8") as g:
         g.write(f.read() + "# edited\n")

@@ -17,7 +17,7 @@ from fairseq_outlayers import value_checks
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.core.registry import EMBEDDING_REGISTRY, OUTPUT_LAYER_REGISTRY, SEAM_DEFAULTS, layers_trained_by
 from fairseq_outlayers.value_checks import Range, check_decoding_argv, check_fits
-from harness import TINY_TRANSFORMER, USER_DIR, build_model, load_script, run, tool, train
+from harness import TINY_TRANSFORMER, USER_DIR, build_model, load_script, pairing_file, run, tool, train
 
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -418,13 +418,7 @@ def _checkpoint(tiny_bin, save, extra):
 
 @pytest.fixture(scope="module")
 def pairing(tiny_raw, tiny_bin, tmp_path_factory):
-    from fairseq_outlayers.tools.pairing.__main__ import main
-
-    path = str(tmp_path_factory.mktemp("pairing") / "pairs.txt")
-    assert main(["--src-text", os.path.join(tiny_raw, "train.de"), "--tgt-text", os.path.join(tiny_raw, "train.en"),
-                 "--src-dict", os.path.join(tiny_bin, "dict.de.txt"),
-                 "--tgt-dict", os.path.join(tiny_bin, "dict.en.txt"), "-o", path]) == 0
-    return path
+    return pairing_file(tiny_raw, tiny_bin, str(tmp_path_factory.mktemp("pairing") / "pairs.txt"))
 
 
 @pytest.mark.parametrize("before, after, message", [

@@ -447,7 +447,9 @@ def test_train_sh_first_stage_failures(tmp_path):
     fairseq-train and outlayers-vectors are stand-ins here; train.sh's own logic is what runs."""
     fake = tmp_path / "bin"
     fake.mkdir()
-    os.symlink(sys.executable, fake / "python")
+    # this venv's Python, called by its own path: a link to it in another folder would start the base interpreter,
+    # without the venv's packages
+    (fake / "python").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
     (fake / "fairseq-train").write_text(
         "#!/bin/bash\n"
         "case \" $* \" in *' --output-layer softmax '*) ;; *) echo SECOND STAGE; exit 0;; esac\n"
@@ -455,7 +457,7 @@ def test_train_sh_first_stage_failures(tmp_path):
         "while [ $# -gt 0 ]; do [ \"$1\" = --save-dir ] && touch \"$2/checkpoint_last.pt\"; shift; done\n"
         "echo 'done training in 1.0 seconds'; kill -ABRT $$\n")
     (fake / "outlayers-vectors").write_text("#!/bin/bash\necho exported; echo '1 2' > \"$3\"\n")
-    for name in ("fairseq-train", "outlayers-vectors"):
+    for name in ("python", "fairseq-train", "outlayers-vectors"):
         os.chmod(fake / name, 0o755)
     data = tmp_path / "data"
     data.mkdir()

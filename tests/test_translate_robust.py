@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness import REPO, TINY_TRANSFORMER, tool, train
+from harness import NO_ALIGNER, REPO, TINY_TRANSFORMER, tool, train
 
 from fairseq_outlayers.tools.translate import _invalid_size, binarised_sizes, main as translate_main, source_limit
 
@@ -128,6 +128,7 @@ def test_sigterm_removes_the_translate_work_directory(files, tmp_path):
 
 
 def test_sigterm_removes_the_alignment_work_directory(tmp_path, tiny_raw, tiny_bin):
+    pytest.importorskip("systran_align", reason=NO_ALIGNER)  # the built-in aligner's work directory
     out = tmp_path / "pairs.txt"
     driver = f"""
         import os, time
