@@ -12,6 +12,8 @@ TORCH_INDEX ?=
 TORCH_EXTRA_INDEX ?=
 DEMO_UPDATES ?= 200
 DEMO_OUT ?= work/demo
+# runs at once (empty: one per CPU core, each with cores/N threads; one per GPU on CUDA)
+DEMO_JOBS ?=
 RESULTS_UPDATES ?= 800
 RESULTS_SEEDS ?= 1 2
 RESULTS_OUT ?= work/results
@@ -22,10 +24,10 @@ install:
 	VENV=$(VENV) PYTHON=$(PYTHON) TORCH_INDEX=$(TORCH_INDEX) TORCH_EXTRA_INDEX=$(TORCH_EXTRA_INDEX) bash scripts/install.sh
 
 demo: install
-	VENV_BIN=$(VENV)/bin DEMO_OUT=$(DEMO_OUT) bash scripts/demo.sh $(DEMO_UPDATES)
+	VENV_BIN=$(VENV)/bin DEMO_OUT=$(DEMO_OUT) DEMO_JOBS=$(DEMO_JOBS) bash scripts/demo.sh $(DEMO_UPDATES)
 
 results: install
-	VENV_BIN=$(VENV)/bin bash scripts/demo.sh --updates $(RESULTS_UPDATES) --seeds "$(RESULTS_SEEDS)" \
+	VENV_BIN=$(VENV)/bin DEMO_JOBS=$(DEMO_JOBS) bash scripts/demo.sh --updates $(RESULTS_UPDATES) --seeds "$(RESULTS_SEEDS)" \
 	  --rows "configs/demo/*.args configs/continuous/*.args" --out $(RESULTS_OUT) \
 	  --title "Multi30k de-en: every output layer, $(RESULTS_UPDATES) updates, seeds $(RESULTS_SEEDS)"
 

@@ -3,10 +3,12 @@ merging, speed parsing, the table and the plot."""
 import glob
 import json
 import os
+import threading
+import time
 
 import pytest
 
-from fairseq_outlayers.lab import compare
+from fairseq_outlayers.lab import compare, slots
 from fairseq_outlayers.lab.compare import demo_base_args, format_table, write_plot
 from fairseq_outlayers.lab.fairseq_runs import training_speed
 from fairseq_outlayers.lab.ledger import runner
@@ -155,7 +157,7 @@ def test_the_demo_prints_its_table_once(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(runner, "run", fake_run)
     monkeypatch.setattr(runner, "check_before_training", lambda runs, settings: [])
-    monkeypatch.setattr(compare.gpus, "first_gpu_env", lambda: {"CUDA_VISIBLE_DEVICES": "3"})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4")  # one run: the first GPU only
     monkeypatch.setattr(compare, "write_plot", lambda results, path: False)
     for seeds, times in ((["1"], 1), (["1", "2"], 2)):
         out = tmp_path / f"out{len(seeds)}"
@@ -185,3 +187,111 @@ def test_an_abort_at_exit_after_fairseq_finished_is_not_a_failure_and_any_other_
     for before_exit, then in [("epoch 001 | loss 9.1", "os.abort()"), (done, "sys.exit(1)")]:
         with pytest.raises(SystemExit, match="fairseq-train failed for row"):
             fairseq_runs.run_training(fake(before_exit, then), log_path, "row")
+
+
+def _fake_demo(tmp_path, monkeypatch, names=("softmax", "tied", "joint", "fixed")):
+    """Row files 10-NAME.args ...; ``runner.run`` replaced by a fake that records each call (row, seed, its
+    environment, start and end) and whose earlier rows take longer, so that two at once end out of order. The
+    machine: two CPU cores, no GPU, OMP_NUM_THREADS unset."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "test_2016_flickr.en").write_text("a b\n")
+    data = tmp_path / "bin"
+    data.mkdir()
+    rows = []
+    for n, name in enumerate(names, start=1):
+        row = tmp_path / f"{n}0-{name}.args"
+        row.write_text(f"--output-layer {name}\n")
+        rows.append(str(row))
+    calls, lock = [], threading.Lock()
+
+    def fake_run(row, seed, settings):
+        start = time.monotonic()
+        time.sleep(0.05 * (len(names) - names.index(row.name)))
+        if row.name in fake_run.fail:
+            raise SystemExit(f"fairseq-train failed for {row.name} seed {seed}")
+        with lock:
+            calls.append((row.name, seed, dict(settings.env), start, time.monotonic()))
+        bleu = 10.0 + names.index(row.name) + seed / 10
+        return ({"test": {"test2016": {"sacrebleu": bleu, "sacrebleu_signature": "s"}}, "tokens_per_second": 100.0,
+                 "training_seconds": 1.0 + seed, "params": {"total": 10, "trained": 8, "embedding": 4, "output": 2}},
+                False)
+
+    fake_run.fail = ()
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(runner, "check_before_training", lambda runs, settings: [])
+    monkeypatch.setattr(compare, "write_plot", lambda results, path: False)
+    monkeypatch.setattr(slots, "cpu_cores", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    def run(out, *more):
+        compare.main(["--data-bin", str(data), "--raw-dir", str(raw), "--rows", *rows, "--out", str(tmp_path / out),
+                      "--seeds", "1", "2", "--ledger", str(tmp_path / "no-ledger"), "--max-update", "30", *more])
+        return tmp_path / out
+
+    return run, calls, fake_run
+
+
+def _table_of(out):
+    """results.md without its lines of date, wall time and runs at once, its own folder as OUT; results.json."""
+    md = (out / "results.md").read_text().replace(str(out), "OUT").splitlines()
+    return [line for line in md if not line.startswith(("Date ", "Data: "))], json.loads((out / "results.json").read_text())
+
+
+def test_two_runs_at_once_end_in_any_order_and_give_the_table_of_one_at_a_time(tmp_path, monkeypatch, capsys):
+    """--jobs 2 on two cores: two runs overlap, each with one thread, and they end out of order; the table, the rows'
+    order and every figure equal those of --jobs 1 (one run at a time, torch's own threads); the default is 2."""
+    run, calls, _ = _fake_demo(tmp_path, monkeypatch)
+    one = run("one", "--jobs", "1")
+    assert [c[:2] for c in calls] == [(n, s) for s in (1, 2) for n in ("softmax", "tied", "joint", "fixed")]
+    assert all(c[2] == {} for c in calls) and all(a[4] <= b[3] for a, b in zip(calls, calls[1:]))
+    calls.clear()
+    two = run("two", "--jobs", "2")
+    assert all(c[2] == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} for c in calls)
+    assert any(a[3] < b[4] and b[3] < a[4] for a in calls for b in calls if a is not b), "no two runs overlapped"
+    ended = [c[:2] for c in calls]
+    assert ended != sorted(ended, key=lambda c: (c[1], ["softmax", "tied", "joint", "fixed"].index(c[0])))
+    assert _table_of(one) == _table_of(two)
+    table = _table_of(two)[0]
+    assert [line.split(" | ")[0] for line in table if line.startswith("| ") and " | 2 | " in line] == [
+        "| softmax", "| tied", "| joint", "| fixed"]
+    assert "| joint | 2 | 12.15 ± 0.05 |" in "\n".join(table)
+    assert "2 runs at once, OMP_NUM_THREADS=1 each" in (two / "results.md").read_text()
+    printed = capsys.readouterr().out
+    assert printed.count("| method | seeds |") == 4  # per call: seed 1's table so far, then the final one
+    calls.clear()
+    assert _table_of(run("default")) == _table_of(one) and calls[0][2]["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_failed_run_is_reported_and_the_others_finish(tmp_path, monkeypatch):
+    """A run that fails (fairseq-train's exit) stops nothing: the other rows run, the table shows them and names the
+    failed run, and compare exits non-zero; run again, the failed row alone is left to do."""
+    run, calls, fake_run = _fake_demo(tmp_path, monkeypatch, names=("softmax", "tied", "joint"))
+    fake_run.fail = ("tied",)
+    with pytest.raises(SystemExit, match=r"2 run\(s\) failed: tied seed 1, tied seed 2; the others are in the table"):
+        run("out", "--jobs", "2")
+    assert sorted(c[:2] for c in calls) == [("joint", 1), ("joint", 2), ("softmax", 1), ("softmax", 2)]
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| softmax | 2 |" in md and "| joint | 2 |" in md and "| tied |" not in md
+    assert "Failed (not in the table; see each run's train.log in" in md and "tied seed 1, tied seed 2" in md
+    fake_run.fail = ("softmax", "tied", "joint")
+    with pytest.raises(SystemExit, match="every run failed"):
+        run("none", "--jobs", "2")
+
+
+def test_the_longest_rows_start_first_and_the_table_keeps_its_order(in_repo):
+    """The start order comes from the committed ledger's seconds per update of each row's converged runs: the joint
+    layer (the slowest) first; a row without a ledger row counts as the others' mean; no ledger: the table's order."""
+    from fairseq_outlayers.lab.compare import start_order
+
+    rows = _demo_rows()
+    ledger = os.path.join(REPO, "docs", "results", "runs")
+    order = [r.name for r in start_order(rows, ledger)]
+    assert order[0] == "joint" and sorted(order) == sorted(r.name for r in rows), order
+    assert [r.name for r in rows] == ["softmax", "tied", "fixed", "joint", "continuous-vmf", "shared-private"]
+    assert start_order(rows, None) == rows
+    odd = LedgerRow("odd", "odd.args", "data", ["--output-layer", "softmax"], base_args=["--arch", "lstm"])
+    order = [r.name for r in start_order(rows + [odd], ledger)]
+    assert order[0] == "joint" and order[-1] != "odd" and order.index("odd") > 0

@@ -15,6 +15,7 @@ embedding / output-layer parameters, training target tokens/s and wall time; it 
 --out -`` gives the same runs with the ledger's statistics.
 """
 import argparse
+import dataclasses
 import glob
 import json
 import logging
@@ -25,7 +26,7 @@ import time
 
 from fairseq_outlayers import value_checks
 from fairseq_outlayers.errors import OutlayersConfigError
-from fairseq_outlayers.lab import gpus
+from fairseq_outlayers.lab import slots
 from fairseq_outlayers.lab.fairseq_runs import log
 from fairseq_outlayers.lab.ledger import runner
 from fairseq_outlayers.lab.ledger.records import read_records
@@ -104,16 +105,13 @@ def _setting(options):
             pairs.get("--output-layer") or "softmax", pairs.get("--embeddings") or "standard")
 
 
-def ledger_figures(ledger, rows, test="test2016", seeds=(1, 2, 3)):
-    """{quick row name: "39.13 ± 0.53 (3 seeds, tiny-softmax)"}: for each quick row of ``rows`` the results ledger's
-    row trained on the same data with the same model, direction and seams, the one whose options differ least
-    from the quick row's (a row with a step after training, ``# after:``, only where nothing else matches);
-    mean ± sample deviation over the protocol's seeds. Rows without such a ledger row are left out ("none yet").
-    Other models and data (the LSTM tables, English -> German) are not shown: the table links to them."""
+def ledger_matches(ledger, rows, test="test2016", seeds=(1, 2, 3)):
+    """{quick row name: (ledger row name, its records)}: for each quick row of ``rows`` the results ledger's row
+    trained on the same data with the same model, direction and seams, the one whose options differ least from the
+    quick row's (a row with a step after training, ``# after:``, only where nothing else matches), with its records
+    of the protocol's seeds. Rows without such a ledger row are left out."""
     if not ledger or not os.path.isdir(ledger):
         return {}
-    from fairseq_outlayers.lab.ledger.stats import mean_sd
-
     by_row = {}
     for rec in read_records(ledger):
         if rec.get("seed") in seeds and test in rec.get("test", {}):
@@ -134,12 +132,40 @@ def ledger_figures(ledger, rows, test="test2016", seeds=(1, 2, 3)):
             if best is None or key < best[0]:
                 best = (key, name, recs)
         if best is not None:
-            _, name, recs = best
-            mean, sd = mean_sd([r["test"][test]["sacrebleu"] for r in recs])
-            n = len(recs)
-            out[row.name] = (f"{mean:.2f}{'' if sd is None else f' ± {sd:.2f}'} "
-                                f"({n} seed{'s' if n > 1 else ''}, {name})")
+            out[row.name] = best[1:]
     return out
+
+
+def ledger_figures(ledger, rows, test="test2016", seeds=(1, 2, 3)):
+    """{quick row name: "39.13 ± 0.53 (3 seeds, tiny-softmax)"}: the converged figure of each quick row's ledger row
+    (``ledger_matches``), mean ± sample deviation over the protocol's seeds. Rows without such a ledger row are left
+    out ("none yet"). Other models and data (the LSTM tables, English -> German) are not shown: the table links to
+    them."""
+    from fairseq_outlayers.lab.ledger.stats import mean_sd
+
+    out = {}
+    for row_name, (name, recs) in ledger_matches(ledger, rows, test, seeds).items():
+        mean, sd = mean_sd([r["test"][test]["sacrebleu"] for r in recs])
+        n = len(recs)
+        out[row_name] = (f"{mean:.2f}{'' if sd is None else f' ± {sd:.2f}'} "
+                         f"({n} seed{'s' if n > 1 else ''}, {name})")
+    return out
+
+
+def start_order(rows, ledger=None, test="test2016"):
+    """The rows in the order their runs start: the longest first, so that N runs at once end close together. A
+    row's length is its ledger row's training seconds per update (``ledger_matches``, mean over its records); a row
+    without one counts as the mean of the others; without a ledger, the table's order. Ties keep the table's order.
+    Only the start order changes: the table keeps the rows' order."""
+    per_update = {}
+    for row_name, (_, recs) in ledger_matches(ledger, rows, test).items():
+        speeds = [r["training_seconds"] / r["updates"] for r in recs if r.get("updates") and r.get("training_seconds")]
+        if speeds:
+            per_update[row_name] = sum(speeds) / len(speeds)
+    if not per_update:
+        return list(rows)
+    unknown = sum(per_update.values()) / len(per_update)
+    return sorted(rows, key=lambda r: -per_update.get(r.name, unknown))
 
 
 CONVERGED_NOTE = (
@@ -195,6 +221,17 @@ def table_rows(rows, records, test):
     return out
 
 
+def gathered(rows, seeds, finished):
+    """{row name: [record of each seed, in the order of ``seeds``]} of the finished runs (``finished``: {(row name,
+    seed): record}): the same whichever run ended first."""
+    out = {}
+    for row in rows:
+        runs = [finished[row.name, seed] for seed in seeds if (row.name, seed) in finished]
+        if runs:
+            out[row.name] = runs
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--data-bin", required=True, help="binarised data (fairseq-preprocess output)")
@@ -213,6 +250,9 @@ def main(argv=None):
     parser.add_argument("--lenpen", type=value_checks.FINITE, default=1.0)
     parser.add_argument("--batch-size", type=value_checks.POSITIVE_INT, default=128)
     parser.add_argument("--title", default="Output-layer comparison")
+    parser.add_argument("--jobs", type=value_checks.POSITIVE_INT, default=None, help="runs at once (each its own "
+                        "fairseq-train; on a CPU each gets cores/N threads unless OMP_NUM_THREADS is set, on CUDA one "
+                        "GPU each, the visible GPUs in turn; default: one per GPU, else one per CPU core)")
     parser.add_argument("--ledger", default=None, help="results ledger (e.g. docs/results/runs): add a column with "
                         "its converged figure for each row's method (python -m fairseq_outlayers.lab.ledger)")
     args = parser.parse_args(argv)
@@ -247,31 +287,54 @@ def main(argv=None):
 
     converged = None if args.ledger is None else ledger_figures(args.ledger, rows)
     started = time.time()
-    # one run at a time, on one GPU: fairseq would train on every GPU it sees
+    # every row with a seed before any with the next, the longest rows first; the table keeps the rows' order
+    runs = [(row, seed) for seed in args.seeds for row in start_order(rows, args.ledger, args.test_name)]
+    jobs = args.jobs or slots.default_jobs(len(runs))
+    # each run's processes get their slot's environment (slots.py): on CUDA one GPU (fairseq would train on every
+    # GPU it sees), on a CPU with N runs at once the cores / N threads
     settings = runner.Settings(ledger=os.path.join(args.out, "records"), work=args.out, test_ref=ref_path,
-                               test_name=args.test_name, beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size,
-                               env=gpus.first_gpu_env())
-    done = {}
+                               test_name=args.test_name, beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size)
     try:  # a record made with other options or on other data: one line, before anything trains
-        for warning in runner.check_before_training([(r, seed) for seed in args.seeds for r in rows], settings):
+        for warning in runner.check_before_training(runs, settings):
             log(f"warning: {warning}")
     except OutlayersConfigError as e:
         raise SystemExit(f"compare: error: {e}") from None
-    for seed in args.seeds:
-        for n, row in enumerate(rows, start=1):
-            log(f"[{n}/{len(rows)}] {row.name} (seed {seed})")
-            try:
-                record, reused = runner.run(row, seed, settings)
-            except OutlayersConfigError as e:
-                raise SystemExit(f"compare: error: {e}") from None
-            if reused:
-                log("  already done; reusing")
-            done.setdefault(row.name, []).append(record)
-            log(f"  BLEU {record['test'][args.test_name]['sacrebleu']:.2f}  trained params {record['params']['trained']:,}  "
-                f"{record.get('tokens_per_second') or 0:,.0f} tok/s")
-        if seed != args.seeds[-1]:  # the table so far; the last seed's is the final one, printed once below
-            print(format_table(table_rows(rows, done, args.test_name), converged), flush=True)
-    results = table_rows(rows, done, args.test_name)
+    order = {run: n for n, run in enumerate(((row.name, seed) for row, seed in runs), start=1)}
+
+    def one(run, env):
+        row, seed = run
+        threads = f", {env['OMP_NUM_THREADS']} thread(s)" if "OMP_NUM_THREADS" in env else ""
+        log(f"[{order[row.name, seed]}/{len(runs)}] {row.name} (seed {seed}){threads}")
+        return runner.run(row, seed, dataclasses.replace(settings, env=env))
+
+    if jobs > 1:
+        log(f"{len(runs)} runs, {jobs} at once")
+    finished, failed = {}, []
+    left = {seed: len(rows) for seed in args.seeds}
+    shown = 0  # seeds whose table so far is printed
+    try:
+        for i, outcome, exc in slots.run_in_slots(runs, one, jobs, stop=(OutlayersConfigError,)):
+            row, seed = runs[i]
+            left[seed] -= 1
+            if exc is not None:  # one failed run must not stop the others: reported here and at the end
+                failed.append(f"{row.name} seed {seed}")
+                log(f"  {row.name} (seed {seed}) FAILED: {exc}")
+            else:
+                record, reused = outcome
+                finished[row.name, seed] = record
+                log(f"  {row.name} (seed {seed}): {'already done; reused. ' if reused else ''}BLEU "
+                    f"{record['test'][args.test_name]['sacrebleu']:.2f}  trained params "
+                    f"{record['params']['trained']:,}  {record.get('tokens_per_second') or 0:,.0f} tok/s")
+            # the table so far once every run of a seed has ended; the last seed's is the final one, printed below
+            while shown < len(args.seeds) - 1 and left[args.seeds[shown]] == 0:
+                shown += 1
+                print(format_table(table_rows(rows, gathered(rows, args.seeds[:shown], finished), args.test_name),
+                                   converged), flush=True)
+    except OutlayersConfigError as e:
+        raise SystemExit(f"compare: error: {e}") from None
+    results = table_rows(rows, gathered(rows, args.seeds, finished), args.test_name)
+    if not results:
+        raise SystemExit(f"compare: every run failed ({', '.join(failed)}); see each run's train.log in {args.out}")
 
     commit = runner.git_commit()
     table = format_table(results, converged)
@@ -286,12 +349,15 @@ def main(argv=None):
     md = [f"# {args.title}", "",
           f"Date {time.strftime('%Y-%m-%d')}, commit {commit}, hardware: {hardware}, total wall time "
           f"{time.time() - started:.0f} s.", "",
-          f"Data: `{args.data_bin}`; {args.max_update} updates per run; seeds {args.seeds}; beam {args.beam}.",
+          f"Data: `{args.data_bin}`; {args.max_update} updates per run; seeds {args.seeds}; beam {args.beam}; "
+          f"{slots.describe(jobs)}.",
           (f"Base options: `{' '.join(rows[0].base_args)}`" if all(r.base_args == rows[0].base_args for r in rows)
            else "Base options: each row's own (its `# base:` file)"), "", table, "",
           f"BLEU: sacreBLEU on detokenised output against `{ref_path}`; signature "
           f"`{results[0].get('signature', '')}`. Records: `{settings.ledger}`.", "",
           "Rows:", ""] + [f"- **{r['name']}**: `{r['args']}`" for r in results]
+    if failed:
+        md += ["", f"Failed (not in the table; see each run's train.log in `{args.out}`): {', '.join(failed)}."]
     if converged is not None:
         md += ["", CONVERGED_NOTE.format(ledger=args.ledger)]
     if write_plot(results, os.path.join(args.out, "results.png")):
@@ -302,6 +368,9 @@ def main(argv=None):
     if converged is not None:
         print("\n" + CONVERGED_NOTE.format(ledger=args.ledger))
     log(f"wrote {os.path.join(args.out, 'results.md')}")
+    if failed:
+        raise SystemExit(f"compare: {len(failed)} run(s) failed: {', '.join(failed)}; the others are in the table "
+                         f"(run again to retry them: finished runs are reused)")
 
 
 if __name__ == "__main__":

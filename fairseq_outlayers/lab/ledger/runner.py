@@ -67,12 +67,14 @@ class Settings:
     valid_ref: Optional[str] = None  # raw reference of the validation split: quick rows are decoded on it
 
 
-def machine() -> Tuple[str, str]:
-    """(machine description, device) of this process: the device fairseq-train picks (CUDA when present)."""
+def machine(env: Optional[Dict[str, str]] = None) -> Tuple[str, str]:
+    """(machine description, device) of this process: the device fairseq-train picks (CUDA when present), and the
+    threads of a run whose processes get ``env`` (``slots.py``) on top of this process's environment."""
     import torch
 
+    threads = (env or {}).get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "unset"))
     desc = (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+            f"OMP_NUM_THREADS={threads}")
     device = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "cpu"
     return desc, device
 
@@ -293,7 +295,7 @@ def _run_locked(row: LedgerRow, seed: int, s: Settings, options: List[str]) -> T
     if row.budget is not None:
         validation = {"metric": "budget", "budget": row.budget, "best": None,
                       "bleu": _valid_bleu(row, test_ckpt, run_dir, prep, beam, direction, s)}
-    desc, device = machine()
+    desc, device = machine(s.env)
     record = {
         "row": row.name, "seed": seed, "table": row.table, "method": row.method, "baseline": row.baseline,
         "row_file": _relative_to_cwd(row.path),
