@@ -9,7 +9,10 @@ its shared options from ``--base-args`` (default: ``configs/demo-base.args``, th
 ledger's own (``ledger/runner.py``: ``fairseq-train --user-dir ...`` -> ``fairseq-generate`` -> sacremoses
 detokenisation -> sacreBLEU against the raw references), recorded in ``OUT/records`` with their checkpoints in
 ``OUT/ROW.seedN``: a finished run is reused, so an interrupted demo resumes where it stopped (every row with the
-first seed before any with the second). The table gives BLEU (sacreBLEU, with its signature), total / trained /
+first seed before any with the second). ``--jobs N`` runs N at once (``slots.py``: on a CPU each with the cores / N
+threads, on CUDA one GPU each; by default one per GPU, else one per core), the longest rows first (``start_order``);
+the table keeps the rows' order and figures whichever run ends first, and a failed run is named under it while the
+others finish. The table gives BLEU (sacreBLEU, with its signature), total / trained /
 embedding / output-layer parameters, training target tokens/s and wall time; it is printed and written to
 ``OUT/results.md`` (and ``OUT/results.json``). ``python -m fairseq_outlayers.lab.ledger render --ledger OUT/records
 --out -`` gives the same runs with the ledger's statistics.
