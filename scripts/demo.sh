@@ -6,13 +6,13 @@
 #                        --out work/results --title "..."      (the results table of docs/results.md: `make results`)
 #   bash scripts/demo.sh --jobs 1       (one run at a time; default: one per CPU core or GPU)
 #
-# 1. scripts/prepare-multi30k.sh: sacremoses tokenisation, joint fastBPE, fairseq-preprocess; and the same with
-#    --word-target (source BPE, word-level English) for the continuous-output rows (each skipped when done);
+# 1. scripts/prepare-multi30k.sh --word-target (source BPE, word-level English) for the continuous-output rows, then
+#    without it: sacremoses tokenisation, joint fastBPE, fairseq-preprocess (each skipped when done);
 # 2. 300-d target word vectors on the word-level English training text (scripts/train_target_vectors.py,
-#    fastText, skipped when present);
+#    fastText, skipped when present), in the background beside the BPE data (work/multi30k/vectors.log);
 # 3. the shared-private word pairing (python -m fairseq_outlayers.tools.pairing, skipped when present), in the
-#    background from the BPE data on, beside the word-level data and the vectors (its output in
-#    work/multi30k/pairing.log, printed when it ends);
+#    background from the BPE data on, beside the vectors (work/multi30k/pairing.log); each log is printed when its
+#    step has ended;
 # 4. python -m fairseq_outlayers.lab.compare: one fairseq-train + fairseq-generate + sacreBLEU per row file
 #    (default configs/demo/*.args) and seed, N runs at once (--jobs N, or DEMO_JOBS; default one per CPU core, each
 #    with one thread on two cores; one per GPU on CUDA), the longest rows first;
@@ -54,36 +54,56 @@ phase_start=$SECONDS
 PHASES=""
 phase() { PHASES="$PHASES, $1 $((SECONDS - phase_start)) s"; phase_start=$SECONDS; }
 
-VENV_BIN=$VENV_BIN bash scripts/prepare-multi30k.sh --src de --tgt en
-phase "BPE data"
-
-# the pairing needs the BPE data only: it runs (one core) while the word-level data and the vectors are made
-PAIRS_LOG=work/multi30k/pairing.log
-PAIRS_PID=
-if [ ! -s "$DATA/pairs.de-en.txt" ]; then
-  log "pairing source and target words with fast_align (shared-private row), in the background: $PAIRS_LOG"
-  "$PY" -m fairseq_outlayers.tools.pairing --src-text work/multi30k/bpe/train.de --tgt-text work/multi30k/bpe/train.en \
-    --src-dict "$DATA/dict.de.txt" --tgt-dict "$DATA/dict.en.txt" -o "$DATA/pairs.de-en.txt" > "$PAIRS_LOG" 2>&1 &
-  PAIRS_PID=$!
-  trap '[ -z "$PAIRS_PID" ] || kill "$PAIRS_PID" 2>/dev/null || true' EXIT
-fi
+# Background steps, each on one core beside the step in front: the vectors beside the BPE data, the pairing beside
+# the vectors; each one's output goes to its log, printed when it has ended.
+BG_PIDS=
+trap 'for p in $BG_PIDS; do kill "$p" 2>/dev/null || true; done' EXIT
+in_background() {  # in_background LOG COMMAND...: the PID in BG
+  local out=$1
+  shift
+  "$@" > "$out" 2>&1 &
+  BG=$!
+  BG_PIDS="$BG_PIDS $BG"
+}
+background_done() {  # background_done PID LOG WHAT: wait for it, print its log, stop the demo if it failed
+  local status=0
+  wait "$1" || status=$?
+  local p rest=
+  for p in $BG_PIDS; do [ "$p" = "$1" ] || rest="$rest $p"; done
+  BG_PIDS=$rest
+  cat "$2"
+  [ "$status" = 0 ] || die "$3 failed (exit $status); its output is above and in $2"
+  log "$3: done"
+}
 
 VENV_BIN=$VENV_BIN bash scripts/prepare-multi30k.sh --src de --tgt en --word-target
 phase "word-level data"
-if [ ! -s work/multi30k/vectors.word.en.300d.vec ]; then
-  log "training 300-d target word vectors on the word-level English side (continuous-output rows)"
-  "$PY" scripts/train_target_vectors.py --input work/multi30k/tok/train.en \
-    --output work/multi30k/vectors.word.en.300d.vec --dim 300 --dict "$WORD/dict.en.txt" --workers 1
+VECTORS=work/multi30k/vectors.word.en.300d.vec
+VECTORS_PID=
+if [ ! -s "$VECTORS" ]; then
+  log "training 300-d target word vectors on the word-level English side (continuous-output rows), in the" \
+    "background: work/multi30k/vectors.log"
+  # on a copy of the text: the BPE preparation below writes work/multi30k/tok/ again (the same text)
+  cp work/multi30k/tok/train.en work/multi30k/vectors-input.en
+  in_background work/multi30k/vectors.log "$PY" scripts/train_target_vectors.py --input work/multi30k/vectors-input.en \
+    --output "$VECTORS" --dim 300 --dict "$WORD/dict.en.txt" --workers 1
+  VECTORS_PID=$BG
 fi
-phase "vectors"
-if [ -n "$PAIRS_PID" ]; then
-  status=0
-  wait "$PAIRS_PID" || status=$?
-  PAIRS_PID=
-  cat "$PAIRS_LOG"
-  [ "$status" = 0 ] || die "the pairing failed (exit $status); its output is above and in $PAIRS_LOG"
-  log "pairing done"
+
+VENV_BIN=$VENV_BIN bash scripts/prepare-multi30k.sh --src de --tgt en
+phase "BPE data (beside the vectors)"
+PAIRS_PID=
+if [ ! -s "$DATA/pairs.de-en.txt" ]; then
+  log "pairing source and target words with fast_align (shared-private row), in the background:" \
+    "work/multi30k/pairing.log"
+  in_background work/multi30k/pairing.log "$PY" -m fairseq_outlayers.tools.pairing \
+    --src-text work/multi30k/bpe/train.de --tgt-text work/multi30k/bpe/train.en \
+    --src-dict "$DATA/dict.de.txt" --tgt-dict "$DATA/dict.en.txt" -o "$DATA/pairs.de-en.txt"
+  PAIRS_PID=$BG
 fi
+[ -z "$VECTORS_PID" ] || background_done "$VECTORS_PID" work/multi30k/vectors.log "the target vectors"
+phase "vectors (after the BPE data)"
+[ -z "$PAIRS_PID" ] || background_done "$PAIRS_PID" work/multi30k/pairing.log "the pairing"
 phase "pairing (after the vectors)"
 
 log "training one model per output layer and seed ($SEEDS), $UPDATES updates each"
