@@ -113,3 +113,12 @@ def test_a_python_without_fairseq_stops_before_any_step(tmp_path):
     assert proc.returncode == 1
     log = (tmp_path / "out" / "log.txt").read_text()
     assert "STOP: fairseq or the package does not import" in log and "START" not in log
+
+
+def test_the_docs_name_the_steps_of_each_tier():
+    """docs/development.md and docs/benchmarks/README.md say how many steps the default tier runs."""
+    assert len(CHEAP) == 4 and set(CHEAP) < set(STEPS)
+    with open(os.path.join(REPO, "docs", "development.md"), encoding="utf-8") as f:
+        assert "runs four quick steps of `scripts/gpu_run.sh` on the CPU (`make test-slow`: every step)" in f.read()
+    with open(os.path.join(REPO, "docs", "benchmarks", "README.md"), encoding="utf-8") as f:
+        assert "does so for four quick steps (`make test`) and for every step (`make test-slow`)" in f.read()

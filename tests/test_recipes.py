@@ -750,3 +750,17 @@ def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, da
         vec = os.path.join(tmp_path, "softmax-vectors-2", f"output.{tgt}.vec")
         assert state["cfg"]["model"].continuous_dim == int(open(vec).readline().split()[1])
         assert state["cfg"]["model"].target_vectors == vec
+
+
+def test_the_default_tier_trains_every_method_and_every_dataset():
+    """docs/development.md: by default every method and every dataset trains and translates (the softmax pair in
+    test_train_and_evaluate_end_to_end), each dataset but the first with a recipe that trains once; --run-slow
+    adds every other pair."""
+    params = end_to_end_recipes()
+    assert sorted(tuple(p.values) for p in params) == sorted(RECIPES)
+    default = [tuple(p.values) for p in params if not any(m.name == "slow" for m in p.marks)]
+    ran = default + list(RUN_ELSEWHERE)
+    assert {m for m, _ in ran} == {m for m, _ in RECIPES} and {d for _, d in ran} == {d for _, d in RECIPES}
+    first = RECIPES[0][1]
+    assert not [pair for pair in default if pair[1] != first and pair[0] in TRAINS_TWICE]
+    assert len(default) == len({m for m, _ in RECIPES}) - len(RUN_ELSEWHERE) + len({d for _, d in RECIPES}) - 1
