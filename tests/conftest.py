@@ -20,7 +20,7 @@ def pytest_addoption(parser):
     parser.addoption("--fast", action="store_true",
                      help="the fast tier (make test-fast): every test that starts a command (fairseq-train, a "
                      "tool, a script) is skipped; the maths, readers, option checks and registries run")
-    parser.addoption("--run-slow", action="store_true", help="also run the slow real-data tests")
+    parser.addoption("--run-slow", action="store_true", help="also run the slow tests (real data, long runs)")
     parser.addoption("--device", choices=("cpu", "cuda"), default=None,
                      help="where the harness's fairseq-train / fairseq-generate runs go (default: cpu, or "
                      f"${DEVICE_ENV}); tests/test_cuda.py runs on CUDA whenever a GPU is present")

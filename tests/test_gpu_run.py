@@ -1,5 +1,6 @@
-"""scripts/gpu_run.sh, the one prepared GPU run, checked on the CPU (``SMOKE=1 DEVICE=cpu``): every step's
-command runs at tiny sizes and writes its file into the results archive; a second call on the same machine runs
+"""scripts/gpu_run.sh, the one prepared GPU run, checked on the CPU (``SMOKE=1 DEVICE=cpu``): a few quick
+steps by default, every step with ``--run-slow``, each at tiny sizes, writing its file into the results archive
+(each step's script has its own default test); a second call on the same machine runs
 only what is left; a small budget leaves steps for the next call; a Python without fairseq stops at once. No
 figure is checked: the sizes are a smoke run's."""
 import os
@@ -38,9 +39,9 @@ def members(tmp_path):
         return {os.path.basename(m.name) for m in tar.getmembers() if m.isfile()}
 
 
-@pytest.mark.long(300)
+@pytest.mark.slow
 def test_every_step_runs_and_a_second_call_runs_none_again(tmp_path):
-    """About two minutes on two cores: every step at smoke size."""
+    """Slow tier: every step at smoke size, minutes; the default tier runs the driver on a few cheap steps (below)."""
     first = driver(tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     log = (tmp_path / "out" / "log.txt").read_text()
@@ -64,6 +65,34 @@ def test_every_step_runs_and_a_second_call_runs_none_again(tmp_path):
     assert set(FILES) <= members(tmp_path)  # the first call's files come back with the second
 
 
+#: the default tier's steps: quick ones, one of each kind (a table first, the correctness pair's test step, timing)
+CHEAP = ["fused-peers", "cuda-tests", "fused-loss", "decode"]
+
+
+@pytest.mark.long(60)
+def test_only_the_named_steps_run_in_order_and_a_second_call_runs_none_again(tmp_path):
+    first = driver(tmp_path, STEPS=" ".join(CHEAP))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    log = (tmp_path / "out" / "log.txt").read_text()
+    for step in CHEAP:
+        assert f"END {step}: exit 0" in log, f"{step} did not finish:\n{log[-4000:]}"
+    assert log.count("START ") == len(CHEAP)
+    starts = [log.index(f"START {step} ") for step in CHEAP]
+    assert starts == sorted(starts), "the steps ran out of order"
+    # the steps left out are not finished; the named ones' files and logs are in the archive
+    assert log.rstrip().endswith("not finished: " + " ".join(s for s in STEPS if s not in CHEAP))
+    files = {"fused_loss_peers_cuda.md", "cuda-tests.txt", "fused_loss_gpu.md", "continuous_model_cuda.md"}
+    assert members(tmp_path) == files | {f"{s}.txt" for s in CHEAP}
+    peers = (tmp_path / "state" / "results" / "fused_loss_peers_cuda.md").read_text()
+    assert "| torch reference |" in peers and "| `--fused-impl torch`, 65,536 logits | `torch` |" in peers
+
+    second = driver(tmp_path, STEPS=" ".join(CHEAP))
+    assert second.returncode == 0
+    log = (tmp_path / "out" / "log.txt").read_text()  # both calls' log: the state keeps it
+    assert all(f"done earlier: {s}" in log for s in CHEAP) and log.count("START ") == len(CHEAP)
+    assert members(tmp_path) == files | {f"{s}.txt" for s in CHEAP}  # the first call's files, with the second
+
+
 def test_a_small_budget_leaves_every_step_for_the_next_call(tmp_path):
     proc = driver(tmp_path, BUDGET="20")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -71,14 +100,6 @@ def test_a_small_budget_leaves_every_step_for_the_next_call(tmp_path):
     for step in STEPS:
         assert f"LEFT FOR THE NEXT CALL: {step}" in log
     assert "START" not in log and members(tmp_path) == set()
-
-
-def test_only_the_named_steps_run(tmp_path):
-    proc = driver(tmp_path, STEPS="fused-loss")  # one of the quickest steps
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    log = (tmp_path / "out" / "log.txt").read_text()
-    assert "END fused-loss: exit 0" in log and log.count("START ") == 1
-    assert members(tmp_path) == {"fused_loss_gpu.md", "fused-loss.txt"}
 
 
 def test_a_python_without_fairseq_stops_before_any_step(tmp_path):
@@ -92,3 +113,12 @@ def test_a_python_without_fairseq_stops_before_any_step(tmp_path):
     assert proc.returncode == 1
     log = (tmp_path / "out" / "log.txt").read_text()
     assert "STOP: fairseq or the package does not import" in log and "START" not in log
+
+
+def test_the_docs_name_the_steps_of_each_tier():
+    """docs/development.md and docs/benchmarks/README.md say how many steps the default tier runs."""
+    assert len(CHEAP) == 4 and set(CHEAP) < set(STEPS)
+    with open(os.path.join(REPO, "docs", "development.md"), encoding="utf-8") as f:
+        assert "runs four quick steps of `scripts/gpu_run.sh` on the CPU (`make test-slow`: every step)" in f.read()
+    with open(os.path.join(REPO, "docs", "benchmarks", "README.md"), encoding="utf-8") as f:
+        assert "does so for four quick steps (`make test`) and for every step (`make test-slow`)" in f.read()

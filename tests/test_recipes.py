@@ -627,20 +627,12 @@ def test_train_and_evaluate_end_to_end(multi30k_slice, tmp_path):
 
 
 @needs_multi30k
-@pytest.mark.long(32)
-def test_train_sh_makes_pairing_and_vectors(multi30k_slice, tmp_path):
-    """shared-private and continuous: train.sh creates the pairing file / target vectors when missing, then
-    trains; the files are reused (not rebuilt) on the next run."""
-    pytest.importorskip("systran_align", reason=NO_ALIGNER)
+@pytest.mark.long(20)
+def test_train_sh_makes_fasttext_vectors(multi30k_slice, tmp_path):
+    """continuous with VECTORS_FROM=fasttext: train.sh creates the target vectors when missing, then trains (the
+    pairing file of shared-private: test_every_recipe_trains_and_translates)."""
     work = tmp_path / "work"
     shutil.copytree(multi30k_slice["out"], work)
-    data = str(work / "data-bin" / "de-en")
-    env = {"DATA_BIN": data, "SAVE_DIR": str(tmp_path / "sp")}
-    proc = bash("train.sh", "shared-private", "multi30k", *TINY, "--max-update", "2", env=env)
-    pairing = work / "pairing.de-en.txt"
-    assert "pairing file" in proc.stdout and pairing.is_file()
-    assert os.path.isfile(str(tmp_path / "sp" / "checkpoint_last.pt"))
-    stamp = os.path.getmtime(pairing)
     # continuous on multi30k: the word-level data (its default when DATA_BIN is unset), vectors on its text
     env = {"DATA_BIN": str(work / "data-bin" / "de-en-word"), "SAVE_DIR": str(tmp_path / "vmf"), "VECTOR_DIM": "16",
            "VECTORS_FROM": "fasttext"}
@@ -652,7 +644,6 @@ def test_train_sh_makes_pairing_and_vectors(multi30k_slice, tmp_path):
     state = torch.load(str(tmp_path / "vmf" / "checkpoint_last.pt"), map_location="cpu", weights_only=False)
     assert state["cfg"]["model"].continuous_dim == 16 and state["cfg"]["criterion"]["_name"] == "vmf_nll"
     assert state["cfg"]["model"].target_vectors_center is True
-    assert os.path.getmtime(pairing) == stamp
 
 
 @needs_multi30k
@@ -697,14 +688,16 @@ TINY_LSTM = ["--encoder-embed-dim", "32", "--encoder-hidden-size", "16", "--deco
 
 @needs_multi30k  # in the default run (CI): a recipe that stops working fails CI
 def end_to_end_recipes():
-    """Every method on the first dataset, and every dataset with its first method, by default; the other pairs
-    with ``--run-slow`` (``make test-slow``). Each pair's own options are built at its own sizes above by default
-    (``test_every_recipe_builds_at_its_own_sizes``); this test adds train.sh's and evaluate.sh's commands."""
+    """Every method on the first dataset, and every other dataset with its first method that trains once (the
+    continuous recipe trains twice), by default; the other pairs with ``--run-slow`` (``make test-slow``). Each
+    pair's own options are built at its own sizes above by default (``test_every_recipe_builds_at_its_own_sizes``);
+    this test adds train.sh's and evaluate.sh's commands."""
     methods, datasets, cases = set(), set(), []
     for method, dataset in RECIPES:
-        first = method not in methods or dataset not in datasets
+        first = method not in methods or (dataset not in datasets and method not in TRAINS_TWICE)
         methods.add(method)
-        datasets.add(dataset)
+        if first:
+            datasets.add(dataset)
         default = first and (method, dataset) not in RUN_ELSEWHERE
         # the continuous recipe trains twice (a softmax for its vectors, then itself)
         marks = (pytest.mark.long(30 if method == "continuous" else 15),) if default else (pytest.mark.slow,)
@@ -712,6 +705,8 @@ def end_to_end_recipes():
     return cases
 
 
+#: methods whose recipe trains twice (a softmax for the target vectors, then the method): the first dataset's only
+TRAINS_TWICE = {"continuous"}
 #: pairs whose train.sh and evaluate.sh commands another default test runs already, with more checks: with
 #: ``--run-slow`` only
 RUN_ELSEWHERE = {("softmax", "multi30k"): "test_train_and_evaluate_end_to_end"}
@@ -730,7 +725,9 @@ def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, da
     tiny = TINY_LSTM if dataset == "wmt16-word" else TINY + ["--update-freq", "1"]
     # continuous: the default two stages, a tiny softmax first (2 updates), its output matrix as the vectors
     env = {"DATA_BIN": data, "SAVE_DIR": save, "VECTORS_UPDATES": "2", "VECTORS_ARGS": " ".join(tiny)}
-    bash("train.sh", method, dataset, *tiny, "--max-update", "2", "--max-epoch", "0", env=env)
+    proc = bash("train.sh", method, dataset, *tiny, "--max-update", "2", "--max-epoch", "0", env=env)
+    if method == "shared-private":  # made when missing, beside the data's text
+        assert "pairing file" in proc.stdout and len(list(work.glob("pairing.*.txt"))) == 1
     ckpt = os.path.join(save, "checkpoint_last.pt")
     src, tgt = ("en", "de") if dataset == "wmt14" else ("de", "en")
     ref = os.path.join(multi30k_slice["out"], "raw", f"test_2016_flickr.{tgt}")
@@ -746,3 +743,17 @@ def test_every_recipe_trains_and_translates(multi30k_slice, tmp_path, method, da
         vec = os.path.join(tmp_path, "softmax-vectors-2", f"output.{tgt}.vec")
         assert state["cfg"]["model"].continuous_dim == int(open(vec).readline().split()[1])
         assert state["cfg"]["model"].target_vectors == vec
+
+
+def test_the_default_tier_trains_every_method_and_every_dataset():
+    """docs/development.md: by default every method and every dataset trains and translates (the softmax pair in
+    test_train_and_evaluate_end_to_end), each dataset but the first with a recipe that trains once; --run-slow
+    adds every other pair."""
+    params = end_to_end_recipes()
+    assert sorted(tuple(p.values) for p in params) == sorted(RECIPES)
+    default = [tuple(p.values) for p in params if not any(m.name == "slow" for m in p.marks)]
+    ran = default + list(RUN_ELSEWHERE)
+    assert {m for m, _ in ran} == {m for m, _ in RECIPES} and {d for _, d in ran} == {d for _, d in RECIPES}
+    first = RECIPES[0][1]
+    assert not [pair for pair in default if pair[1] != first and pair[0] in TRAINS_TWICE]
+    assert len(default) == len({m for m, _ in RECIPES}) - len(RUN_ELSEWHERE) + len({d for _, d in RECIPES}) - 1

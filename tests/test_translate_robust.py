@@ -11,9 +11,11 @@ import time
 
 import pytest
 
-from harness import NO_ALIGNER, REPO, TINY_TRANSFORMER, tool, train
+from harness import NO_ALIGNER, REPO, TINY_TRANSFORMER, run, tool, train
 
 from fairseq_outlayers.tools.translate import _invalid_size, binarised_sizes, main as translate_main, source_limit
+
+pytestmark = pytest.mark.usefixtures("commands_in_process")  # translate's fairseq-preprocess and fairseq-generate
 
 
 def _error(capsys):
@@ -163,7 +165,6 @@ def short_model(tiny_bin, tmp_path_factory):
 LONG = " ".join(f"s{k % 30}" for k in range(20))  # 20 tokens + the end of sentence: more than 12
 
 
-@pytest.mark.long(25)
 def test_translate_names_an_over_long_line_and_skips_or_truncates_it(short_model, tiny_bin, tmp_path, capsys):
     assert source_limit(short_model) == 12
     text = tmp_path / "in.de"
@@ -193,15 +194,15 @@ def test_translate_names_an_over_long_line_and_skips_or_truncates_it(short_model
 def test_interactive_names_an_over_long_line_and_skips_it_marked(short_model, tiny_bin):
     stdin = "s1 s2 s3\n" + LONG + "\ns4 s5\n" + LONG + "\n"
     base = [tool("outlayers-interactive"), tiny_bin, "--path", short_model, "--beam", "2", "--cpu"]
-    proc = subprocess.run(base, input=stdin, capture_output=True, text=True)
+    proc = run(base, input=stdin, check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "fairseq_outlayers: error: input line 2 has 21 tokens (after tokenisation and BPE, with the end of "
         "sentence), more than the model reads (max_positions (12, 12)); pass --skip-invalid-size-inputs-valid-test "
         "to skip such lines (each gets empty H- and D- lines and is named on standard error), or split the line")
     for buffer_size in ("1", "3"):
-        proc = subprocess.run(base + ["--skip-invalid-size-inputs-valid-test", "--buffer-size", buffer_size],
-                              input=stdin, capture_output=True, text=True)
+        proc = run(base + ["--skip-invalid-size-inputs-valid-test", "--buffer-size", buffer_size], input=stdin,
+                   check=False)
         assert proc.returncode == 0, proc.stderr
         hyps = [line.split("\t") for line in proc.stdout.splitlines() if line.startswith("H-")]
         assert [h[0] for h in hyps] == ["H-0", "H-1", "H-2", "H-3"]

@@ -9,6 +9,7 @@ from fairseq.data import Dictionary
 
 from harness import TINY_TRANSFORMER, train, load_script
 
+pytestmark = pytest.mark.usefixtures("commands_in_process")  # the script's fairseq-generate runs
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,6 @@ def vmf_checkpoint(tiny_bin, tmp_path_factory):
     return os.path.join(save, "checkpoint_last.pt")
 
 
-@pytest.mark.long(20)
 def test_scale_does_not_change_nearest_neighbour_decoding(tune, tiny_raw, tiny_bin, vmf_checkpoint, tmp_path):
     """At beam 1 every scale picks the nearest neighbour of ê, so every row has the same BLEU; the JSON names
     the best row and the subset it was tuned on."""

@@ -15,7 +15,6 @@ Every problem with the user's text is one line naming the file and line and what
 """
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import List, Optional
@@ -126,19 +125,19 @@ def _write_lines(path: str, lines: List[str]):
 
 def binarise(prep: Preparation, src_lines: List[str], tgt_lines: Optional[List[str]], data: str, dest: str) -> str:
     """``dest``: a data directory whose ``test`` split is the prepared text, with ``data``'s dictionaries."""
-    from fairseq_outlayers.tools.commands import executable
+    from fairseq_outlayers.tools import commands
 
     os.makedirs(dest, exist_ok=True)
     prefix = os.path.join(dest, "text")
     _write_lines(f"{prefix}.{prep.src}", prep.source(src_lines))
-    cmd = [executable("fairseq-preprocess"), "--source-lang", prep.src, "--target-lang", prep.tgt, "--testpref", prefix,
+    cmd = [commands.executable("fairseq-preprocess"), "--source-lang", prep.src, "--target-lang", prep.tgt, "--testpref", prefix,
            "--destdir", dest, "--workers", "1", "--srcdict", os.path.join(data, f"dict.{prep.src}.txt")]
     if tgt_lines is None:
         cmd.append("--only-source")
     else:
         _write_lines(f"{prefix}.{prep.tgt}", prep.target(tgt_lines))
         cmd += ["--tgtdict", os.path.join(data, f"dict.{prep.tgt}.txt")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = commands.run(cmd)
     if proc.returncode != 0:
         raise OutlayersConfigError(f"fairseq-preprocess failed on the prepared text in {dest}: "
                                    f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
