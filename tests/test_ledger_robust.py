@@ -415,3 +415,31 @@ def test_fuzz_a_row_file_corrupted_at_random(tmp_path_factory, data):
         assert str(path) in str(e) and "\n" not in str(e)
         return
     assert row.name == "tied" and isinstance(row.train_args, list) and row.data_bin
+
+
+@pytest.mark.parametrize("keys,value,shown", [
+    (("test",), {"\n": None}, "'test.\\n' is null"),
+    (("test",), {"\n": {}}, "'test.\\n.sacrebleu' is missing"),
+    (("after", "as_trained"), {'a"\tb': None}, "'after.as_trained.a\\\"\\tb' is null"),
+    (("params",), {"x\ny": float("nan")}, None),  # a NaN under a key with a newline: its place on one line
+])
+def test_a_key_with_a_newline_or_quote_is_shown_escaped_on_one_line(fuzz_ledger, keys, value, shown):
+    """A record key is shown as JSON writes it (found by the fuzz test above: a key '\\n' split the message)."""
+    ledger, original = fuzz_ledger
+    file = _record_file(ledger)
+    record = json.loads(original)
+    target = record
+    for k in keys[:-1]:
+        target = target[k]
+    target[keys[-1]] = dict(target[keys[-1]], **value) if keys == ("params",) else value
+    try:
+        with open(file, "w", encoding="utf-8") as f:
+            f.write(json.dumps(record, allow_nan=True))
+        with pytest.raises(OutlayersConfigError) as e:
+            records.load_record(file)
+        message = str(e.value)
+        assert "\n" not in message and message.startswith(file)
+        assert (shown or "'params.x\\ny' is not a number") in message
+    finally:
+        with open(file, "w", encoding="utf-8") as f:
+            f.write(original)

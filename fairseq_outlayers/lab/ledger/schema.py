@@ -105,6 +105,11 @@ def _shown(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _key(name) -> str:
+    """A key of the record as a message shows it: on one line, a newline or quote escaped as JSON writes it."""
+    return json.dumps(str(name), ensure_ascii=False)[1:-1]
+
+
 def _check_fields(path: str, obj: Dict, schema: Dict, prefix: str = ""):
     for key, (check, what, required) in schema.items():
         if key not in obj:
@@ -123,7 +128,7 @@ def _non_finite(value, where: str = ""):
         return where or "(the whole record)"
     if isinstance(value, dict):
         for k, v in value.items():
-            found = _non_finite(v, f"{where}.{k}" if where else str(k))
+            found = _non_finite(v, f"{where}.{_key(k)}" if where else _key(k))
             if found:
                 return found
     if isinstance(value, list):
@@ -156,15 +161,16 @@ def check_record(path: str, record) -> Dict:
         raise OutlayersConfigError(f"{path}: field 'test' holds no test set. {FIX}")
     for name, entry in record["test"].items():
         if not isinstance(entry, dict):
-            raise OutlayersConfigError(f"{path}: field 'test.{name}' is {_shown(entry)}, expected an object. {FIX}")
-        _check_fields(path, entry, TEST_SET, f"test.{name}.")
+            raise OutlayersConfigError(f"{path}: field 'test.{_key(name)}' is {_shown(entry)}, expected an object. "
+                                       f"{FIX}")
+        _check_fields(path, entry, TEST_SET, f"test.{_key(name)}.")
     if "after" in record:
         _check_fields(path, record["after"], AFTER, "after.")
         for name, entry in (record["after"].get("as_trained") or {}).items():
             if not isinstance(entry, dict):
-                raise OutlayersConfigError(f"{path}: field 'after.as_trained.{name}' is {_shown(entry)}, expected "
-                                           f"an object. {FIX}")
-            _check_fields(path, entry, AS_TRAINED, f"after.as_trained.{name}.")
+                raise OutlayersConfigError(f"{path}: field 'after.as_trained.{_key(name)}' is {_shown(entry)}, "
+                                           f"expected an object. {FIX}")
+            _check_fields(path, entry, AS_TRAINED, f"after.as_trained.{_key(name)}.")
     where = _non_finite(record)
     if where:
         raise OutlayersConfigError(f"{path}: field '{where}' is not a number (NaN or infinite); a record holds "
