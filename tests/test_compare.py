@@ -41,17 +41,6 @@ def test_row_with_its_own_criterion_drops_the_base_criterion():
         "--arch", "outlayers_transformer_tiny", "--adam-betas", "(0.9,0.98)", "--lr", "0.003")]
 
 
-def test_the_first_visible_gpu_and_none_without_cuda():
-    """fairseq-train would train each demo row data-parallel over every GPU it sees (a k-times batch, not the
-    documented quick tables): the demo, one run at a time, gives its runs the first visible GPU (its runs' settings:
-    ``test_the_demo_prints_its_table_once``), and sets nothing without CUDA."""
-    from fairseq_outlayers.lab import gpus
-
-    assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": "3,4"}) == {"CUDA_VISIBLE_DEVICES": "3"}
-    assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": "GPU-9f,GPU-2c"}) == {"CUDA_VISIBLE_DEVICES": "GPU-9f"}
-    assert gpus.first_gpu_env({"CUDA_VISIBLE_DEVICES": ""}) == {} and gpus.slot_env(None) == {}
-
-
 def test_training_speed_is_tokens_over_time(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(

@@ -44,12 +44,6 @@ def slot_env(gpu: Optional[str]) -> Dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
 
 
-def first_gpu_env(environ=None) -> Dict[str, str]:
-    """The environment of a runner that trains one run at a time: the first visible GPU, or nothing."""
-    found = visible_gpus(environ)
-    return slot_env(found[0] if found else None)
-
-
 def torch_device(env: Dict[str, str], environ=None) -> str:
     """The torch device, in this process, of the GPU a run's ``env`` gives its subprocesses (``cuda:I``, I its
     place among this process's visible GPUs); ``cuda`` / ``cpu`` as ``bias_fit.default_device`` without one."""
