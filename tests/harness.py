@@ -54,7 +54,7 @@ def run(cmd: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]]
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints without it
     full_env.update({"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     full_env.update(env or {})
-    function = in_process.program(cmd, BIN, full_env)
+    function = in_process.program(cmd, BIN, full_env, cwd)
     if function is not None:
         # a command that must succeed and raises: the exception itself reaches pytest (and ``--pdb``)
         proc = in_process.call(function, cmd, cwd=cwd, env=full_env, timeout=timeout, input=input, reraise=check)

@@ -67,9 +67,10 @@ LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 #: the folder holding the package: a ``PYTHONPATH`` entry that changes no import of the package
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-def program(cmd: List[str], bin_dir: str, env: Dict[str, str]) -> Optional[Callable[[], object]]:
-    """The function that runs ``cmd`` in this process, or None when it needs a process of its own."""
-    if not cmd or env.get(SUBPROCESS_ENV) == "1" or not _same_imports(env) or _other_user_dir(cmd):
+def program(cmd: List[str], bin_dir: str, env: Dict[str, str],
+            cwd: Optional[str] = None) -> Optional[Callable[[], object]]:
+    """The function that runs ``cmd`` (in ``cwd``) in this process, or None when it needs a process of its own."""
+    if not cmd or env.get(SUBPROCESS_ENV) == "1" or not _same_imports(env) or _other_user_dir(cmd, cwd):
         return None
     first = cmd[0]
     if os.path.abspath(first) in (os.path.abspath(sys.executable), os.path.join(bin_dir, "python")):
@@ -114,11 +115,23 @@ def _same_imports(env: Dict[str, str]) -> bool:
     return all(os.path.realpath(p) in known for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p)
 
 
-def _other_user_dir(cmd: List[str]) -> bool:
-    """A ``--user-dir`` other than this package (by its own path): importing it here would register its classes
-    in this process for every later test."""
+def _other_user_dir(cmd: List[str], cwd: Optional[str] = None) -> bool:
+    """A ``--user-dir`` (relative to the command's ``cwd``) other than this package's folder, or a link to it:
+    importing it here would register its classes in this process for every later test."""
     path = option_value(cmd, "--user-dir")
-    return path is not None and os.path.abspath(path) != USER_DIR
+    return path is not None and os.path.realpath(os.path.join(cwd or os.getcwd(), path)) != os.path.realpath(USER_DIR)
+
+
+def _known_user_dir(cmd: List[str]) -> None:
+    """A ``--user-dir`` that reaches this package by another path (a link to it): fairseq's own memo of the
+    folders it has imported (``import_user_module.memo``, put back after the call) holds that path too. A new
+    Python would import the package from there; this process has it already (fairseq would refuse the second name
+    as "not globally unique")."""
+    path = option_value(cmd, "--user-dir")
+    if path is not None and os.path.abspath(path) != USER_DIR:
+        from fairseq.utils import import_user_module
+
+        import_user_module.memo = getattr(import_user_module, "memo", set()) | {os.path.abspath(path)}
 
 
 def _argv(cmd: List[str]) -> List[str]:
@@ -189,12 +202,12 @@ def _kept_state():
 
 def _remembering():
     """fairseq's functions that keep a run's state as their own attributes, which a new process starts without:
-    the best validation score (``save_checkpoint.best``, which picks checkpoint_best.pt) and ``--patience``'s count
-    (``should_stop_early.best`` / ``.num_runs``)."""
-    from fairseq import checkpoint_utils
+    the best validation score (``save_checkpoint.best``, which picks checkpoint_best.pt), ``--patience``'s count
+    (``should_stop_early.best`` / ``.num_runs``) and the user folders imported (``import_user_module.memo``)."""
+    from fairseq import checkpoint_utils, utils
     from fairseq_cli import train
 
-    return [checkpoint_utils.save_checkpoint, train.should_stop_early]
+    return [checkpoint_utils.save_checkpoint, train.should_stop_early, utils.import_user_module]
 
 
 def popen(real):
@@ -206,7 +219,7 @@ def popen(real):
         cmd = [args] if isinstance(args, (str, bytes)) else [str(a) for a in args]
         given = dict(os.environ if env is None else env)
         function = None if positional or kw.get("shell") or stdin not in (None, subprocess.DEVNULL) else program(
-            cmd, os.path.dirname(sys.executable), given)
+            cmd, os.path.dirname(sys.executable), given, cwd)
         if function is None:
             return real(args, *positional, stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd, text=text,
                         universal_newlines=universal_newlines, **kw)
@@ -306,6 +319,7 @@ def call(function: Callable[[], object], cmd: List[str], cwd: Optional[str], env
             import torch
 
             torch.set_num_threads(int(threads))
+        _known_user_dir(cmd)
         if not DEBUGGING:
             faulthandler.dump_traceback_later(timeout, exit=True, file=sys.__stderr__)
         try:

@@ -52,6 +52,30 @@ def test_the_table_of_entry_functions_is_the_installed_one():
     assert in_process.program(["outlayers-export", "--help"], "", dict(os.environ)) is not None
 
 
+def test_a_user_dir_is_read_in_the_commands_own_folder(tmp_path):
+    """``--user-dir`` relative to the command's working folder: a link there to this package is called in this
+    process (fairseq's memo of imported folders then holds the link's path), a folder of the same name that is
+    not this package starts a process."""
+    import in_process
+    from fairseq.utils import import_user_module
+
+    from fairseq_outlayers import USER_DIR
+
+    linked, other = tmp_path / "linked", tmp_path / "other"
+    linked.mkdir()
+    os.symlink(USER_DIR, linked / "fairseq_outlayers")
+    (other / "fairseq_outlayers").mkdir(parents=True)
+    cmd = ["fairseq-train", "--user-dir", "fairseq_outlayers"]
+    env = dict(os.environ)
+    assert in_process.program(cmd, "", env, str(linked)) is not None
+    assert in_process.program(cmd, "", env, str(other)) is None
+    before = dict(vars(import_user_module))
+    seen = []
+    done = in_process.call(lambda: seen.append(set(import_user_module.memo)), cmd, str(linked), env, 60, None)
+    assert done.returncode == 0 and str(linked / "fairseq_outlayers") in seen[0]
+    assert vars(import_user_module) == before  # put back after the call
+
+
 def test_plain_pytest_runs_one_process_that_pdb_can_stop():
     """``pytest --pdb -p no:xdist`` works as typed: pytest.ini gives no xdist option; ``make test`` adds the
     workers."""

@@ -3,16 +3,21 @@ the two cannot drift).
 
 Each block runs in a directory laid out as ``make demo`` leaves the repository (``work/multi30k/...``), filled with
 the tiny synthetic corpus of conftest.py. Only options are added (argparse: the last one wins): each
-``fairseq-train`` stops after a few updates on a smaller model, fairseq runs on the CPU. ``python`` and the fairseq commands are this interpreter's (its bin directory comes first on PATH). The README's sentences
-are checked against their length limit here too (scripts/check_sentences.py).
+``fairseq-train`` stops after a few updates on a smaller model, fairseq runs on the CPU. A block's commands are
+split as the shell splits them and called in the test process (``harness.run``: this venv's console scripts, the
+``--user-dir`` the tree's link to the package); ``[ -s FILE ] ||`` is the one shell form they use, and another fails
+the test. The "Serve" block runs in bash. The README's sentences are checked against their length limit here too
+(scripts/check_sentences.py).
 """
 import glob
 import os
 import re
+import shlex
 import shutil
 
 import pytest
 
+import in_process
 from harness import BIN, REPO, load_script, run, train_args
 
 README = os.path.join(REPO, "README.md")
@@ -114,27 +119,36 @@ def demo_tree(tiny_raw, tiny_bin, tmp_path_factory):
     return root
 
 
-def _script(block):
-    lines = ["set -euo pipefail"]
+#: ``[ -s FILE ] || COMMAND``: COMMAND runs unless FILE exists and is not empty (the one shell form the blocks use)
+UNLESS_FILLED = re.compile(r"^\[ -s (\S+) \] \|\| (.+)$")
+
+
+def _block_argvs(block, root):
+    """Each command of the block as the shell would split it, with the test's options added; a command under
+    ``[ -s FILE ] ||`` only when FILE (under ``root``) is missing or empty. Any other shell form fails the test."""
+    argvs = []
     for cmd in commands(block):
-        if cmd.startswith("fairseq-train "):
-            cmd += " " + " ".join(TRAIN_CAP)
-        elif cmd.startswith("fairseq-generate "):
-            cmd += " " + " ".join(GENERATE_CAP)
-        lines.append(cmd)
-    return "\n".join(lines) + "\n"
-
-
-#: each block trains and translates (seconds on an idle two-core machine, for conftest.worker_order); the continuous
-#: block trains twice and exports vectors between
-BLOCK_SECONDS = {"continuous-outputs": 55, "shared-private-embeddings": 28}
+        match = UNLESS_FILLED.match(cmd)
+        if match:
+            if (root / match.group(1)).is_file() and (root / match.group(1)).stat().st_size:
+                continue
+            cmd = match.group(2)
+        argv = shlex.split(cmd)
+        assert not set(argv) & {"|", "||", "&&", ";", ">", "<", "&"} and "$" not in cmd, \
+            f"a README command this test cannot run: {cmd}"
+        if argv[0] == "fairseq-train":
+            argv += TRAIN_CAP
+        elif argv[0] == "fairseq-generate":
+            argv += GENERATE_CAP
+        argvs.append(argv)
+    return argvs
 
 
 def _block_params():
     params = []
     for title, block in readme_blocks():
         name = re.sub(r"\W+", "-", title.split(":")[0]).strip("-").lower()
-        params.append(pytest.param(title, block, id=name, marks=pytest.mark.long(BLOCK_SECONDS.get(name, 18))))
+        params.append(pytest.param(title, block, id=name))
     return params
 
 
@@ -142,11 +156,11 @@ def _block_params():
 def test_readme_block_runs(title, block, demo_tree):
     if "outlayers-pairing" in block:
         pytest.importorskip("systran_align", reason="the pairing's built-in fast_align (Python <= 3.11)")
-    env = {"PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
-           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    script = demo_tree / f"block-{abs(hash(block))}.sh"
-    script.write_text(_script(block))
-    proc = run(["bash", str(script)], cwd=str(demo_tree), env=env, timeout=900)
+    # each command as the shell runs it, in the tree's folder: a console script of this venv, called in this process
+    # (harness.run), its --user-dir the tree's link to the package
+    for argv in _block_argvs(block, demo_tree):
+        assert argv[0] in in_process.ENTRIES, argv
+        proc = run([os.path.join(BIN, argv[0])] + argv[1:], cwd=str(demo_tree), timeout=900)
     hyps = re.findall(r"^H-\d+\t", proc.stdout, re.M)
     assert len(hyps) == 24, proc.stdout[-2000:]  # every test sentence of the tiny corpus is translated
 
