@@ -949,7 +949,7 @@ def test_every_quick_row_file_is_a_valid_fairseq_train_command(monkeypatch):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     monkeypatch.chdir(repo)
     files = sorted(globmod.glob(os.path.join("configs", "*", "*.args")))
-    files = [f for f in files if f.split(os.sep)[1] in ("demo", "continuous", "vmf-sweep")]
+    files = [f for f in files if f.split(os.sep)[1] in ("demo", "continuous", "vmf-sweep", "serving")]
     assert len(files) >= 30
     for path in files:
         row = read_ledger_row(path, "work/multi30k/data-bin/de-en")
