@@ -181,14 +181,22 @@ def run_model(name, checkpoint, args, source, references, lowercase, work, refus
     return rows
 
 
+def load_average() -> str:
+    """The machine's 1, 5 and 15-minute load averages, "0.7 1.7 1.8"."""
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def report(models, args, started, load):
+    """The page: ``models`` [(NAME, rows of run_model)], ``load`` the load averages (load_average()) at the start
+    and at the end of the run."""
     lines = [
         "# Serving: the package's fairseq-generate against stock fairseq and CTranslate2 on the export", "",
         f"Command: `{command_line('bench_serving.py', args.argv)}`",
         stamp("cpu", started), "",
         f"Beam {args.beam}, batches of {args.batch_size} sentences, {args.threads} thread(s): OMP_NUM_THREADS for "
         "fairseq, intra_threads for CTranslate2.",
-        f"Median of {args.rounds} rounds, in a rotating order; load average at the start: {load}.",
+        f"Median of {args.rounds} rounds, in a rotating order. Load average (1, 5, 15 min) {load[0]} at the start, "
+        f"{load[1]} at the end, on {os.cpu_count()} cores.",
         "Time is each system's own translation time, without start-up and model loading.",
         "Target tokens are BPE tokens of the hypotheses, counted the same way for every system.",
         "BLEU: BPE removed, Moses detokenisation, sacreBLEU against the raw references, for every system.",
@@ -310,7 +318,7 @@ def run(args):
                                    f"has {len(source):,} sentences; give the references of the same test set, one "
                                    "line per sentence")
     args.trained = [(name, checkpoint, checkpoint_facts(checkpoint)) for name, checkpoint in checkpoints]
-    started, load = time.time(), ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    started, load = time.time(), [load_average()]
     models = []
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as work:
         # every export before any timing: a model that no export takes stops the run early
@@ -318,6 +326,7 @@ def run(args):
         for name, checkpoint in checkpoints:
             models.append((name, run_model(name, checkpoint, args, source, references, args.lowercase, work,
                                            refused[name])))
+    load.append(load_average())
     finish(args.output, report(models, args, started, load))
     return 0
 

@@ -136,3 +136,26 @@ def test_a_model_with_an_output_bias_is_served_by_ctranslate2_and_its_stock_row_
     assert "export refused: " in rows[1] and "bias" in rows[1].split("export refused: ")[1]
     for row in (rows[0], rows[2], rows[3]):
         assert "refused" not in row and float(row.split(" | ")[2].replace(",", "")) > 0
+
+
+def test_the_report_states_the_load_at_the_start_and_at_the_end(tmp_path):
+    """The machine may be shared while the run times: the page gives the load average at both ends, in the form
+    docs/benchmarks/README.md's table reads. Before: the start only, so a run that others joined looked idle."""
+    from argparse import Namespace
+
+    from harness import load_script
+    from fairseq_outlayers.lab import docs
+
+    bench = load_script("bench_serving.py")
+    args = Namespace(argv=["--model", "m=c.pt"], beam=5, batch_size=64, threads=1, rounds=3,
+                     trained=[("m", "c.pt", "outlayers_transformer_tiny, epoch 2, 200 updates, seed 1")])
+    row = dict(seconds=2.0, sentences=10, tokens=100, bleu=20.0, same=10)
+    rows = [dict(row, system=s) for s in bench.SYSTEMS]
+    text = bench.report([("m", rows)], args, 0.0, ["0.7 1.7 1.8", "3.1 2.2 1.9"])
+    head = text.split("\n|", 1)[0]
+    assert "Load average (1, 5, 15 min) 0.7 1.7 1.8 at the start, 3.1 2.2 1.9 at the end, on " in head
+    assert "Model m: `c.pt`, outlayers_transformer_tiny, epoch 2, 200 updates, seed 1." in head
+    page = tmp_path / "serving.md"
+    page.write_text(text, encoding="utf-8")
+    assert docs.benchmark_load(str(page)) == "0.7 at the start, 3.1 at the end"
+    assert "| m | CTranslate2 int8 | 5.0 | 50 | 1.00 | 20.00 | 10 of 10 |" in text
