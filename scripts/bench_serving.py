@@ -5,6 +5,10 @@
         --source work/multi30k/bpe/test_2016_flickr.de --reference work/multi30k/raw/test_2016_flickr.en \
         --beam 5 --threads 1 --rounds 3 --output docs/benchmarks/serving_cpu.md
 
+docs/serving.md's models are one per exportable layer, each a row of configs/serving/, trained the same way by
+``bash scripts/demo.sh --updates 200 --seeds 1 --rows "configs/serving/*.args" --out work/serving`` (a
+``--model ROW=work/serving/ROW.seed1/checkpoint_best.pt`` each; docs/benchmarks/serving_cpu.md has the command).
+
 Each model is exported with ``outlayers-export`` (stock fairseq, CTranslate2 float32 and int8), then translated by
 four systems, round after round in a rotating order: the package's ``fairseq-generate --user-dir``, stock
 ``fairseq-generate`` on the export (a new Python each, as a user runs them), and CTranslate2 float32 and int8 (in
