@@ -273,8 +273,10 @@ def test_a_benchmark_line_keeps_a_modified_checkout_and_states_the_load(tmp_path
     assert docs.benchmark_load(str(page)) == "other jobs (no load figure)"
     page.write_text("# P\n\nCommand: `x`\nDate 2026-11-21; commit abcdef1; device cpu.\n\n| a |\n")
     assert docs.benchmark_facts(str(page))["commit"] == "abcdef1" and docs.benchmark_load(str(page)) == "not stated"
-    serving = _read(os.path.join(REPO, "docs", "benchmarks", "README.md"))
-    assert "17f5120 (fairseq_outlayers modified)" in serving
+    index = _read(os.path.join(REPO, "docs", "benchmarks", "README.md"))
+    for name in ("serving_cpu.md", "fused_loss_cpu.md"):  # each page's commit as it states it, suffix and all
+        facts = docs.benchmark_facts(os.path.join(REPO, "docs", "benchmarks", name))
+        assert f"| [{name}]({name}) | {facts['date']} | {facts['commit']} |" in index, name
     assert not [p for p in USER_DOCS if re.search(r"idle machine", _read(p))]
 
 
