@@ -204,7 +204,10 @@ def report(models, args, started, load):
         "Time is each system's own translation time, without start-up and model loading.",
         "Target tokens are BPE tokens of the hypotheses, counted the same way for every system.",
         "BLEU: BPE removed, Moses detokenisation, sacreBLEU against the raw references, for every system.",
-        *[f"Model {name}: `{checkpoint}`, {facts}." for name, checkpoint, facts in args.trained], "",
+        "",
+        "| model | checkpoint | trained (from the checkpoint) |",
+        "| --- | --- | --- |",
+        *[f"| {name} | `{checkpoint}` | {facts} |" for name, checkpoint, facts in args.trained], "",
         "| model | system | sentences/s | target tokens/s | x package | sacreBLEU | same hypothesis as the package |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]

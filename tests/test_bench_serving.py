@@ -154,7 +154,7 @@ def test_the_report_states_the_load_at_the_start_and_at_the_end(tmp_path):
     text = bench.report([("m", rows)], args, 0.0, ["0.7 1.7 1.8", "3.1 2.2 1.9"])
     head = text.split("\n|", 1)[0]
     assert "Load average (1, 5, 15 min) 0.7 1.7 1.8 at the start, 3.1 2.2 1.9 at the end, on " in head
-    assert "Model m: `c.pt`, outlayers_transformer_tiny, epoch 2, 200 updates, seed 1." in head
+    assert "| m | `c.pt` | outlayers_transformer_tiny, epoch 2, 200 updates, seed 1 |" in text  # a table of its own
     page = tmp_path / "serving.md"
     page.write_text(text, encoding="utf-8")
     assert docs.benchmark_load(str(page)) == "0.7 at the start, 3.1 at the end"
