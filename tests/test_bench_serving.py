@@ -130,7 +130,10 @@ def test_a_model_with_an_output_bias_is_served_by_ctranslate2_and_its_stock_row_
     train(tiny_bin, save, extra=["--output-layer", "softmax", "--output-bias"], max_update=2)
     code, lines = _bench(files, "--rounds", "1", model=f"bias={os.path.join(save, 'checkpoint_last.pt')}")
     assert code == 0, lines
-    rows = [x for x in open(files["output"], encoding="utf-8").read().splitlines() if x.startswith("| bias |")]
+    lines = open(files["output"], encoding="utf-8").read().splitlines()
+    described = [x for x in lines if x.startswith("| bias | `")]  # the table of what each model is
+    assert len(described) == 1 and "2 updates" in described[0], described
+    rows = [x for x in lines if x.startswith("| bias |") and x not in described]
     assert [r.split(" | ")[1] for r in rows] == ["package fairseq-generate", "stock fairseq-generate (export)",
                                                  "CTranslate2 float32", "CTranslate2 int8"]
     assert "export refused: " in rows[1] and "bias" in rows[1].split("export refused: ")[1]
