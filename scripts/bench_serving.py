@@ -33,6 +33,9 @@ from fairseq_outlayers.lab.bench.benchlib import add_output_args, command_line, 
 SYSTEMS = ("package fairseq-generate", "stock fairseq-generate (export)", "CTranslate2 float32", "CTranslate2 int8")
 GOAL_SPEEDUP, GOAL_BLEU = 3.0, 0.5
 DEFAULTS = {"beam": 5, "batch_size": 64, "threads": 1, "rounds": 3}
+#: the longest output, in tokens, of every system: fairseq-generate's own default (--max-len-a 0 --max-len-b 200)
+#: for both, so that a model that repeats itself is cut at the same length by each system
+MAX_LEN = 200
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s")
 
@@ -45,7 +48,7 @@ def fairseq_generate(data, checkpoint, beam, batch, threads, results, user_dir=N
     """(hypotheses in sentence order as BPE tokens, seconds) of fairseq-generate in a new process."""
     cmd = [os.path.join(os.path.dirname(sys.executable), "fairseq-generate"), data, "--path", checkpoint,
            "--gen-subset", "test", "--beam", str(beam), "--batch-size", str(batch), "--required-batch-size-multiple",
-           "1", "--max-len-a", "1.2", "--max-len-b", "10", "--num-workers", "0", "--cpu", "--results-path", results]
+           "1", "--max-len-a", "0", "--max-len-b", str(MAX_LEN), "--num-workers", "0", "--cpu", "--results-path", results]
     if user_dir:
         cmd += ["--user-dir", user_dir]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -71,7 +74,7 @@ def ctranslate2_translate(directory, source, beam, batch, threads, compute_type)
     translator = ctranslate2.Translator(directory, device="cpu", compute_type=compute_type, intra_threads=threads,
                                         inter_threads=1)
     started = time.perf_counter()
-    results = translator.translate_batch(source, beam_size=beam, max_batch_size=batch, max_decoding_length=256)
+    results = translator.translate_batch(source, beam_size=beam, max_batch_size=batch, max_decoding_length=MAX_LEN)
     seconds = time.perf_counter() - started
     return [" ".join(r.hypotheses[0]) for r in results], seconds
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness import REPO, run, train
+from harness import REPO, load_script, run, train
 from fairseq_outlayers.errors import PREFIX
 
 SCRIPT = os.path.join(REPO, "scripts", "bench_serving.py")
@@ -162,3 +162,34 @@ def test_the_report_states_the_load_at_the_start_and_at_the_end(tmp_path):
     page.write_text(text, encoding="utf-8")
     assert docs.benchmark_load(str(page)) == "0.7 at the start, 3.1 at the end"
     assert "| m | CTranslate2 int8 | 5.0 | 50 | 1.00 | 20.00 | 10 of 10 |" in text
+
+
+def test_every_system_stops_an_output_at_the_same_length(monkeypatch, tmp_path):
+    """fairseq-generate and CTranslate2 get one limit (fairseq's default, 200 tokens): with 1.2 x source + 10 for
+    fairseq and 256 for CTranslate2, barely trained models that repeat themselves were cut at other lengths."""
+    import subprocess
+    import types
+
+    bench = load_script("bench_serving.py")
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen["fairseq"] = cmd
+        (tmp_path / "generate-test.txt").write_text("H-0\t-1.0\ta b\nTranslated 1 sentences (2 tokens) in 0.5s\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    class Translator:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def translate_batch(self, source, **kwargs):
+            seen["ctranslate2"] = kwargs["max_decoding_length"]
+            return [types.SimpleNamespace(hypotheses=[["a", "b"]]) for _ in source]
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setitem(sys.modules, "ctranslate2", types.SimpleNamespace(Translator=Translator))
+    bench.fairseq_generate("data", "model.pt", 5, 64, 1, str(tmp_path))
+    bench.ctranslate2_translate("dir", [["x"]], 5, 64, 1, "float32")
+    cmd = seen["fairseq"]
+    assert cmd[cmd.index("--max-len-a") + 1] == "0"
+    assert int(cmd[cmd.index("--max-len-b") + 1]) == seen["ctranslate2"] == 200
