@@ -40,7 +40,8 @@ class Case:
     embeddings: str = "standard"
     arch: List[str] = field(default_factory=lambda: list(TINY_TRANSFORMER))
     extra: List[str] = field(default_factory=list)
-    fairseq: bool = True  # stock fairseq holds it (its Transformer has no output bias: CTranslate2 only)
+    fairseq: bool = True  # stock fairseq holds it (its Transformer has no output bias: CTranslate2 only); a layer
+    # added later whose export gives a per-word bias is found from the trained model (``_stock_takes``)
 
     @property
     def name(self):
@@ -68,6 +69,9 @@ def export_cases() -> List[Case]:
 
 
 CASES = export_cases()
+#: the package's own output layers that stock fairseq holds as their cases train them (no per-word bias): a layer
+#: added later may give one, and its case then goes to CTranslate2 only (``_stock_takes``)
+PACKAGE_LAYERS = {"fixed", "joint", "softmax", "tied", "tied-all"}
 
 
 def _files(case: Case, tmp_path, raw: str, bin_dir: str) -> List[str]:
@@ -115,6 +119,15 @@ def stock_generate(runs):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def _stock_takes(checkpoint: str) -> bool:
+    """Whether stock fairseq's twin holds the trained model's output layer: not when the layer's export gives a
+    per-word bias and the twin has none (a Transformer); ``--to ctranslate2`` holds such a bias."""
+    from fairseq_outlayers.tools.stock import family_of, seam_tensors
+
+    model, args, _task, _state = exporter.load(checkpoint)
+    return seam_tensors(model.eval(), args)["bias"] is None or family_of(model).output_bias
+
+
 def _exported(case: Case, tiny_raw, tiny_bin, tiny_bin_joined, tmp_path):
     """Train the case, export it both ways, translate it with the package: (data, the package's hypotheses by
     beam, the stock runs to make, the CTranslate2 model or None)."""
@@ -126,7 +139,10 @@ def _exported(case: Case, tiny_raw, tiny_bin, tiny_bin_joined, tmp_path):
     train(data, save, arch_args=case.arch, extra=extra, max_update=UPDATES)
     checkpoint = os.path.join(save, "checkpoint_last.pt")
     stock_dir = str(tmp_path / "stock")
-    if case.fairseq:
+    stock = _stock_takes(checkpoint)  # a new layer with a per-word bias (a prior, say) goes to CTranslate2 only
+    assert stock or not case.fairseq or case.layer not in PACKAGE_LAYERS, f"{case.name} exports a per-word bias"
+    assert not stock or case.fairseq, f"{case.name}: stock fairseq would hold it"
+    if stock:
         exporter.export(checkpoint, stock_dir, "fairseq")
         assert sorted(os.listdir(stock_dir)) == ["dict.de.txt", "dict.en.txt", "model.pt"]
     else:
@@ -137,7 +153,7 @@ def _exported(case: Case, tiny_raw, tiny_bin, tiny_bin_joined, tmp_path):
         results = str(tmp_path / f"ours{beam}")
         generate(data, checkpoint, extra=["--beam", str(beam), "--results-path", results] + LIMITS)
         ours[beam] = _hypotheses(os.path.join(results, "generate-test.txt"))
-        if case.fairseq:
+        if stock:
             runs.append([data, "--path", os.path.join(stock_dir, "model.pt"), "--beam", str(beam), "--cpu",
                          "--num-workers", "0", "--results-path", str(tmp_path / f"stock{beam}")] + LIMITS)
     ct2_dir = str(tmp_path / "ct2") if case.arch[1] != "outlayers_lstm" else None  # CTranslate2 has no fairseq LSTM
@@ -215,8 +231,8 @@ def _check(cases, made, tmp_path, tiny_raw) -> int:
     Returns the near-ties, each named by its case, beam and sentence."""
     wrong, jobs = [], {}
     for case in cases:
-        ours, _, ct2_dir, _ = made[case.name]
-        for beam in BEAMS if case.fairseq else ():
+        ours, stock_runs, ct2_dir, _ = made[case.name]
+        for beam in BEAMS if stock_runs else ():  # stock fairseq ran the case
             theirs = _hypotheses(str(tmp_path / case.name / f"stock{beam}" / "generate-test.txt"))
             assert len(ours[beam]) == 24 and theirs.keys() == ours[beam].keys(), case.name
             for key, (score, tokens) in ours[beam].items():
