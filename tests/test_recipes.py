@@ -692,10 +692,11 @@ def end_to_end_recipes():
     method (one that trains once and needs no aligner), the first dataset the methods left over; every other pair
     with ``--run-slow`` (``make test-slow``). Each pair's own options are built at its own sizes above by default
     (``test_every_recipe_builds_at_its_own_sizes``); this test adds train.sh's and evaluate.sh's commands."""
+    default = _default_pairs()
     return [pytest.param(method, dataset, id=f"{method}-{dataset}",
                          marks=(pytest.mark.long(30 if method in TRAINS_TWICE else 15),) if (method, dataset) in
                          default else (pytest.mark.slow,))
-            for (method, dataset), default in [(pair, _default_pairs()) for pair in RECIPES]]
+            for method, dataset in RECIPES]
 
 
 def _default_pairs():
