@@ -54,8 +54,10 @@ ENTRIES = {
     "outlayers-options": "fairseq_outlayers.tools.options:main",
     "outlayers-export": "fairseq_outlayers.tools.export:main",
 }
-#: ``python -m M`` is called here when M is a module of these packages; ``python SCRIPT.py`` always is
+#: ``python -m M`` is called here when M is a module of these packages, or this package itself (its ``__main__``:
+#: ``python -m fairseq_outlayers params ...``); ``python SCRIPT.py`` always is
 CALLED = ("fairseq_cli.", "fairseq_outlayers.")
+PACKAGE = "fairseq_outlayers"
 #: environment variables that change what a new Python imports: this process could not honour them
 IMPORT_ENV = ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
               "PYTHONEXECUTABLE")
@@ -74,7 +76,7 @@ def program(cmd: List[str], bin_dir: str, env: Dict[str, str],
         return None
     first = cmd[0]
     if os.path.abspath(first) in (os.path.abspath(sys.executable), os.path.join(bin_dir, "python")):
-        if len(cmd) >= 3 and cmd[1] == "-m" and cmd[2].startswith(CALLED):
+        if len(cmd) >= 3 and cmd[1] == "-m" and (cmd[2].startswith(CALLED) or cmd[2] == PACKAGE):
             module = cmd[2]
             return lambda: _run_module(module)
         if len(cmd) >= 2 and cmd[1].endswith(".py") and os.path.isfile(cmd[1]):

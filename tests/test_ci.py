@@ -2,6 +2,7 @@
 that shows what it was given)."""
 import os
 import subprocess
+import sys
 
 from harness import REPO
 
@@ -50,6 +51,10 @@ def test_the_table_of_entry_functions_is_the_installed_one():
     assert "fairseq-hydra-train" not in in_process.ENTRIES  # Hydra's global state: a process of its own
     assert in_process.program(["fairseq-hydra-train"], "", dict(os.environ)) is None
     assert in_process.program(["outlayers-export", "--help"], "", dict(os.environ)) is not None
+    # ``python -m`` this package's own __main__ (the ledger's parameter report) and its modules; not another package
+    for module, here in (("fairseq_outlayers", True), ("fairseq_outlayers.tools.export", True),
+                         ("fairseq_outlayers_other", False), ("sacrebleu", False)):
+        assert (in_process.program([sys.executable, "-m", module, "params"], "", dict(os.environ)) is not None) == here
 
 
 def test_a_user_dir_is_read_in_the_commands_own_folder(tmp_path):
