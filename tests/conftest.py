@@ -108,6 +108,23 @@ def tiny_bin_joined(tiny_raw, tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def ledger_cache(tmp_path_factory):
+    """The ledger's kept sentence statistics (``stats_cache``) in this run's temporary folder, shared by the
+    pytest-xdist workers and by the commands they start: every run starts cold, and nothing reaches ``~/.cache``."""
+    from fairseq_outlayers.lab.ledger import stats_cache
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    previous = os.environ.get(stats_cache.ENV)
+    os.environ[stats_cache.ENV] = str(shared / "ledger-cache")
+    yield
+    if previous is None:
+        os.environ.pop(stats_cache.ENV, None)
+    else:
+        os.environ[stats_cache.ENV] = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
 def fast_tier(request):
     """With ``--fast``, starting a command skips the test that does it (``pytest.skip`` is not an ``Exception``,
     so no handler in the code under test swallows it). Session-scoped and autouse, so it is in place before any

@@ -12,6 +12,7 @@
 * ``steps``: a step a row applies to its trained checkpoint before the test (``# after:``);
 * ``status``: where each row and seed stands (``ledger status``);
 * ``stats``: mean, sample standard deviation, the paired bootstrap test, Welch's test and the verdict rule;
+  ``stats_cache`` keeps its sentence statistics and resamples on disk between renders;
 * ``analysis``: the tables' numbers from the records (rows by seed, two rows compared, how the runs stopped);
 * ``claims``: the claims of ``docs/results/claims.json`` and their verdicts; ``evidence``: the README's table;
 * ``render`` and ``plots``: the Markdown page and its SVG plots, regenerated bit for bit from the records;

@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from fairseq_outlayers.lab.ledger import stats_cache
+
 #: sacreBLEU's defaults for the paired bootstrap (``--paired-bs-n 1000``, ``SACREBLEU_SEED=12345``)
 N_SAMPLES = 1000
 SEED = 12345
@@ -31,11 +33,17 @@ def mean_sd(values: Sequence[float]) -> Tuple[Optional[float], Optional[float]]:
 
 
 def sentence_stats(hyps: List[str], refs: List[str], lowercase: bool) -> np.ndarray:
-    """sacreBLEU's sufficient statistics per sentence: [hyp length, ref length, 4 matches, 4 totals]."""
-    from fairseq_outlayers.tools.evaluation.scoring import bleu_metric
-
+    """sacreBLEU's sufficient statistics per sentence: [hyp length, ref length, 4 matches, 4 totals] (kept on disk
+    by ``stats_cache``)."""
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    parts = [b"lc" if lowercase else b"cased", "\n".join(hyps).encode(), "\n".join(refs).encode(),
+             len(hyps).to_bytes(8, "little")]
+    return stats_cache.memo("sentence-stats", parts, lambda: _sentence_stats(hyps, refs, lowercase))
+
+
+def _sentence_stats(hyps: List[str], refs: List[str], lowercase: bool) -> np.ndarray:
+    from fairseq_outlayers.tools.evaluation.scoring import bleu_metric
 
     bleu = bleu_metric(lowercase)
     rows = []
@@ -124,7 +132,8 @@ def paired_bootstrap_test(system: Dict[int, np.ndarray], baseline: Dict[int, np.
 
 
 #: the resampled BLEU scores of a run (its sentence statistics, the resample count and seed), kept for the next
-#: comparison of the same run in this process: a table compares one baseline with many systems
+#: comparison of the same run in this process (a table compares one baseline with many systems) and on disk
+#: (``stats_cache``) for the next render
 _RESAMPLED: Dict[Tuple[bytes, str, Tuple[int, ...], int, int], np.ndarray] = {}
 _DRAWS: Dict[Tuple[int, int, int], np.ndarray] = {}
 
@@ -136,17 +145,22 @@ def resampled_bleu(stats: np.ndarray, n_samples: int = N_SAMPLES, seed: int = SE
     as sacreBLEU's bootstrap sums them."""
     key = (stats.tobytes(), stats.dtype.str, stats.shape, n_samples, seed)
     if key not in _RESAMPLED:
-        n = len(stats)
-        if (n, n_samples, seed) not in _DRAWS:
-            _DRAWS.clear()  # one corpus at a time, as a table reads it
-            _DRAWS[(n, n_samples, seed)] = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
-        idxs = _DRAWS[(n, n_samples, seed)]
-        block = max(1, (10_000_000 // max(1, n * 10)))  # about 40 MB of resampled statistics at a time
-        sums = np.concatenate([stats[idxs[i:i + block]].sum(1) for i in range(0, n_samples, block)])
         if len(_RESAMPLED) >= 4096:
             _RESAMPLED.clear()
-        _RESAMPLED[key] = np.array([bleu_from_stats(row) for row in sums], dtype=np.float64)
+        parts = [key[0], key[1].encode(), repr(key[2:]).encode()]
+        _RESAMPLED[key] = stats_cache.memo("resampled-bleu", parts, lambda: _resampled_bleu(stats, n_samples, seed))
     return _RESAMPLED[key]
+
+
+def _resampled_bleu(stats: np.ndarray, n_samples: int, seed: int) -> np.ndarray:
+    n = len(stats)
+    if (n, n_samples, seed) not in _DRAWS:
+        _DRAWS.clear()  # one corpus at a time, as a table reads it
+        _DRAWS[(n, n_samples, seed)] = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
+    idxs = _DRAWS[(n, n_samples, seed)]
+    block = max(1, (10_000_000 // max(1, n * 10)))  # about 40 MB of resampled statistics at a time
+    sums = np.concatenate([stats[idxs[i:i + block]].sum(1) for i in range(0, n_samples, block)])
+    return np.array([bleu_from_stats(row) for row in sums], dtype=np.float64)
 
 
 def welch_t_test(system: Sequence[float], baseline: Sequence[float]) -> Optional[Dict]:
