@@ -66,7 +66,7 @@ def test_every_step_runs_and_a_second_call_runs_none_again(tmp_path):
 
 
 #: the default tier's steps: quick ones, one of each kind (a table first, the correctness pair's test step, timing)
-CHEAP = ["fused-peers", "cuda-tests", "fused-loss", "decode"]
+CHEAP = ["fused-peers", "cuda-tests", "fused-loss"]
 
 
 @pytest.mark.long(60)
@@ -81,7 +81,7 @@ def test_only_the_named_steps_run_in_order_and_a_second_call_runs_none_again(tmp
     assert starts == sorted(starts), "the steps ran out of order"
     # the steps left out are not finished; the named ones' files and logs are in the archive
     assert log.rstrip().endswith("not finished: " + " ".join(s for s in STEPS if s not in CHEAP))
-    files = {"fused_loss_peers_cuda.md", "cuda-tests.txt", "fused_loss_gpu.md", "continuous_model_cuda.md"}
+    files = {"fused_loss_peers_cuda.md", "cuda-tests.txt", "fused_loss_gpu.md"}
     assert members(tmp_path) == files | {f"{s}.txt" for s in CHEAP}
     peers = (tmp_path / "state" / "results" / "fused_loss_peers_cuda.md").read_text()
     assert "| torch reference |" in peers and "| `--fused-impl torch`, 65,536 logits | `torch` |" in peers
@@ -117,8 +117,8 @@ def test_a_python_without_fairseq_stops_before_any_step(tmp_path):
 
 def test_the_docs_name_the_steps_of_each_tier():
     """docs/development.md and docs/benchmarks/README.md say how many steps the default tier runs."""
-    assert len(CHEAP) == 4 and set(CHEAP) < set(STEPS)
+    assert len(CHEAP) == 3 and set(CHEAP) < set(STEPS)
     with open(os.path.join(REPO, "docs", "development.md"), encoding="utf-8") as f:
-        assert "runs four quick steps of `scripts/gpu_run.sh` on the CPU (`make test-slow`: every step)" in f.read()
+        assert "runs three quick steps of `scripts/gpu_run.sh` on the CPU (`make test-slow`: every step)" in f.read()
     with open(os.path.join(REPO, "docs", "benchmarks", "README.md"), encoding="utf-8") as f:
-        assert "does so for four quick steps (`make test`) and for every step (`make test-slow`)" in f.read()
+        assert "does so for three quick steps (`make test`) and for every step (`make test-slow`)" in f.read()
