@@ -92,27 +92,31 @@ def test_a_stopped_sweep_writes_the_table_of_what_finished(bench, tmp_path, monk
     assert "Outside the tolerance: none." in text and "Runs that failed" not in text
 
 
-@pytest.mark.long(45)
-def test_synthetic_sweep_runs_every_kind_of_method_with_the_package_not_installed(bench, tmp_path):
+@pytest.mark.parametrize("methods", [pytest.param(METHODS[:1], marks=pytest.mark.long(25), id="vmf"),
+                                     pytest.param(METHODS, marks=pytest.mark.slow, id="every-kind")])
+def test_synthetic_sweep_runs_every_kind_of_method_with_the_package_not_installed(bench, tmp_path, methods):
     """A real sweep (2 updates) in a subprocess, as on a machine where the package is only on PYTHONPATH: another
-    working directory, no venv on PATH. shared-private (synthetic pairing) and vmf (synthetic vectors) in fp32 and
-    bf16, two runs at a time; then the same table from the kept logs with --jobs 1."""
+    working directory, no venv on PATH. vmf (synthetic vectors) in fp32 and bf16, two runs at a time, and with
+    --run-slow shared-private (synthetic pairing) too; then the same table from the kept logs with --jobs 1. bf16
+    training of every method has its own test (tests/test_bf16.py); the pairing tool too (tests/test_pairing.py)."""
     work, out = tmp_path / "work", tmp_path / "work" / "p.md"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=REPO, PATH=os.defpath, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     # 512 tokens a batch (the script's default is 4,096): bf16 matmuls are slow on a CPU, and no figure is checked
     argv = ["--device", "cpu", "--synthetic", "--precisions", "fp32", "bf16", "--max-update", "2", "--max-tokens",
-            "512", "--methods", *METHODS, "--work-dir", str(work), "--output", str(out), "--force"]
+            "512", "--methods", *methods, "--work-dir", str(work), "--output", str(out), "--force"]
     proc = subprocess.run([sys.executable, SCRIPT] + argv + ["--jobs", "2"], cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     progress = [line for line in proc.stdout.splitlines() if line.startswith("[")]
-    assert len(progress) == 4 and progress[-1].startswith("[4/4] "), proc.stdout
+    runs = 2 * len(methods)
+    assert len(progress) == runs and progress[-1].startswith(f"[{runs}/{runs}] "), proc.stdout
     text = out.read_text()
     rows = _rows(text)
-    assert [r.split(" | ")[0] for r in rows] == [f"| {m}" for m in METHODS]
+    assert [r.split(" | ")[0] for r in rows] == [f"| {m}" for m in methods]
     assert "nan" not in text and "Skipped" not in text and "Runs that failed" not in text, text
-    assert (work / "random.en.32d.vec").exists() and (work / "pairs.de-en.txt").exists()
+    assert (work / "random.en.32d.vec").exists()
+    assert (work / "pairs.de-en.txt").exists() == ("shared-private" in methods)  # made only for the rows that need it
     log = (work / "vmf.bf16" / "train.log").read_text()
     assert log.startswith(sys.executable + " -c ") and "--target-vectors" in log
 
