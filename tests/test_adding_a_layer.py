@@ -37,22 +37,34 @@ NEW_FILES = ["docs/scaled-cosine.md", "docs/unigram-prior.md",
              "tests/test_scaled_cosine.py", "tests/test_unigram_prior.py"]
 
 
-#: runs outlayers-train's entry point on each argv of a JSON list; prints [[exit code, stderr], ...] as JSON
-TRAIN_EACH = r"""
-import contextlib, io, json, sys
+#: in one Python of the copy (one start, not three): the docs renderer and the options listing as ``python -m``
+#: runs them, then outlayers-train's entry point on each argv of a JSON list; prints {"docs": [exit code, stdout],
+#: "options": [exit code, stdout], "train": [[exit code, stderr], ...]} as JSON on its last line
+IN_THE_COPY = r"""
+import contextlib, io, json, runpy, sys
 from fairseq_outlayers.tools.wrappers import train
-got = []
-for argv in json.loads(sys.argv[1]):
-    sys.argv, err, code = argv, io.StringIO(), 0
-    with contextlib.redirect_stderr(err):
+
+argvs = json.loads(sys.argv[1])
+
+
+def called(function, argv, stream):
+    sys.argv, text, code = argv, io.StringIO(), 0
+    with stream(text):
         try:
-            train()
+            function()
         except SystemExit as e:  # what the interpreter does with it: a message goes to stderr, with status 1
             code = e.code
             if isinstance(code, str):
-                err.write(code + "\n")
+                sys.stderr.write(code + "\n")
                 code = 1
-    got.append([code, err.getvalue()])
+    return [code or 0, text.getvalue()]
+
+
+got = {"docs": called(lambda: runpy.run_module("fairseq_outlayers.lab.docs", run_name="__main__"),
+                      ["docs"], contextlib.redirect_stdout),
+       "options": called(lambda: runpy.run_module("fairseq_outlayers", run_name="__main__"),
+                         ["fairseq_outlayers", "options"], contextlib.redirect_stdout),
+       "train": [called(train, argv, contextlib.redirect_stderr) for argv in argvs]}
 print(json.dumps(got))
 """
 
@@ -98,11 +110,31 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
             with open(target, "w", encoding="utf-8") as f:
                 f.write(text)
         env = {"PYTHONPATH": root}
+        cases = [
+            (["--output-layer", "softmax", "--cosine-scale", "3"], "--cosine-scale needs --output-layer "
+             "scaled-cosine; --output-layer softmax would ignore it"),
+            (["--output-layer", "scaled-cosine", "--cosine-dim", "0"], "--cosine-dim must be a positive integer"),
+            (["--output-layer", "scaled-cosine", "--cosine-scale", "1000"], "--cosine-scale must be in (0, 100]"),
+            (["--output-layer", "unigram-prior", "--prior-counts", "absent.txt"],
+             "--prior-counts absent.txt: no such file"),
+            (["--output-layer", "softmax", "--prior-counts", "absent.txt"], "--prior-counts needs --output-layer "
+             "unigram-prior")]
+        argvs = [["outlayers-train", os.path.join(root, "no-data"), "--arch", "outlayers_transformer"] + extra
+                 for extra, _ in cases]
+        got = json.loads(run([sys.executable, "-c", IN_THE_COPY, json.dumps(argvs)], cwd=root, env=env)
+                         .stdout.strip().splitlines()[-1])
         # the new pages hold their methods' export rows as the renderer writes them: it changes no file
-        rendered = run([sys.executable, "-m", "fairseq_outlayers.lab.docs"], cwd=root, env=env).stdout
-        assert rendered.splitlines() == [], rendered
+        assert got["docs"][0] == 0 and got["docs"][1].splitlines() == [], got["docs"]
         with open(os.path.join(root, "docs", "scaled-cosine.md"), encoding="utf-8") as f:
             assert "| `--output-layer scaled-cosine` | no | its logits divide P h by its length" in f.read()
+        # the registry-driven lists name the new methods and their options, with their defaults
+        code, listing = got["options"]
+        assert code == 0 and "--output-layer scaled-cosine: " in listing and "--output-layer unigram-prior: " in listing
+        assert "--prior-counts FILE" in listing and "(default: the counts of the target dictionary)" in listing
+        assert re.search(r"--cosine-scale S .*\[default: 10", listing) and "--cosine-dim K" in listing, listing
+        # every option check through outlayers-train's entry point
+        for (extra, message), (code, stderr) in zip(cases, got["train"]):
+            assert code not in (0, None) and message in stderr and "Traceback" not in stderr, (extra, stderr)
         new_tests = [path for path in NEW_FILES if path.startswith("tests/")]
         run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + new_tests +
             ["tests/test_option_checks.py", "tests/test_options_listing.py", "tests/test_core.py",
@@ -113,27 +145,6 @@ def test_the_files_of_the_doc_make_working_methods(tmp_path):
                             "circle", "arrow"])],
             cwd=root, env=dict(env, OUTLAYERS_TEST_CASES="scaled unigram"), timeout=1200)
         run([sys.executable, os.path.join("scripts", "check_sentences.py")], cwd=root, env=env)
-        # the registry-driven lists name the new methods and their options, with their defaults
-        listing = run([sys.executable, "-m", "fairseq_outlayers", "options"], cwd=root, env=env).stdout
-        assert "--output-layer scaled-cosine: " in listing and "--output-layer unigram-prior: " in listing
-        assert "--prior-counts FILE" in listing and "(default: the counts of the target dictionary)" in listing
-        assert re.search(r"--cosine-scale S .*\[default: 10", listing) and "--cosine-dim K" in listing, listing
-        cases = [
-            (["--output-layer", "softmax", "--cosine-scale", "3"], "--cosine-scale needs --output-layer "
-             "scaled-cosine; --output-layer softmax would ignore it"),
-            (["--output-layer", "scaled-cosine", "--cosine-dim", "0"], "--cosine-dim must be a positive integer"),
-            (["--output-layer", "scaled-cosine", "--cosine-scale", "1000"], "--cosine-scale must be in (0, 100]"),
-            (["--output-layer", "unigram-prior", "--prior-counts", "absent.txt"],
-             "--prior-counts absent.txt: no such file"),
-            (["--output-layer", "softmax", "--prior-counts", "absent.txt"], "--prior-counts needs --output-layer "
-             "unigram-prior")]
-        # every case through outlayers-train's entry point, in one process of the copy (one start, not seven)
-        argvs = [["outlayers-train", os.path.join(root, "no-data"), "--arch", "outlayers_transformer"] + extra
-                 for extra, _ in cases]
-        got = json.loads(run([sys.executable, "-c", TRAIN_EACH, json.dumps(argvs)], cwd=root, env=env)
-                         .stdout.strip().splitlines()[-1])
-        for (extra, message), (code, stderr) in zip(cases, got):
-            assert code not in (0, None) and message in stderr and "Traceback" not in stderr, (extra, stderr)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     assert not os.path.exists(root)
