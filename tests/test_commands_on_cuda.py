@@ -80,31 +80,24 @@ def test_fails(tiny_bin, tmp_path, monkeypatch):
 '''
 
 
-def _pytest_under_pdb(tmp_path, name, source, commands):
-    """``pytest --pdb -p no:xdist`` on the test file ``name`` (``source``), the debugger's ``commands`` on its
-    standard input (a pipe for the terminal)."""
-    (tmp_path / name).write_text(source)
+def test_under_pdb_a_failing_command_opens_in_the_frame_that_raised_and_a_breakpoint_stops(tmp_path):
+    """``pytest --pdb -p no:xdist`` on two test files, in one pytest: an exception inside fairseq-train (called in the
+    test process) reaches pytest as it was raised, so the post-mortem debugger opens in that frame, not in the
+    harness, and no watchdog ends pytest while the debugger waits (``in_process.DEBUGGING``); then a
+    ``breakpoint()`` inside fairseq-train stops there and reads the debugger's commands from the terminal (here a
+    pipe)."""
+    (tmp_path / "test_fails.py").write_text(FAILS)
+    (tmp_path / "test_stops.py").write_text(STOPS)
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests"), OMP_NUM_THREADS="1")
     env.pop("PYTHONBREAKPOINT", None)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "--pdb", "-p", "no:xdist", "-p", "no:randomly",
+    commands = "p 'frame: ' + inside_fairseq_frame\nc\np 'stopped in ' + type(self).__name__\nc\n"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--pdb", "-p", "no:xdist", "-p", "no:randomly",
                            "-p", "no:cacheprovider", "-p", "conftest", "--rootdir", str(tmp_path),
-                           "--basetemp", str(tmp_path / "t"), str(tmp_path / name)],
+                           "--basetemp", str(tmp_path / "t"), str(tmp_path / "test_fails.py"),
+                           str(tmp_path / "test_stops.py")],
                           cwd=str(tmp_path), env=env, input=commands, capture_output=True, text=True, timeout=600)
-
-
-def test_a_failing_command_opens_pdb_in_the_frame_that_raised(tmp_path):
-    """``pytest --pdb -p no:xdist``: an exception inside fairseq-train (called in the test process) reaches pytest
-    as it was raised, so the post-mortem debugger opens in that frame, not in the harness; and no watchdog ends
-    pytest while the debugger waits (``in_process.DEBUGGING``)."""
-    proc = _pytest_under_pdb(tmp_path, "test_fails.py", FAILS, "p 'frame: ' + inside_fairseq_frame\nc\n")
-    assert "RuntimeError: a fault inside fairseq" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "frame: here" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "1 failed" in proc.stdout, proc.stdout[-3000:]
-
-
-def test_a_training_command_stops_at_a_breakpoint_under_pdb(tmp_path):
-    """``pytest --pdb -p no:xdist``: a ``breakpoint()`` inside fairseq-train stops there and reads the debugger's
-    commands from the terminal (here a pipe)."""
-    proc = _pytest_under_pdb(tmp_path, "test_stops.py", STOPS, "p 'stopped in ' + type(self).__name__\nc\n")
-    assert "stopped in Trainer" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "RuntimeError: a fault inside fairseq" in proc.stdout and "frame: here" in proc.stdout, out
+    assert "stopped in Trainer" in proc.stdout, out
+    assert "1 failed, 1 passed" in proc.stdout, out
+    assert proc.stdout.index("frame: here") < proc.stdout.index("stopped in Trainer"), out
