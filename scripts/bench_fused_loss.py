@@ -349,6 +349,10 @@ def peers_main(parser, args, argv):
         "takes no label smoothing: with eps > 0 it falls back to the reference path, so it has rows at eps 0 only. "
         "`--fused-impl torch` feeds torch's chunked path without smoothing and adds the smoothing term itself; B "
         "logits = chunks of B / V token rows (`--fused-block-elements`).", ""]
+    from fairseq_outlayers.losses.linear_cross_entropy import torch_op_missing
+
+    if torch_op_missing():  # torch < 2.13: no rows of torch's op, nor of the package's path through it
+        head += [f"**Left out:** the torch rows and `--fused-impl torch`: the op {torch_op_missing()}", ""]
     sections, notes = [], []
     for n, d, v in sizes:
         if args.time_limit is not None and time.time() - start > args.time_limit:

@@ -7,7 +7,8 @@
     python scripts/check_sentences.py --top 5          # also list each file's five longest sentences
 
 Prints ``FILE:LINE: N words: the first words ...`` for every sentence over its limit and exits 1 if there is one.
-Tables, code (fenced blocks), headings and HTML comments are not prose and are left out. A sentence ends at
+Tables, code (fenced blocks, and a benchmark page's ``Command: `...``` line), headings and HTML comments are not
+prose and are left out. A sentence ends at
 ``.``, ``?`` or ``!`` followed by a space and a capital, a digit, a quote, a bracket or a backtick, or at the end
 of a paragraph or list item. Link targets ``[text](url)`` count as their text.
 """
@@ -24,6 +25,8 @@ LIMITS = (("README.md", 40), ("docs/*.md", 60), ("docs/notes/*.md", 60), ("docs/
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _END = re.compile(r"(?<=[.?!])[*_)\"']*\s+(?=[A-Z0-9`\"'(\[*_])")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+#: a benchmark page's command line (its header, as the scripts write it): code, like a fenced block
+_COMMAND = re.compile(r"^Command: `[^`]+`\.?\s*$")
 
 
 def paragraphs(text: str) -> Iterator[Tuple[int, str]]:
@@ -56,7 +59,8 @@ def paragraphs(text: str) -> Iterator[Tuple[int, str]]:
             yield from flush()
             comment = "-->" not in stripped
             continue
-        if not stripped or stripped.startswith("|") or stripped.startswith("#") or line.startswith("    "):
+        if (not stripped or stripped.startswith("|") or stripped.startswith("#") or line.startswith("    ")
+                or _COMMAND.match(line)):
             yield from flush()
             continue
         if _ITEM.match(line):

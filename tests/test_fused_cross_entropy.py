@@ -256,10 +256,14 @@ def test_fairseq_train_and_generate(tiny_bin, tiny_bin_joined, tmp_path, layer):
 def test_on_cuda_against_the_float64_reference(impl, bias):
     """On the GPU: torch's chunked path in float64 to 1e-5; Cut Cross-Entropy (float32 in, TF32 tiles, gradient
     filtering) to 1e-3 for the loss and 1e-2 of the largest gradient entry."""
-    from fairseq_outlayers.losses.linear_cross_entropy import cce_available
+    from fairseq_outlayers.losses.linear_cross_entropy import cce_available, check_cce, torch_op_missing
 
+    if impl == "torch" and torch_op_missing():  # the criterion refuses it in one line (test_option_checks)
+        pytest.skip(f"the torch implementation {torch_op_missing()}")
     if impl == "cce" and not cce_available():
         pytest.skip("cut-cross-entropy is not installed")
+    if impl == "cce" and check_cce(torch.device("cuda"), torch.float32):  # --fused-impl auto then takes torch
+        pytest.skip(f"Cut Cross-Entropy refuses float32 here: {check_cce(torch.device('cuda'), torch.float32)}")
     x, w, b, t = _problem(n=300, v=5000, d=64, bias=bias)
     ref_loss, ref_nll = label_smoothed_nll_loss(F.log_softmax(F.linear(x, w, b), -1), t, 0.1, ignore_index=PAD)
     tensors = (x, w, b)
@@ -413,6 +417,21 @@ def test_peer_benchmark_writes_its_page(tmp_path):
                      "`--fused-impl torch`, 4,800 logits"]
     assert all(r[3] for rows in tables.values() for r in rows)  # float32 at this size: every row within tolerance
     assert "| 8,192 | 512 | 256,000 |" in out.read_text().split("## Not run here")[1]
+
+
+def test_on_a_torch_without_the_op_the_peer_page_leaves_its_rows_out_and_says_why(tmp_path, monkeypatch):
+    """torch < 2.13 (the GPU image's torch 2.11 on 2026-12-04): no F.linear_cross_entropy rows, no `--fused-impl
+    torch` row; the page says so in one line and the other rows run."""
+    from harness import load_script
+
+    monkeypatch.delattr(torch.nn, "LinearCrossEntropyOptions")
+    bench = load_script("bench_fused_loss.py")
+    out = tmp_path / "fused_loss_peers_cpu.md"
+    bench.main(["--peers", "--device", "cpu", "--sizes", "64x8x300", "--rounds", "1", "--blocks", "4800",
+                "--smoothing", "0", "--output", str(out)])
+    text = out.read_text()
+    assert "**Left out:** the torch rows and `--fused-impl torch`: the op needs torch >= 2.13" in text
+    assert [r[0] for r in peer_tables(out)["N = 64, d = 8, V = 300, eps = 0"]] == ["plain"]
 
 
 def test_a_peer_that_fails_gets_a_row_and_the_others_run(monkeypatch):

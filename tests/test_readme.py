@@ -100,6 +100,9 @@ def test_user_docs_sentences_are_short():
     # the checker itself: a long sentence is found, a table row or code line is not
     text = "One " + "word " * 45 + "end.\n\n| " + "cell " * 80 + "|\n\n```\n" + "code " * 80 + "\n```\n"
     assert [n for _, n, _ in check.sentences(text)] == [47]
+    # a benchmark page's command line is code; the prose after it still counts
+    page = "Command: `python x.py " + "--opt " * 70 + "`  \nDate: 2026-12-04; " + "word " * 61 + "end.\n"
+    assert [n for _, n, _ in check.sentences(page)] == [64]
 
 
 @pytest.fixture(scope="module")

@@ -94,13 +94,15 @@ def contestants(device, eps: float, blocks: List[int], impl_blocks: Optional[Dic
             return lce.linear_cross_entropy(x, w, b, t, eps, ignore_index=PAD, impl=impl, block_elements=block)[0]
         return step
 
-    out = [Contestant("plain", "", None, plain_loss),
-           Contestant("torch reference", "", None, torch_op(None))]
-    if eps == 0.0:  # torch's chunked path takes no label smoothing (it falls back to the reference path)
+    out = [Contestant("plain", "", None, plain_loss)]
+    torch_op_here = lce.torch_op_missing() is None  # torch >= 2.13; else its rows are left out (the page says why)
+    if torch_op_here:
+        out.append(Contestant("torch reference", "", None, torch_op(None)))
+    if torch_op_here and eps == 0.0:  # torch's chunked path takes no label smoothing (it falls back to the reference)
         out += [Contestant("torch chunked, auto", "", None, torch_op(torch.nn.LinearCrossEntropyOptions())),
                 Contestant("torch chunked, aspect_ratio", "", None,
                            torch_op(torch.nn.LinearCrossEntropyOptions(chunking_method="aspect_ratio")))]
-    impls = [i for i in lce.IMPLS if i not in ("auto", "cce")]
+    impls = [i for i in lce.IMPLS if i not in ("auto", "cce") and (i != "torch" or torch_op_here)]
     for impl in impls:
         for block in (impl_blocks or {}).get(impl, blocks):
             out.append(Contestant(f"`--fused-impl {impl}`, {block_label(block)} logits", impl, block,
