@@ -4,6 +4,7 @@ Every import of the package's own modules is read from the source (top level and
 import that runs upward is caught too; and loading the plugin in a fresh interpreter imports no tool and no lab
 module."""
 import ast
+import functools
 import os
 import subprocess
 import sys
@@ -24,6 +25,19 @@ def part(module: str) -> str:
     return "plugin"
 
 
+def parse(path: str) -> ast.Module:
+    """The file's syntax tree, parsed once a session for each version of the file (its tests walk the package's
+    imports once for every module)."""
+    stat = os.stat(path)
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: str, _mtime: int, _size: int) -> ast.Module:
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read(), path)
+
+
 def module_name(path: str) -> str:
     rel = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
     return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
@@ -33,8 +47,7 @@ def imports(path: str, module: str, packages: bool = False):
     """(line, imported module) for every import of a module of the package (``module``'s root) in the file; with
     ``packages``, also the module a ``from M import N`` names (M)."""
     package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
+    tree = parse(path)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -238,9 +251,15 @@ def test_every_module_command_written_in_the_repository_runs():
 
 
 def top_level_imports(path: str, module: str):
-    """The package modules a file imports when it is loaded (imports outside any function)."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
+    """The package modules a file imports when it is loaded (imports outside any function), and the lines of the
+    imports inside functions."""
+    stat = os.stat(path)
+    return _top_level_imports(path, module, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _top_level_imports(path: str, module: str, _mtime: int, _size: int):
+    tree = parse(path)
     inner = {n.lineno for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
              for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
     return [(line, target) for line, target in imports(path, module) if line not in inner], inner
@@ -292,8 +311,7 @@ def test_no_tool_or_lab_module_imports_inside_a_function_what_it_has_loaded_alre
 
 
 def imports_torch_or_fairseq(path: str) -> bool:
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
+    tree = parse(path)
     inner = {n.lineno for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
              for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) and n.lineno not in inner for a in n.names]
@@ -332,8 +350,7 @@ def test_no_function_imports_the_standard_library():
     (``LAZY_STDLIB`` names any that stays, with its reason)."""
     late = []
     for path in package_files():
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
+        tree = parse(path)
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
