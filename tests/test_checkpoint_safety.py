@@ -214,8 +214,11 @@ print(json.dumps(results))
 '''
 
 
-@pytest.mark.parametrize("kind", ["crafted", "truncated", "missing"])
-def test_every_entry_point_refuses_a_bad_checkpoint_in_one_line(bad_checkpoints, tiny_bin, tmp_path, kind):
+#: the damaged checkpoints every entry point is given, all in one run of the driver (one start of fairseq)
+REFUSED_KINDS = ["crafted", "truncated", "missing"]
+
+
+def test_every_entry_point_refuses_a_bad_checkpoint_in_one_line(bad_checkpoints, tiny_bin, tmp_path):
     import json
 
     marker = "/tmp/outlayers-pwned"
@@ -223,16 +226,19 @@ def test_every_entry_point_refuses_a_bad_checkpoint_in_one_line(bad_checkpoints,
         os.remove(marker)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     jobs = {}
-    for i, (name, (target, argv)) in enumerate(ENTRY_POINTS.items()):
-        out = str(tmp_path / f"out{i}")
-        argv = [a.replace("CKPT", bad_checkpoints[kind]).replace("DATA", tiny_bin).replace("OUT", out)
-                for a in argv]
-        jobs[name] = (os.path.join(repo, target) if target.endswith(".py") else target, argv)
+    for kind in REFUSED_KINDS:
+        for i, (name, (target, argv)) in enumerate(ENTRY_POINTS.items()):
+            out = str(tmp_path / f"out-{kind}-{i}")
+            argv = [a.replace("CKPT", bad_checkpoints[kind]).replace("DATA", tiny_bin).replace("OUT", out)
+                    for a in argv]
+            jobs[f"{kind}: {name}"] = (os.path.join(repo, target) if target.endswith(".py") else target, argv)
     proc = run([sys.executable, "-c", _DRIVER, json.dumps(jobs)], cwd=str(tmp_path), input="")
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name, (code, line) in results.items():
-        assert code not in (0, "traceback"), (name, code, line)
-        assert MESSAGES[kind] in line and bad_checkpoints[kind] in line, (name, line)
+    assert sorted(results) == sorted(jobs)
+    for job, (code, line) in results.items():
+        kind = job.split(":")[0]
+        assert code not in (0, "traceback"), (job, code, line)
+        assert MESSAGES[kind] in line and bad_checkpoints[kind] in line, (job, line)
     assert not os.path.exists(marker)
     assert not [p for p in os.listdir(tmp_path) if p.startswith("out") and os.path.isfile(tmp_path / p)]
 
