@@ -23,7 +23,7 @@ FILES = ["fused_loss_peers_cuda.md", "precision_gpu.md", "vmf_loss_cuda.md", "wh
 def driver(tmp_path, python=None, **env):
     bin_dir = os.path.dirname(sys.executable)
     full = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(tmp_path / "out"),
-                STATE=str(tmp_path / "state"), OMP_NUM_THREADS="1", PATH=bin_dir + os.pathsep + os.environ["PATH"],
+                STATE=str(tmp_path / "state"), SITE=str(tmp_path / "site"), OMP_NUM_THREADS="1", PATH=bin_dir + os.pathsep + os.environ["PATH"],
                 MULTI30K=str(tmp_path / "none"),
                 # the call's budget is for a GPU's nine minutes; a loaded CPU (other tests beside it) may need more
                 BUDGET="3600")
