@@ -15,7 +15,6 @@ during one step, measured in a fresh subprocess per layer; CUDA peak memory is `
 Results are printed and written as markdown to ``--output`` (default ``docs/benchmarks/fixed_targets.md``).
 """
 import argparse
-import datetime
 import gc
 import json
 import os
@@ -166,8 +165,7 @@ def main(argv=None):
         "",
         f"Command: `{command}`  ",
         benchlib.stamp(args.device) + "  ",
-        f"Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; device: "
-        f"{args.device} ({platform.processor() or platform.machine()}, {args.threads} thread(s)); torch "
+        f"Machine: {args.device} ({platform.processor() or platform.machine()}, {args.threads} thread(s)); torch "
         f"{torch.__version__}",
         "",
         f"d = {args.dim}, {args.tokens} target tokens per step, float32; time = median of {args.reps} repetitions "

@@ -118,6 +118,21 @@ def measure(steps, device, warmup: int, repeats: int):
     return {name: (best[name], peak[name]) for name in names}
 
 
+REFUSED = {}  # (impl, dtype name) -> why that implementation has no rows in that dtype (the page says)
+
+
+def impls_for(impls, device, dtype):
+    """``impls`` less Cut Cross-Entropy where it fails its check in ``dtype`` (its backward refuses float32)."""
+    import torch
+
+    from fairseq_outlayers.losses.linear_cross_entropy import check_cce
+
+    why = check_cce(torch.device(device), dtype) if "cce" in impls else None
+    if why:
+        REFUSED[("cce", str(dtype).replace("torch.", ""))] = why
+    return [impl for impl in impls if not (impl == "cce" and why)]
+
+
 def layer_rows(args, vocab: int, device):
     import torch
 
@@ -139,7 +154,8 @@ def layer_rows(args, vocab: int, device):
                     layer_loss(impl, layer, features, target, args.label_smoothing).backward()
                 return step
 
-            got = measure({impl: step_of(impl) for impl in args.impls}, device, args.warmup, args.repeats)
+            got = measure({impl: step_of(impl) for impl in impls_for(args.impls, device, dtype)}, device,
+                          args.warmup, args.repeats)
             for impl, (seconds, peak) in got.items():
                 rows.append((name, dtype_name, impl, seconds, peak))
                 print(f"layer V={vocab} {name} {dtype_name} {impl}: {seconds} s, {peak} B", flush=True)
@@ -202,7 +218,8 @@ def model_rows(args, vocab: int, device):
                 crit(model, sample)[0].backward()
             return step
 
-        got = measure({impl: step_of(impl) for impl in args.impls}, device, args.warmup, args.repeats)
+        got = measure({impl: step_of(impl) for impl in impls_for(args.impls, device, dtype)}, device, args.warmup,
+                      args.repeats)
         for impl, (seconds, peak) in got.items():
             rows.append(("model", dtype_name, impl, seconds, peak))
             print(f"model V={vocab} {dtype_name} {impl}: {seconds} s, {peak} B", flush=True)
@@ -274,8 +291,13 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     cuda = args.device == "cuda"
     args.dtypes = args.dtypes or (["fp32", "bf16"] if cuda else ["fp32"])
+    from fairseq_outlayers.losses.linear_cross_entropy import torch_op_missing
+
+    left_out = torch_op_missing()  # torch < 2.13 has no F.linear_cross_entropy: no torch rows, and the page says why
     if args.impls is None:
-        args.impls = ["plain", "torch"] + (["cce"] if cuda and cce_available() else [])
+        args.impls = ["plain"] + ([] if left_out else ["torch"]) + (["cce"] if cuda and cce_available() else [])
+    if "torch" in args.impls and left_out:
+        parser.error(f"--impls torch {left_out}; or leave torch out of --impls")
     if "cce" in args.impls and not (cuda and cce_available()):
         parser.error("--impls cce needs --device cuda and the cut-cross-entropy package")
     device = torch.device(args.device)
@@ -295,6 +317,8 @@ def main(argv=None):
         f"cut-cross-entropy {'installed' if cce_available() else 'not installed'}; total wall time "
         f"{time.time() - start:.0f} s; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
         "(other processes on the machine make times noisy, not memory).", "",
+        *([f"**Left out:** the torch rows: the op {left_out}", ""] if left_out else []),
+        *[f"**Left out:** the {impl} rows in {dtype}: {why}.\n" for (impl, dtype), why in sorted(REFUSED.items())],
         f"One step = forward + label-smoothed loss (eps {args.label_smoothing}) + backward, {args.tokens} target "
         f"tokens (5 % padding), no optimizer. Layer rows: a decoder stand-in with H = {args.dim} into the output layer "
         f"(softmax: untied with bias; joint: d_j = H). Model rows: `{args.model_arch}` with a tied output layer. plain = "

@@ -218,12 +218,10 @@ def report(results: list, args, wall: float) -> str:
                   f"{args.dim}/512 so that it fits a small CPU in a few minutes; the ratios d_j/d are the paper's.",
                   ""]
     for vocab in args.vocab:
-        lines += [f"## |V| = {vocab:,}", "",
-                  "| model | " + " | ".join(f"{fmt_ratio(r)} tok/s" for r in ratios)
-                  + " | " + " | ".join(f"{fmt_ratio(r)} vs full" for r in ratios if r < 1)
-                  + " | full vs tied | " + " | ".join(f"{fmt_ratio(r)} peak MiB" for r in ratios)
-                  + " | " + " | ".join(f"{fmt_ratio(r)} GFLOP/s" for r in ratios) + " |",
-                  "|" + "---|" * (1 + len(ratios) * 3 + len([r for r in ratios if r < 1]) + 1)]
+        heads = (["model"] + [f"{fmt_ratio(r)} tok/s" for r in ratios]
+                 + [f"{fmt_ratio(r)} vs full" for r in ratios if r < 1] + ["full vs tied"]
+                 + [f"{fmt_ratio(r)} peak MiB" for r in ratios] + [f"{fmt_ratio(r)} GFLOP/s" for r in ratios])
+        lines += [f"## |V| = {vocab:,}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
         for m in models:
             row = [by.get((m, vocab, r)) for r in ratios]
             if any(x is None for x in row):

@@ -34,3 +34,10 @@ def test_the_page_states_command_date_commit_and_device(script, tmp_path):
     assert re.fullmatch(re.escape(head) + r"( \(.+ modified\))?", facts["commit"]), facts["commit"]
     assert "git log" not in out.read_text().split("\n|", 1)[0]
     assert facts["device"] and facts["device"] != "cpu"  # the CPU's name, not the word
+    text = out.read_text()
+    assert text.count("\nDate: ") == 1, "one date line"  # fixed_cuda.md had two (2026-12-04)
+    blocks = re.findall(r"(?:^\|.*\|\n)+", text, flags=re.M)
+    assert blocks
+    for block in blocks:  # every row as many cells as its head (joint_cuda.md's head had an empty one, 2026-12-04)
+        widths = {line.count("|") for line in block.splitlines()}
+        assert len(widths) == 1, block

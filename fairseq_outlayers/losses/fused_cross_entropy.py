@@ -104,6 +104,10 @@ class FusedCrossEntropyCriterion(CheckedOptions, LabelSmoothedCrossEntropyCriter
             x = x[:, self.ignore_prefix_size:, :]
             target = target[:, self.ignore_prefix_size:]
         impl = resolve_impl(self.impl, x.device, x.dtype)
+        if impl == "cce" and self.impl == "cce" and check_cce(x.device, x.dtype):  # by name: refuse, never fall back
+            raise OutlayersConfigError(f"--fused-impl cce fails its check on {x.device} in {x.dtype} "
+                                       f"({check_cce(x.device, x.dtype)}); train with --bf16 or --fp16, or use "
+                                       "--fused-impl auto (it falls back to torch's path)")
         if impl == "torch" and torch_op_missing():
             raise OutlayersConfigError(f"--criterion fused_cross_entropy --fused-impl {self.impl} "
                                        f"{torch_op_missing()}")

@@ -26,7 +26,7 @@ def render(args, command, env, layer_rows, train, decode, elapsed, loads, loss_r
         "",
         f"Command: `{command}`.",
         "",
-        f"Date: {env['date']}; git commit {env['commit']}; device {args.device}; CPU: {env['cpu']} "
+        f"Date: {env['date']}; git commit {env['commit']}; device {benchlib.device_name(args.device) if str(args.device).startswith('cuda') else args.device}; CPU: {env['cpu']} "
         f"({env['cores']} cores, torch using {args.threads} thread(s)); torch {env['torch']}; "
         f"whole run {elapsed / 60:.1f} min; load average (1 min) at start / end: {loads[0]:.2f} / {loads[1]:.2f} "
         "(other jobs shared the machine; the alternation below spreads their effect over both sides).",
