@@ -499,7 +499,7 @@ def render(args, command, env, rows, elapsed, partial=False):
     lines = [
         "# Benchmark: whole-model training speed of every output layer (fairseq-train)",
         "",
-    ] + (["**Partial: the run was still going (or was stopped) when this was written.**", ""] if partial else []) + [
+    ] + (["**Partial:** the run was still going (or was stopped) when this was written.", ""] if partial else []) + [
         f"Command: `{command}`  ",
         f"Date: {env['date']}; git commit {env['commit']}; device {env['device']}; torch {env['torch']}; "
         f"fairseq {env['fairseq']}; Python {env['python']}; whole run {elapsed / 60:.1f} min.",

@@ -792,7 +792,6 @@ def test_both_directions_in_one_call_each_with_its_own_reference(tmp_path, monke
 
 def test_jobs_run_every_row_and_seed_and_other_options_stop_before_training(tmp_path, monkeypatch):
     import threading
-    import time
 
     from fairseq_outlayers.lab.ledger import runner
 
@@ -802,14 +801,16 @@ def test_jobs_run_every_row_and_seed_and_other_options_stop_before_training(tmp_
     for name in ("10-softmax", "20-tied"):
         (tmp_path / f"{name}.args").write_text(f"# {name}\n--data-bin {tmp_path / 'data'} --output-layer x\n")
     started, running, most = [], [0], [0]
-    lock = threading.Lock()
+    lock, three = threading.Lock(), threading.Event()
 
     def fake_run(row, seed, settings):
         with lock:
             started.append((row.name, seed))
             running[0] += 1
             most[0] = max(most[0], running[0])
-        time.sleep(0.2)
+            if running[0] == 3:
+                three.set()
+        three.wait(timeout=30)  # the first three hold their slots until all three run: no race with a busy machine
         with lock:
             running[0] -= 1
         return fake_record(settings.ledger, row.name, seed, 30.0, HYP_A), False
@@ -819,8 +820,8 @@ def test_jobs_run_every_row_and_seed_and_other_options_stop_before_training(tmp_
     argv = ["run", "--rows", str(tmp_path / "*.args"), "--seeds", "1", "2", "--test-ref", str(ref),
             "--ledger", ledger, "--jobs", "3"]
     assert ledger_main(argv) == 0
-    assert started[:2] == [("softmax", 1), ("tied", 1)] and sorted(started) == [
-        ("softmax", 1), ("softmax", 2), ("tied", 1), ("tied", 2)]
+    # the three slots take the runs in the order given, seed 1 of every row first; the fourth waits for a slot
+    assert sorted(started[:3]) == [("softmax", 1), ("softmax", 2), ("tied", 1)] and started[3] == ("tied", 2)
     assert most[0] == 3  # three at once
     # the fake records hold other options than the rows give: refused before anything trains
     started.clear()
@@ -1087,7 +1088,7 @@ def test_data_prepared_again_differently_is_refused_before_training_and_shown(tm
     assert out[1] == (f"  softmax seed 1: recorded on other data (digest {first}) than '{data}' holds now "
                       f"({second}): prepare the data as that run did ({records.record_path(ledger, 'softmax', 1)})")
     assert out[2] == "1 other data"
-    assert f"commits: abc1234; data digests: `{first}`." in render(ledger)
+    assert f"- commits: abc1234.\n- data digests: `{first}`." in render(ledger)
 
 
 def test_a_file_the_options_name_made_again_differently_is_refused_and_shown(tmp_path, monkeypatch, capsys):

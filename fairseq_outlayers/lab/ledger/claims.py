@@ -356,7 +356,7 @@ def claims_section(ledger: str, claims_path: str, seeds: Sequence[int], test: st
     md += claims_table(ledger, claims, seeds, test, cache, claims_path) + [""]
     further = further_verdicts(ledger, claims, test, cache, claims_path)
     if further:
-        md += ["Over every seed both rows have, once both have the planned seeds:", ""] + further + [""]
+        md += ["Over every seed both rows have, once both have the planned seeds.", ""] + further + [""]
     return md
 
 

@@ -185,7 +185,7 @@ def _counts(values) -> str:
 
 def figure_lines(name: str, rows: Dict[str, Dict[int, Dict]], test: str, figures: Dict[str, str]) -> List[str]:
     """Markdown image links of one table's plots; the SVG texts go into ``figures`` ({file name: text})."""
-    lines = []
+    captions, images = [], []
     drawn = [("curves", "validation score per epoch", plots.curves_svg(f"{name}: validation per epoch", rows)),
              ("scores", f"{test} sacreBLEU against trained parameters",
               plots.scores_svg(f"{name}: {test} against trained parameters", rows, test))]
@@ -193,8 +193,12 @@ def figure_lines(name: str, rows: Dict[str, Dict[int, Dict]], test: str, figures
         if svg is not None:
             file_name = f"ledger-{name}-{kind}.svg"
             figures[file_name] = svg
-            lines.append(f"![{name}: {caption}]({file_name})")
-    return lines + [""] if lines else []
+            captions.append(caption)
+            images.append(f"![{name}: {caption}]({file_name})")
+    if not images:
+        return []
+    # side by side, as a table: a caption over each plot, and no run-on "sentence" of alt texts in the prose
+    return ["| " + " | ".join(captions) + " |", "|" + "---|" * len(captions), "| " + " | ".join(images) + " |", ""]
 
 
 def _before_step(ledger: str, runs: Dict[int, Dict], parent: Dict[int, Dict], seeds: Sequence[int], test: str,
@@ -221,7 +225,7 @@ def _before_step(ledger: str, runs: Dict[int, Dict], parent: Dict[int, Dict], se
 
 
 def _named_files(rows: Dict[str, Dict[int, Dict]]) -> str:
-    """'; named files: `path` `digest` (rows a, b), ...': the digest of every file the rows' options name, with
+    """'`path` `digest` (rows a, b); ...': the digest of every file the rows' options name, with
     the rows trained with each version where the table holds more than one."""
     named: Dict[str, Dict[str, List[str]]] = {}
     for row, runs in rows.items():
@@ -239,7 +243,7 @@ def _named_files(rows: Dict[str, Dict[int, Dict]]) -> str:
         else:
             parts.append(f"`{path}` in {len(versions)} versions: " + ", ".join(
                 f"`{d}` ({', '.join(names)})" for d, names in sorted(versions.items())))
-    return "; named files: " + "; ".join(parts)
+    return "; ".join(parts)
 
 
 def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2016",
@@ -296,10 +300,11 @@ def render(ledger: str, seeds: Sequence[int] = DEFAULT_SEEDS, test: str = "test2
                              for r in runs.values() if test in r["test"]})
         commits = sorted({r["commit"] for runs in rows.values() for r in runs.values()})
         data = sorted({r["data_digest"] for runs in rows.values() for r in runs.values() if r.get("data_digest")})
-        data = f"; data digests: {', '.join(f'`{d}`' for d in data)}" if data else ""
-        md += [f"sacreBLEU signature: {', '.join(f'`{s}`' for s in signatures)}; commits: {', '.join(commits)}"
-               f"{data}{_named_files(rows)}.",
-               "", f"### Rows of {name}", ""]
+        named = _named_files(rows)
+        md += ([f"- sacreBLEU signature: {', '.join(f'`{s}`' for s in signatures)}.",
+                f"- commits: {', '.join(commits)}."]
+               + ([f"- data digests: {', '.join(f'`{d}`' for d in data)}."] if data else [])
+               + ([f"- named files: {named}."] if named else []) + ["", f"### Rows of {name}", ""])
         first = {row: runs[min(runs)] for row, runs in rows.items()}
         shared = shared_options([r["options"][:-2] for r in first.values()])  # without --seed N
         md += ["fairseq-train options every row of this table has (the runner adds `--user-dir`, `--save-dir` "
