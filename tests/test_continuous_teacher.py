@@ -270,3 +270,30 @@ def test_status_of_a_student_names_its_teacher_and_reads_its_partial_run(tmp_pat
     assert vectors == os.path.join(work, "teacher.seed1", "vectors.output.vec")
     (run_dir / "options.json").write_text(json.dumps(with_vectors(row_options(row, 1, 5, 50, 5), vectors)))
     assert run_state(row, 1, ledger, work, 5, 50, 5)["state"] == "partial"  # not "other options"
+
+
+def test_a_teacher_trained_again_is_trained_once_for_every_student_of_its_seed(tmp_path, monkeypatch):
+    """A teacher retrained with other threads is not its recorded model (2026-12-04: best update 4,165 against
+    4,879). The students after the first reuse that retrained model; before, each trained it again from its last
+    checkpoint, so the levers of one sweep got different teachers. A checkpoint changed since is trained again."""
+    import types
+
+    from fairseq_outlayers.lab.ledger import teacher as teacher_mod
+
+    monkeypatch.setattr(records, "recorded", lambda *a, **k: {"best_updates": 99, "validation": {"best": 3.0}})
+    monkeypatch.setattr(teacher_mod, "row_options", lambda *a, **k: [])
+    row = types.SimpleNamespace(name="teacher", path="10-teacher.args", training_name=lambda: "teacher")
+    s = types.SimpleNamespace(work=str(tmp_path), ledger=str(tmp_path / "runs"), patience=5, max_epoch=50, beam=5)
+    best = tmp_path / "teacher.seed1" / "checkpoint_best.pt"
+    trained = []
+
+    def train(teacher, seed, settings, options, run_dir):
+        trained.append(run_dir)
+        os.makedirs(run_dir, exist_ok=True)
+        torch.save({"optimizer_history": [{"num_updates": 40 + len(trained)}], "extra_state": {"best": 2.0}}, best)
+
+    facts = [teacher_mod._teacher_checkpoint(row, 1, s, None, train)[1] for _ in range(2)]
+    assert len(trained) == 1  # the second student reuses it
+    assert [(f["best_updates"], f["retrained"], f["record_matches"]) for f in facts] == [(41, True, False)] * 2
+    torch.save({"optimizer_history": [{"num_updates": 7}], "extra_state": {"best": 1.0}}, best)  # changed by hand
+    assert teacher_mod._teacher_checkpoint(row, 1, s, None, train)[1]["best_updates"] == 42 and len(trained) == 2

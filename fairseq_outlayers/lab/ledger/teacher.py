@@ -7,7 +7,8 @@ A row with ``# teacher: ROW [--matrix output|input] [--random-below N] [--center
    recorded first (``runner.run``). ROW recorded but its checkpoint gone: trained again in its run directory
    (``runner.train``; an interrupted training resumes there), not recorded again; the student's record says so
    (``teacher.retrained``), and whether the checkpoint is the recorded model (``teacher.record_matches``: the
-   record's best update and validation score);
+   record's best update and validation score). A teacher trained again to the end keeps its checkpoint's digest
+   (``retrained.json``): the seed's later students reuse that model while the file is unchanged;
 2. the export into ROW's run directory (``vectors.output.vec``, or the mixed table's name), with ``NAME.json``
    beside it: the digests of the checkpoint it was exported from and of the vectors. An export whose checkpoint is
    still the same is reused; a changed checkpoint is exported again;
@@ -32,6 +33,18 @@ from fairseq_outlayers.outfiles import write_text
 
 #: the bookkeeping file of a student's run directory: the teacher's vectors it trains against
 STUDENT_FILE = "teacher.json"
+#: the bookkeeping file of a teacher's run directory after the ledger trained it again to the end: its checkpoint's
+#: digest, so that the next student of the same seed reuses that model instead of training it once more
+RETRAINED_FILE = "retrained.json"
+
+
+def _retrained_here(run_dir: str, best: str) -> bool:
+    """True when the ledger finished training ``best`` again in ``run_dir`` and the file is still that model."""
+    path = os.path.join(run_dir, RETRAINED_FILE)
+    if not os.path.exists(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("checkpoint_digest") == records.file_digest(best)
 
 
 def teacher_row(row: LedgerRow) -> LedgerRow:
@@ -60,11 +73,15 @@ def _teacher_checkpoint(teacher: LedgerRow, seed: int, s, run, train) -> Tuple[s
     if record is None:
         log(f"{teacher.name} seed {seed}: the teacher is not recorded; training and recording it first", "ledger")
         record, _ = run(teacher, seed, s)
+    elif os.path.exists(best) and _retrained_here(run_dir, best):
+        retrained = True  # trained again to the end by an earlier call (other threads or device): the same model
     elif not (os.path.exists(best) and checkpoint_state(best)["updates"] == record["best_updates"]):
         why = "is gone" if not os.path.exists(best) else "is not the recorded model"
         log(f"{teacher.name} seed {seed}: {best} {why}; training the teacher again (its record stays)", "ledger")
         train(teacher, seed, s, options, run_dir)
         retrained = True
+        write_text(os.path.join(run_dir, RETRAINED_FILE),
+                   json.dumps({"checkpoint_digest": records.file_digest(best)}, indent=1) + "\n")
     state = checkpoint_state(best)
     facts = {"row": teacher.name, "seed": seed, "checkpoint": os.path.basename(best),
              "best_updates": state["updates"], "validation_best": state["best"], "retrained": retrained,
