@@ -115,3 +115,37 @@ def test_the_command_line(tree, capsys):
     assert docs.main(["--check", str(page)]) == 1
     assert "block 'options fixed' differs from its files" in capsys.readouterr().out
     assert docs.main([str(page)]) == 0 and docs.main(["--check", str(page)]) == 0
+
+
+def test_the_decodes_block_gives_each_seeds_scales_and_both_decodes(tree):
+    """``decodes``: one line a recorded seed, read from its record (a second seed of word-vmf-teacher written here
+    with known figures); a row with a row file and no record says "not run"; a row tested without a scale chosen on
+    validation, or a name that is no row, is refused."""
+    import json
+
+    shutil.copytree(os.path.join(REPO, "configs", "ledger"), tree / "configs" / "ledger")
+    runs = tree / "docs" / "results" / "runs"
+    record = json.loads((runs / "word-vmf-teacher.seed1.json").read_text())
+    record.update(seed=2, epochs=30, best_epoch=25, training_seconds=1234.4, resumed=True,
+                  decodes={"test2016": {"1": 35.125}})
+    record["validation"]["best"] = 36.5
+    record["decoding"].update(scale=None, scale_validation={"none": 35.0, "5": 34.0, "10": 33.0, "20": 32.0,
+                                                               "40": 31.0})
+    record["test"]["test2016"]["sacrebleu"] = 35.5
+    record["teacher"]["seconds"] = 4000.0
+    (runs / "word-vmf-teacher.seed2.json").write_text(json.dumps(record))
+    text = docs.render_text("<!-- generated: decodes word-vmf-teacher word-vmf-teacher-mixed -->\n"
+                            "<!-- end generated -->\n", docs.Context(str(tree)))
+    lines = text.splitlines()
+    assert "per scale (none / 5 / 10 / 20 / 40)" in lines[1] and "test2016, beam 5" in lines[1]
+    assert lines[4] == ("| `word-vmf-teacher`, 2 | 36.50 | 35.00 / 34.00 / 33.00 / 32.00 / 31.00 | none | 35.50 | 35.12 "
+                        "| 30 (25) | 1,234, resumed; teacher 4,000 |")
+    assert lines[5] == "| `word-vmf-teacher-mixed` | not run | — | — | — | — | — | — |"
+    for spec, message in (("decodes word-softmax", "word-softmax seed 1 chose no score scale on validation"),
+                          ("decodes no-such-row", "'no-such-row' has neither a record")):
+        with pytest.raises(OutlayersConfigError, match=message):
+            docs.render_text(f"<!-- generated: {spec} -->\n<!-- end generated -->\n", docs.Context(str(tree)))
+    # a rows block names the one seed of a row that has one
+    rows = docs.render_text("<!-- generated: rows word-max-margin-beam5 -->\n<!-- end generated -->\n",
+                            docs.Context(str(tree)))
+    assert re.search(r"\| `word-max-margin-beam5` \| \d+\.\d\d \(seed 1\) \|", rows), rows

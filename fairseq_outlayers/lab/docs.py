@@ -16,6 +16,9 @@ fenced code block is an example of a page (docs/architecture.md prints a method'
 - ``readme-evidence``: the README's evidence table (one line a claim: verdict, difference, parameters, page);
 - ``rows ROW[:OTHER] ...``: each row's test2016 mean over the protocol's seeds and its difference from its
   baseline (or from OTHER), from the records of ``docs/results/runs``;
+- ``decodes ROW ...``: every recorded seed of rows whose score scale was chosen on validation: greedy and
+  per-scale validation figures, the scale chosen, test at that beam and greedy, epochs and seconds (a row with a
+  row file but no record: "not run");
 - ``seed-scores ROW BASELINE``: every recorded seed of the two rows side by side, the difference over the seeds
   both have and, where a claim sets the two against each other, its verdict over every seed both have;
 - ``options WORD ...``: the options of the package's output layers, embedding methods and criterions whose
@@ -50,7 +53,8 @@ from typing import Dict, List, Optional, Tuple
 from fairseq_outlayers.errors import OutlayersConfigError
 from fairseq_outlayers.textfiles import read_text
 from fairseq_outlayers.lab.ledger_blocks import (CLAIMS, LEDGER, TEST, _claims_block, _further_block,  # noqa: F401
-                                                 _readme_block, _rows_block, _rule_block, _seed_scores_block)
+                                                 _decodes_block, _readme_block, _rows_block, _rule_block,
+                                                 _seed_scores_block)
 from fairseq_outlayers.lab.option_blocks import (_archs_block, _cell, _cli_block, _exports_block,  # noqa: F401
                                                  _methods_block, _options_block, _seam_row)
 
@@ -189,6 +193,7 @@ def _bench_block(ctx: Context, args: List[str]) -> List[str]:
 
 KINDS = {"claims": _claims_block, "rule": _rule_block, "further-seeds": _further_block,
          "readme-evidence": _readme_block, "rows": _rows_block, "seed-scores": _seed_scores_block,
+         "decodes": _decodes_block,
          "options": _options_block, "cli": _cli_block,
          "archs": _archs_block, "exports": _exports_block, "methods": _methods_block, "bench": _bench_block, "benchmarks": _benchmarks_block}
 

@@ -82,15 +82,19 @@ def _rows_block(ctx, args: List[str]) -> List[str]:
         table, rows = _row_table(ctx, row)
         rows = keep_seeds(rows, _seeds())
         other = other or next(iter(rows[row].values())).get("baseline") or ""
-        scores = seed_scores(rows, row, TEST)
-        def seeds(name):
-            return f" (seeds {_ranges(sorted(rows[name]))})" if set(rows[name]) != set(_seeds()) else ""
+        def mean(name):  # "37.46 (seed 1)", "32.76 ± 1.50 (seeds 1-2)" or, over the protocol's seeds, no seeds
+            text = mean_pm_sd(seed_scores(rows, name, TEST))
+            if set(rows[name]) == set(_seeds()):
+                return text
+            if len(rows[name]) == 1:
+                return text.replace(" (1 seed)", "") + f" (seed {next(iter(rows[name]))})"
+            return text + f" (seeds {_ranges(sorted(rows[name]))})"
 
-        cells = [f"`{row}`", mean_pm_sd(scores) + seeds(row), f"`{other}`" if other else "—"]
+        cells = [f"`{row}`", mean(row), f"`{other}`" if other else "—"]
         if other:
             if other not in rows:
                 raise OutlayersConfigError(f"rows block: '{other}' is not a row of table '{table}'")
-            cells.append(mean_pm_sd(seed_scores(rows, other, TEST)) + seeds(other))
+            cells.append(mean(other))
             c = compare(ctx.path(LEDGER), rows, row, other, TEST, ctx.cache)
             if "why" in c:
                 cells += [f"not compared ({c['why']})", "—", "—"]
@@ -154,4 +158,68 @@ def _seed_scores_block(ctx, args: List[str]) -> List[str]:
             lines.append(f"- The claim's verdict over seeds {planned}, by the rule: **{r['verdict']}**.")
             if r["need"]:
                 lines.append(f"- {r['need'][0].upper()}{r['need'][1:]}.")
+    return lines
+
+
+def _row_file_exists(ctx, row: str) -> bool:
+    import glob
+    import os
+
+    from fairseq_outlayers.lab.ledger.rows import read_row
+
+    return any(read_row(p)[0] == row for p in glob.glob(ctx.path(os.path.join("configs", "ledger", "*", "*.args"))))
+
+
+def _decodes_block(ctx, args: List[str]) -> List[str]:
+    """``decodes ROW ...``: every recorded seed of rows tested at a beam with the score scale chosen on validation
+    (``# scales:``): the greedy validation figure training stopped on, the validation score of each scale, the scale
+    chosen, the test score at that beam and greedy, the epochs and fairseq's training time (the teacher's too). A row with a row file but no
+    record yet is one line saying so; a name with neither is refused."""
+    if not args:
+        raise OutlayersConfigError("a decodes block names at least one row")
+    entries, scales, beams = [], [], set()
+    for row in args:
+        runs = next((rows[row] for rows in ctx.tables.values() if row in rows), None)
+        if runs is None:
+            if not _row_file_exists(ctx, row):
+                raise OutlayersConfigError(f"decodes block: '{row}' has neither a record in {LEDGER} nor a row file "
+                                           "under configs/ledger/")
+            entries.append((row, None, None))
+            continue
+        for seed in sorted(runs):
+            r = runs[seed]
+            decoding = r.get("decoding") or {}
+            if "scale_validation" not in decoding:
+                raise OutlayersConfigError(f"decodes block: {row} seed {seed} chose no score scale on validation "
+                                           "(its row has no '# scales:'); name rows tested that way")
+            beams.add(decoding.get("beam"))
+            for s in decoding["scale_validation"]:
+                if s not in scales:
+                    scales.append(s)
+            entries.append((row, seed, r))
+    beam = beams.pop() if len(beams) == 1 else None
+    at = f"beam {beam}" if beam else "the row's beam"
+    lines = [f"| row, seed | valid BLEU, greedy (best) | valid sacreBLEU, {at}, per scale ({' / '.join(scales)}) | "
+             f"scale chosen | {TEST}, {at} | {TEST}, greedy | epochs (best) | training seconds |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def fmt(v):
+        return "—" if v is None else f"{v:.2f}"
+
+    for row, seed, r in entries:
+        if r is None:
+            lines.append(f"| `{row}` | not run | — | — | — | — | — | — |")
+            continue
+        d = r["decoding"]
+        per = " / ".join(fmt(d["scale_validation"].get(s)) for s in scales)
+        scale = d.get("scale")
+        scale = "none" if scale is None else f"{scale:g}"
+        test = r["test"].get(TEST, {}).get("sacrebleu")
+        greedy = ((r.get("decodes") or {}).get(TEST) or {}).get("1")
+        teacher = r.get("teacher") or {}
+        # fairseq's training time summed over a run's resumptions; the teacher's wall time where it was trained
+        secs = (f"{r['training_seconds']:,.0f}" + (", resumed" if r.get("resumed") else "")
+                + (f"; teacher {teacher['seconds']:,.0f}" if teacher.get("seconds") else ""))
+        lines.append(f"| `{row}`, {seed} | {fmt(r['validation']['best'])} | {per} | {scale} | {fmt(test)} | "
+                     f"{fmt(greedy)} | {r['epochs']} ({r['best_epoch']}) | {secs} |")
     return lines
