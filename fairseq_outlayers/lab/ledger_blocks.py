@@ -1,8 +1,10 @@
 """The documents' blocks rendered from the results ledger (``docs/results/runs``) and its claims
-(``docs/results/claims.json``): ``claims``, ``rule``, ``further-seeds``, ``readme-evidence``, ``rows`` and
-``seed-scores`` (``python -m fairseq_outlayers.lab.docs`` describes each). Each takes the ``docs.Context`` the
+(``docs/results/claims.json``): ``claims``, ``rule``, ``further-seeds``, ``readme-evidence``, ``rows``,
+``seed-scores`` and ``decodes`` (``python -m fairseq_outlayers.lab.docs`` describes each). Each takes the ``docs.Context`` the
 figures are read from and the block's words, and gives the block's lines.
 """
+import glob
+import os
 from typing import List
 
 from fairseq_outlayers.errors import OutlayersConfigError
@@ -162,9 +164,6 @@ def _seed_scores_block(ctx, args: List[str]) -> List[str]:
 
 
 def _row_file_exists(ctx, row: str) -> bool:
-    import glob
-    import os
-
     from fairseq_outlayers.lab.ledger.rows import read_row
 
     return any(read_row(p)[0] == row for p in glob.glob(ctx.path(os.path.join("configs", "ledger", "*", "*.args"))))
