@@ -134,13 +134,19 @@ def test_the_decodes_block_gives_each_seeds_scales_and_both_decodes(tree):
     record["test"]["test2016"]["sacrebleu"] = 35.5
     record["teacher"]["seconds"] = 4000.0
     (runs / "word-vmf-teacher.seed2.json").write_text(json.dumps(record))
+    record.update(seed=3, resumed=False)
+    record["teacher"]["seconds"] = 0.1  # a teacher an earlier student of the seed trained
+    (runs / "word-vmf-teacher.seed3.json").write_text(json.dumps(record))
+    for old in runs.glob("word-vmf-teacher-mixed.seed*"):  # a row file without records
+        old.unlink()
     text = docs.render_text("<!-- generated: decodes word-vmf-teacher word-vmf-teacher-mixed -->\n"
                             "<!-- end generated -->\n", docs.Context(str(tree)))
     lines = text.splitlines()
     assert "per scale (none / 5 / 10 / 20 / 40)" in lines[1] and "test2016, beam 5" in lines[1]
     assert lines[4] == ("| `word-vmf-teacher`, 2 | 36.50 | 35.00 / 34.00 / 33.00 / 32.00 / 31.00 | none | 35.50 | 35.12 "
                         "| 30 (25) | 1,234, resumed; teacher 4,000 |")
-    assert lines[5] == "| `word-vmf-teacher-mixed` | not run | — | — | — | — | — | — |"
+    assert lines[5].endswith("| 30 (25) | 1,234; teacher reused |")
+    assert lines[6] == "| `word-vmf-teacher-mixed` | not run | — | — | — | — | — | — |"
     for spec, message in (("decodes word-softmax", "word-softmax seed 1 chose no score scale on validation"),
                           ("decodes no-such-row", "'no-such-row' has neither a record")):
         with pytest.raises(OutlayersConfigError, match=message):

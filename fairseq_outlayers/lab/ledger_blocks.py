@@ -218,7 +218,8 @@ def _decodes_block(ctx, args: List[str]) -> List[str]:
         teacher = r.get("teacher") or {}
         # fairseq's training time summed over a run's resumptions; the teacher's wall time where it was trained
         secs = (f"{r['training_seconds']:,.0f}" + (", resumed" if r.get("resumed") else "")
-                + (f"; teacher {teacher['seconds']:,.0f}" if teacher.get("seconds") else ""))
+                + ("" if not teacher else f"; teacher {teacher['seconds']:,.0f}" if teacher.get("seconds", 0) >= 1
+                   else "; teacher reused"))
         lines.append(f"| `{row}`, {seed} | {fmt(r['validation']['best'])} | {per} | {scale} | {fmt(test)} | "
                      f"{fmt(greedy)} | {r['epochs']} ({r['best_epoch']}) | {secs} |")
     return lines
