@@ -87,7 +87,9 @@ def copy_checkout(root):
     ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
     for folder in ("fairseq_outlayers", "tests"):
         shutil.copytree(os.path.join(REPO, folder), os.path.join(root, folder), ignore=ignore)
-    shutil.copytree(os.path.join(REPO, "docs"), os.path.join(root, "docs"), ignore=ignore)  # what the blocks read
+    # what the blocks read: the records and pages, and the ledger's row files (a "decodes" block names rows)
+    shutil.copytree(os.path.join(REPO, "docs"), os.path.join(root, "docs"), ignore=ignore)
+    shutil.copytree(os.path.join(REPO, "configs", "ledger"), os.path.join(root, "configs", "ledger"), ignore=ignore)
     os.makedirs(os.path.join(root, "scripts"))
     shutil.copy(os.path.join(REPO, "README.md"), root)
     shutil.copy(os.path.join(REPO, "scripts", "check_sentences.py"), os.path.join(root, "scripts"))
