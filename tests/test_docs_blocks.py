@@ -143,8 +143,8 @@ def test_the_decodes_block_gives_each_seeds_scales_and_both_decodes(tree):
                             "<!-- end generated -->\n", docs.Context(str(tree)))
     lines = text.splitlines()
     assert "per scale (none / 5 / 10 / 20 / 40)" in lines[1] and "test2016, beam 5" in lines[1]
-    assert lines[4] == ("| `word-vmf-teacher`, 2 | 36.50 | 35.00 / 34.00 / 33.00 / 32.00 / 31.00 | none | 35.50 | 35.12 "
-                        "| 30 (25) | 1,234, resumed; teacher 4,000 |")
+    assert lines[4] == ("| `word-vmf-teacher`, 2 | 36.50 | 35.00 / 34.00 / 33.00 / 32.00 / 31.00 | none | 35.50 "
+                        "| 35.12 | 30 (25) | 1,234, resumed; teacher 4,000 |")
     assert lines[5].endswith("| 30 (25) | 1,234; teacher reused |")
     assert lines[6] == "| `word-vmf-teacher-mixed` | not run | — | — | — | — | — | — |"
     for spec, message in (("decodes word-softmax", "word-softmax seed 1 chose no score scale on validation"),

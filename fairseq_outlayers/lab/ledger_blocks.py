@@ -1,7 +1,7 @@
 """The documents' blocks rendered from the results ledger (``docs/results/runs``) and its claims
 (``docs/results/claims.json``): ``claims``, ``rule``, ``further-seeds``, ``readme-evidence``, ``rows``,
-``seed-scores`` and ``decodes`` (``python -m fairseq_outlayers.lab.docs`` describes each). Each takes the ``docs.Context`` the
-figures are read from and the block's words, and gives the block's lines.
+``seed-scores`` and ``decodes`` (``python -m fairseq_outlayers.lab.docs`` describes each). Each takes the
+``docs.Context`` the figures are read from and the block's words, and gives the block's lines.
 """
 import glob
 import os
@@ -166,14 +166,15 @@ def _seed_scores_block(ctx, args: List[str]) -> List[str]:
 def _row_file_exists(ctx, row: str) -> bool:
     from fairseq_outlayers.lab.ledger.rows import read_row
 
-    return any(read_row(p)[0] == row for p in glob.glob(ctx.path(os.path.join("configs", "ledger", "*", "*.args"))))
+    files = glob.glob(ctx.path(os.path.join("configs", "ledger", "*", "*.args")))
+    return any(read_row(p)[0] == row for p in files)
 
 
 def _decodes_block(ctx, args: List[str]) -> List[str]:
     """``decodes ROW ...``: every recorded seed of rows tested at a beam with the score scale chosen on validation
     (``# scales:``): the greedy validation figure training stopped on, the validation score of each scale, the scale
-    chosen, the test score at that beam and greedy, the epochs and fairseq's training time (the teacher's too). A row with a row file but no
-    record yet is one line saying so; a name with neither is refused."""
+    chosen, the test score at that beam and greedy, the epochs and fairseq's training time (the teacher's too). A
+    row with a row file but no record yet is one line saying so; a name with neither is refused."""
     if not args:
         raise OutlayersConfigError("a decodes block names at least one row")
     entries, scales, beams = [], [], set()
