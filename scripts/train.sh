@@ -19,11 +19,13 @@
 #   SAVE_DIR    checkpoints (checkpoint.save_dir)  [checkpoints/DATASET/METHOD]
 #   VECTORS_FROM  recipes with model.target_vectors: how the target word vectors are made when VECTORS is missing
 #               [softmax]. softmax: two stages; first the dataset's softmax recipe trains VECTORS_UPDATES updates on
-#               the same DATA_BIN (checkpoints in VECTORS_SAVE_DIR), then its output word matrix is exported
-#               (outlayers-vectors export; m = the model's width). fasttext: the paper's vectors, trained by
+#               the same DATA_BIN (checkpoints in VECTORS_SAVE_DIR), then the output word matrix of its last
+#               checkpoint (of its best with VECTORS_UPDATES=full) is exported (outlayers-vectors export; m = the
+#               model's width). fasttext: the paper's vectors, trained by
 #               scripts/train_target_vectors.py on TEXT_DIR/train.TGT (m = VECTOR_DIM). A .pt file: export the
 #               output matrix of that softmax checkpoint (same target dictionary), e.g. a baseline you trained.
-#   VECTORS_UPDATES  softmax: updates of the first stage [800]
+#   VECTORS_UPDATES  softmax: updates of the first stage, or full: the whole softmax recipe, its best checkpoint
+#               exported (the converged teacher of the results; the recipe's own schedule) [800]
 #   VECTORS_SAVE_DIR softmax: its checkpoints [SAVE_DIR's folder/softmax-vectors-VECTORS_UPDATES]
 #   VECTORS_ARGS  softmax: extra fairseq-train options of the first stage [the device, precision and batch options
 #               among the extra options: --cpu --fp16 --amp --bf16 --memory-efficient-fp16 --max-tokens
@@ -91,7 +93,8 @@ VECTORS_SAVE_DIR=${VECTORS_SAVE_DIR:-$(dirname "$SAVE_DIR")/softmax-vectors-$VEC
 case "$FILL" in *" model.target_vectors "*)
   case "$VECTORS_FROM" in
     softmax) VECTORS=${VECTORS:-$VECTORS_SAVE_DIR/output.$TGT.vec}
-      case "$VECTORS_UPDATES" in ''|*[!0-9]*|0) die "VECTORS_UPDATES must be a positive number of updates, got '$VECTORS_UPDATES'";; esac;;
+      case "$VECTORS_UPDATES" in full) ;; ''|*[!0-9]*|0)
+        die "VECTORS_UPDATES must be a positive number of updates or full (the whole softmax recipe), got '$VECTORS_UPDATES'";; esac;;
     fasttext) VECTORS=${VECTORS:-$(dirname "$TEXT_DIR")/vectors${WORD:+.word}.$TGT.${VECTOR_DIM}d.vec};;
     *.pt) VECTORS=${VECTORS:-${VECTORS_FROM%.pt}.output.$TGT.vec};;
     *) die "VECTORS_FROM must be softmax, fasttext or a softmax checkpoint FILE.pt, got '$VECTORS_FROM'";;
@@ -122,7 +125,10 @@ fi
 if [ "$PREP_STEP" = vectors ] && [ ! -f "$VECTORS" ] && [ "$VECTORS_FROM" != fasttext ]; then
   CKPT=$VECTORS_FROM
   if [ "$VECTORS_FROM" = softmax ]; then
-    CKPT=$VECTORS_SAVE_DIR/checkpoint_last.pt
+    CKPT=$VECTORS_SAVE_DIR/checkpoint_last.pt; STOP=(--max-update "$VECTORS_UPDATES"); LENGTH="$VECTORS_UPDATES updates"
+    if [ "$VECTORS_UPDATES" = full ]; then
+      CKPT=$VECTORS_SAVE_DIR/checkpoint_best.pt; STOP=(); LENGTH="its whole schedule, best checkpoint"
+    fi
     if [ -z "${VECTORS_ARGS+set}" ]; then  # the device, precision and batch options of the extra options
       STAGE1=()
       for ((i = 0; i < ${#EXTRA[@]}; i++)); do
@@ -135,8 +141,8 @@ if [ "$PREP_STEP" = vectors ] && [ ! -f "$VECTORS" ] && [ "$VECTORS_FROM" != fas
     else
       read -r -a STAGE1 <<< "$VECTORS_ARGS"
     fi
-    echo "== target vectors $VECTORS are missing; first stage: the softmax recipe, $VECTORS_UPDATES updates on $DATA_BIN"
-    STAGE=(bash "$ROOT/scripts/train.sh" softmax "$DATASET" ${STAGE1[@]+"${STAGE1[@]}"} --max-update "$VECTORS_UPDATES")
+    echo "== target vectors $VECTORS are missing; first stage: the softmax recipe, $LENGTH, on $DATA_BIN"
+    STAGE=(bash "$ROOT/scripts/train.sh" softmax "$DATASET" ${STAGE1[@]+"${STAGE1[@]}"} ${STOP[@]+"${STOP[@]}"})
     export TRAIN_SH_FIRST_STAGE=1
     if [ "$MODE" = run ]; then
       mkdir -p "$VECTORS_SAVE_DIR"

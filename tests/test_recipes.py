@@ -427,11 +427,20 @@ def test_train_sh_settings_and_errors(tmp_path):
     assert second[second.index("--target-vectors") + 1] == "/c/softmax-vectors-800/output.en.vec"
     assert second[-5:] == ["--cpu", "--max-tokens", "999", "--lr", "1"]
     assert sum(line.startswith("== afterwards:") for line in dry) == 1
+    # VECTORS_UPDATES=full: the whole softmax recipe (its own --max-update), its best checkpoint exported
+    dry = bash("train.sh", "--dry-run", "continuous", "multi30k", "--cpu",
+               env={"DATA_BIN": "/d/data-bin/de-en-word", "SAVE_DIR": "/c/vmf", "VECTORS_UPDATES": "full"}).stdout
+    first = shlex.split(next(line for line in dry.split("\n") if line.startswith("+ fairseq-train ")))[2:]
+    assert first[-3:] == ["--save-dir", "/c/softmax-vectors-full", "--cpu"] and first.count("--max-update") == 1
+    assert first[first.index("--max-update") + 1] == "3000"  # configs/multi30k/softmax.yaml's
+    assert "+ outlayers-vectors export /c/softmax-vectors-full/checkpoint_best.pt /c/softmax-vectors-full/output.en.vec" \
+        in dry
     dry = bash("train.sh", "--dry-run", "continuous", "iwslt14",
                env={"VECTORS_FROM": "/m/base.pt", "VECTORS_UPDATES": "5"}).stdout
     assert "+ outlayers-vectors export /m/base.pt /m/base.output.en.vec" in dry and dry.count("+ fairseq-train") == 1
     for env, message in (({"VECTORS_FROM": "glove"}, "VECTORS_FROM must be softmax, fasttext or a softmax checkpoint"),
-                         ({"VECTORS_UPDATES": "0"}, "VECTORS_UPDATES must be a positive number of updates")):
+                         ({"VECTORS_UPDATES": "0"}, "VECTORS_UPDATES must be a positive number of updates or full"),
+                         ({"VECTORS_UPDATES": "converged"}, "got 'converged'")):
         bad = bash("train.sh", "--dry-run", "continuous", "iwslt14", env=env, check=False)
         assert bad.returncode == 1 and message in bad.stderr
     for lang in ("de", "en"):
