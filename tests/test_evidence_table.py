@@ -7,7 +7,8 @@ import re
 
 from fairseq_outlayers.lab import docs
 from fairseq_outlayers.lab.ledger import stats
-from fairseq_outlayers.lab.ledger.claims import VERDICT_RULE
+from fairseq_outlayers.lab.ledger.claims import VERDICT_RULE, beam_notes, claim_result
+from fairseq_outlayers.lab.ledger.evidence import evidence_row
 from harness import REPO
 
 
@@ -37,14 +38,19 @@ def test_savings_against_tying_and_the_beams_are_stated():
     # the vMF claim's row decodes at beam 5 like its baseline (three seeds of word-vmf-beam5): no caveat under it
     assert rows["`continuous` (vMF, word-level)"][6] == "5" and rows["`fixed`"][6] == "5"
     assert "- `continuous` (vMF, word-level) decodes with beam 1" not in text
-    assert rows["`continuous`, targets from a trained softmax"][6] == "1 vs 5"
-    assert ("- `continuous`, targets from a trained softmax decodes with beam 1, its baseline word-softmax with beam 5; "
-            "no committed record decodes the row at beam 5") in text
-    # every claims table says it too, under the table (results.md, the method page, the ledger page)
+    # every continuous claim compares beam 5 with beam 5: no caveat under the README's table or any claims table
+    assert rows["`continuous`, targets from a converged softmax"][6] == "5" and "decodes with beam" not in text
+    context = docs.Context(REPO)
     for spec in ("claims", "claims continuous-outputs.md"):
-        claims = docs.render_text(f"<!-- generated: {spec} -->\n<!-- end generated -->\n", docs.Context(REPO))
-        assert ("- `continuous`, targets from a trained softmax decodes with beam 1, its baseline word-softmax with "
-                "beam 5; no committed record decodes the row at beam 5, so Δ mixes the method with the beam.") in claims
+        assert "decodes with beam" not in docs.render_text(f"<!-- generated: {spec} -->\n<!-- end generated -->\n",
+                                                           context)
+    # a claim on a row decoded at beam 1 against a beam-5 baseline gets the caveat (the superseded row, whose
+    # records hold no beam-5 decode)
+    claim = {"name": "c", "label": "`continuous`, 800-update softmax targets", "table": "multi30k-continuous-word",
+             "row": "word-vmf-softmax-vectors", "baseline": "word-softmax"}
+    assert beam_notes(context.tables, [claim], [1, 2, 3], "test2016") == [
+        "- `continuous`, 800-update softmax targets decodes with beam 1, its baseline word-softmax with beam 5; no "
+        "committed record decodes the row at beam 5, so Δ mixes the method with the beam."]
     joint_only = docs.render_text("<!-- generated: claims joint-output.md -->\n<!-- end generated -->\n",
                                   docs.Context(REPO))
     assert "decodes with beam" not in joint_only
@@ -65,7 +71,8 @@ def test_the_rule_text_says_what_target_verdict_does():
     assert "sign * welch[\"t\"] > 0" in code and stats.VERDICT_ALPHA == 0.05
     for words in ("lower end ≥ the target", "upper end < the target", "every seed of the row scores more than the "
                   "target above every seed of the baseline", "p < 0.05", "one-sided test at 0.025",
-                  "by one of two routes", "Anything else is inconclusive"):
+                  "by one of two routes", "Anything else is inconclusive",
+                  "so is a claim until both rows have every seed of the protocol"):
         assert words in VERDICT_RULE, words
     results = open(os.path.join(REPO, "docs", "results.md"), encoding="utf-8").read()
     assert "not that they prove the difference alone" not in results
@@ -104,3 +111,19 @@ def test_the_text_the_renderer_copies_from_code_is_checked_like_the_docs():
                 os.path.join(REPO, name.replace(".", os.sep))), name
         for path in re.findall(r"(?:modules|models|tools|lab)/\w+\.py", text):
             assert os.path.exists(os.path.join(REPO, "fairseq_outlayers", path)), path
+
+
+def test_a_claim_waits_for_every_seed_of_the_protocol():
+    """A row with seeds 1-2 of 1-3 shows its figures over those seeds, and no verdict; with seed 3 it gets one."""
+    context = docs.Context(REPO)
+    claim = next(c for c in context.claims if c["name"] == "fixed")
+    ledger, table = context.path(docs.LEDGER), context.tables[claim["table"]]
+    short = dict(context.tables, **{claim["table"]: dict(table, **{claim["row"]: {
+        s: r for s, r in table[claim["row"]].items() if s != 3}})})
+    full = claim_result(ledger, context.tables, claim, [1, 2, 3], "test2016", {})
+    part = claim_result(ledger, short, claim, [1, 2, 3], "test2016", {})
+    assert full["verdict"] == "not reproduced (saving reproduced)" and full["seeds"] == [1, 2, 3]
+    assert part["verdict"] == "inconclusive (saving reproduced); seeds 1-2 of 1-3 recorded"
+    assert part["why"] == "only seeds 1-2 of 1-3 recorded" and part["seeds"] == [1, 2]
+    cells, over = evidence_row(ledger, short, claim, [1, 2, 3], "test2016", {})
+    assert over == "1-2" and cells[2] == part["verdict"]

@@ -72,10 +72,10 @@ def test_the_readme_has_a_block_per_method():
         gens = [c for c in cmds if c.startswith("fairseq-generate ")]
         assert len(gens) == 1 and cmds[-1] == gens[0], block
         assert all("--user-dir fairseq_outlayers" in c for c in trains + gens)
-        if len(trains) == 2:  # two stages: the first model's output matrix is the second's target vectors
+        if len(trains) == 2:  # two stages: the first (converged) model's output matrix is the second's target vectors
             first = re.search(r"--save-dir (\S+)", trains[0]).group(1)
             export = [c for c in cmds if c.startswith("outlayers-vectors export ")]
-            assert len(export) == 1 and export[0].split()[2] == f"{first}/checkpoint_last.pt", block
+            assert len(export) == 1 and export[0].split()[2] == f"{first}/checkpoint_best.pt", block  # converged
             assert f"--target-vectors {export[0].split()[3]} " in trains[1] and "--output-layer continuous" in trains[1]
         assert 1 <= len(trains) <= 2, block
         save = re.search(r"--save-dir (\S+)", trains[-1]).group(1)

@@ -433,8 +433,9 @@ def test_train_sh_settings_and_errors(tmp_path):
     first = shlex.split(next(line for line in dry.split("\n") if line.startswith("+ fairseq-train ")))[2:]
     assert first[-3:] == ["--save-dir", "/c/softmax-vectors-full", "--cpu"] and first.count("--max-update") == 1
     assert first[first.index("--max-update") + 1] == "3000"  # configs/multi30k/softmax.yaml's
-    assert "+ outlayers-vectors export /c/softmax-vectors-full/checkpoint_best.pt /c/softmax-vectors-full/output.en.vec" \
-        in dry
+    export = ("+ outlayers-vectors export /c/softmax-vectors-full/checkpoint_best.pt "
+              "/c/softmax-vectors-full/output.en.vec")
+    assert export in dry
     dry = bash("train.sh", "--dry-run", "continuous", "iwslt14",
                env={"VECTORS_FROM": "/m/base.pt", "VECTORS_UPDATES": "5"}).stdout
     assert "+ outlayers-vectors export /m/base.pt /m/base.output.en.vec" in dry and dry.count("+ fairseq-train") == 1

@@ -103,7 +103,7 @@ def _rows_block(ctx, args: List[str]) -> List[str]:
             else:
                 low, high = c["interval"]
                 # the paired test is over the seeds both rows have; where a mean above counts others, say which
-                over = (f" over seeds {_ranges(c['seeds'])}"
+                over = (f" over seed{'s' if len(c['seeds']) > 1 else ''} {_ranges(c['seeds'])}"
                         if set(c["seeds"]) != set(rows[row]) | set(rows[other]) else "")
                 cells += [f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}]{over}", p_text(c['p']),
                           "—" if c["welch"] is None else f"{c['welch']['p']:.3f}"]

@@ -148,6 +148,10 @@ def claim_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], cla
                 "why": c["why"], "seeds": []}
     system, base = seed_scores(rows, claim["row"], test), seed_scores(rows, claim["baseline"], test)
     side, why = target_verdict(c["interval"], system, base, target)
+    missing = "" if seeds is None or set(seeds) <= set(c["seeds"]) else \
+        f"seed{'s' if len(c['seeds']) > 1 else ''} {_ranges(c['seeds'])} of {_ranges(seeds)} recorded"
+    if missing:  # no verdict before every seed of the protocol: the seeds so far are shown, not judged
+        side, why, missing = "inconclusive", f"only {missing}", "; " + missing
     low, high = c["interval"]
     welch = "—" if c["welch"] is None else f"{c['welch']['p']:.3f}"
     measured = f"{_sign(c['diff'])} [{_sign(low)}, {_sign(high)}], {p_is(c['p'])}; seeds p = {welch}"
@@ -161,6 +165,7 @@ def claim_result(ledger: str, tables: Dict[str, Dict[str, Dict[int, Dict]]], cla
         met = cut >= least
         saving = f"{_sign(-cut, 1)} % {SAVINGS[kind]} (target ≥ {least:g} % fewer: {'met' if met else 'not met'})"
         verdict += f" (saving {words['above'] if met else words['below']})"
+    verdict += missing
     trained = [rows[r][min(rows[r])]["params"]["trained"] for r in (claim["row"], claim["baseline"])]
     beams = [(rows[r][min(rows[r])].get("decoding") or {}).get("beam") for r in (claim["row"], claim["baseline"])]
     return {"measured": measured, "saving": saving, "verdict": verdict, "why": why, "seeds": c["seeds"],
@@ -371,7 +376,7 @@ VERDICT_RULE = (
     "with the row on the upper side: a one-sided test at 0.025. "
     "It says not reproduced (does not hold) in the mirror case: the interval wholly below the target (its upper end "
     "< the target), and the seeds below the target by either route. "
-    "Anything else is inconclusive. "
+    "Anything else is inconclusive, and so is a claim until both rows have every seed of the protocol. "
     "The two routes are not equally strict: at three seeds a row the seed pairs are 9, at nine seeds 81, and "
     "Welch's test at three seeds a row finds only gaps of several seed standard deviations. "
     "A parameter saving is read off the records' counts; it is reported beside the verdict and does not change it.")

@@ -19,7 +19,7 @@ def evidence_row(ledger: str, tables: Dict, claim: Dict, seeds: Sequence[int], t
     """One line of the README's evidence table (``evidence_table``) as its cells, and the seeds it is over: the
     protocol's seeds, or every seed both rows have once they have all the claim's ``further_seeds``."""
     r = claim_result(ledger, tables, claim, seeds, test, cache, claims_path)
-    over = _ranges(seeds)
+    over = _ranges(r["seeds"] or seeds)  # the seeds compared: fewer than the protocol's while some are missing
     if claim.get("further_seeds"):
         further = further_result(ledger, tables, claim, test, cache, claims_path)
         if further["missing"]:
