@@ -52,7 +52,8 @@ def _readme_block(ctx, args: List[str]) -> List[str]:
     from fairseq_outlayers.lab.ledger.evidence import evidence_table
 
     lines = [f"Seeds {_ranges(_seeds())} of each row (the protocol's), or all the seeds planned for a claim once both "
-             "rows have them ([docs/results.md](docs/results.md#further-seeds)).", ""]
+             "rows have them ([docs/results.md](docs/results.md#further-seeds)).",
+             "A claim whose row lacks a protocol seed shows the seeds recorded so far, and no verdict.", ""]
     return lines + evidence_table(ctx.path(LEDGER), ctx.tables, ctx.claims, _seeds(), TEST, ctx.cache, CLAIMS,
                                   link=lambda page: f"docs/{page}")
 
