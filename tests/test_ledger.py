@@ -1088,7 +1088,7 @@ def test_data_prepared_again_differently_is_refused_before_training_and_shown(tm
     assert out[1] == (f"  softmax seed 1: recorded on other data (digest {first}) than '{data}' holds now "
                       f"({second}): prepare the data as that run did ({records.record_path(ledger, 'softmax', 1)})")
     assert out[2] == "1 other data"
-    assert f"- commits: abc1234.\n- data digests: `{first}`." in render(ledger)
+    assert f"- commits:\n  - abc1234.\n- data digests: `{first}`." in render(ledger)
 
 
 def test_a_file_the_options_name_made_again_differently_is_refused_and_shown(tmp_path, monkeypatch, capsys):
