@@ -119,8 +119,8 @@ def test_the_command_line(tree, capsys):
 
 def test_the_decodes_block_gives_each_seeds_scales_and_both_decodes(tree):
     """``decodes``: one line a recorded seed, read from its record (a second seed of word-vmf-teacher written here
-    with known figures); a row with a row file and no record says "not run"; a row tested without a scale chosen on
-    validation, or a name that is no row, is refused."""
+    with known figures); a row with a row file and no record says "not run"; the range of beam 5 minus greedy ends
+    the block; a row tested without a scale chosen on validation, or a name that is no row, is refused."""
     import json
 
     shutil.copytree(os.path.join(REPO, "configs", "ledger"), tree / "configs" / "ledger")
@@ -147,6 +147,8 @@ def test_the_decodes_block_gives_each_seeds_scales_and_both_decodes(tree):
                         "| 35.12 | 30 (25) | 1,234, resumed; teacher 4,000 |")
     assert lines[5].endswith("| 30 (25) | 1,234; teacher reused |")
     assert lines[6] == "| `word-vmf-teacher-mixed` | not run | — | — | — | — | — | — |"
+    # seed 1's record: 37.46 at beam 5, 36.47 greedy; seeds 2-3 above: 35.50 and 35.12
+    assert lines[7:9] == ["", "On test2016, beam 5 minus greedy: +0.38 to +0.99 BLEU over these 3 seeds."]
     for spec, message in (("decodes word-softmax", "word-softmax seed 1 chose no score scale on validation"),
                           ("decodes no-such-row", "'no-such-row' has neither a record")):
         with pytest.raises(OutlayersConfigError, match=message):

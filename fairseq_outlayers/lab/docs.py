@@ -18,7 +18,7 @@ fenced code block is an example of a page (docs/architecture.md prints a method'
   baseline (or from OTHER), from the records of ``docs/results/runs``;
 - ``decodes ROW ...``: every recorded seed of rows whose score scale was chosen on validation: greedy and
   per-scale validation figures, the scale chosen, test at that beam and greedy, epochs and seconds (a row with a
-  row file but no record: "not run");
+  row file but no record: "not run"), and the range of test at the beam minus greedy;
 - ``seed-scores ROW BASELINE``: every recorded seed of the two rows side by side, the difference over the seeds
   both have and, where a claim sets the two against each other, its verdict over every seed both have;
 - ``options WORD ...``: the options of the package's output layers, embedding methods and criterions whose

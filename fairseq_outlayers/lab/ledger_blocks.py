@@ -174,8 +174,9 @@ def _row_file_exists(ctx, row: str) -> bool:
 def _decodes_block(ctx, args: List[str]) -> List[str]:
     """``decodes ROW ...``: every recorded seed of rows tested at a beam with the score scale chosen on validation
     (``# scales:``): the greedy validation figure training stopped on, the validation score of each scale, the scale
-    chosen, the test score at that beam and greedy, the epochs and fairseq's training time (the teacher's too). A
-    row with a row file but no record yet is one line saying so; a name with neither is refused."""
+    chosen, the test score at that beam and greedy, the epochs and fairseq's training time (the teacher's too), then
+    the range of test at the beam minus greedy over those seeds. A row with a row file but no record yet is one line
+    saying so; a name with neither is refused."""
     if not args:
         raise OutlayersConfigError("a decodes block names at least one row")
     entries, scales, beams = [], [], set()
@@ -207,6 +208,7 @@ def _decodes_block(ctx, args: List[str]) -> List[str]:
     def fmt(v):
         return "—" if v is None else f"{v:.2f}"
 
+    gains = []  # test at the row's beam minus greedy, one a seed that has both
     for row, seed, r in entries:
         if r is None:
             lines.append(f"| `{row}` | not run | — | — | — | — | — | — |")
@@ -224,4 +226,9 @@ def _decodes_block(ctx, args: List[str]) -> List[str]:
                    else "; teacher reused"))
         lines.append(f"| `{row}`, {seed} | {fmt(r['validation']['best'])} | {per} | {scale} | {fmt(test)} | "
                      f"{fmt(greedy)} | {r['epochs']} ({r['best_epoch']}) | {secs} |")
+        if test is not None and greedy is not None:
+            gains.append(round(test, 2) - round(greedy, 2))
+    if gains:
+        lines += ["", f"On {TEST}, {at} minus greedy: {_sign(min(gains))} to {_sign(max(gains))} BLEU over these "
+                      f"{len(gains)} seeds."]
     return lines
