@@ -229,6 +229,6 @@ def _decodes_block(ctx, args: List[str]) -> List[str]:
         if test is not None and greedy is not None:
             gains.append(round(test, 2) - round(greedy, 2))
     if gains:
-        lines += ["", f"On {TEST}, {at} minus greedy: {_sign(min(gains))} to {_sign(max(gains))} BLEU over these "
-                      f"{len(gains)} seeds."]
+        lines += ["", f"On {TEST}, {at} minus greedy: {_sign(min(gains))} to {_sign(max(gains))} BLEU over "
+                      + (f"these {len(gains)} seeds." if len(gains) > 1 else "this seed.")]
     return lines
